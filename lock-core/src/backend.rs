@@ -1,0 +1,82 @@
+//! The trait every backend implements.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::capabilities::Capabilities;
+use crate::error::{Error, Result};
+use crate::lease::Lease;
+use crate::name::LockName;
+use crate::options::{AcquireRequest, WaitBudget};
+use crate::token::FencingToken;
+
+/// A distributed-lock backend: one object-safe trait, so a backend chosen at
+/// run time from a URL can be held as `Arc<dyn LockBackend>`.
+///
+/// Applications use [`Locker`](crate::Locker), which validates input, renews
+/// leases and makes acquires cancel-safe; this trait is the small surface a
+/// backend must provide. Every method that talks to a server must finish
+/// within the backend's configured timeouts: an unreachable server is an
+/// [`Error::Unavailable`] or [`Error::Timeout`], never a hang.
+#[async_trait]
+pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
+    /// What this backend guarantees.
+    fn capabilities(&self) -> Capabilities;
+
+    /// One attempt: `Ok(None)` when another owner holds the lock.
+    ///
+    /// The attempt is idempotent for `req.owner`: if an earlier attempt with
+    /// the same request was applied but its reply lost, this one returns that
+    /// grant instead of failing.
+    async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>>;
+
+    /// Waits for the lock within `budget`, then fails with
+    /// [`WaitBudget::exhausted`]. The default polls
+    /// [`try_acquire`](Self::try_acquire) with jittered backoff (see
+    /// [`poll_acquire`](crate::wait::poll_acquire)); backends that can be
+    /// woken by the server override it.
+    ///
+    /// Implementations stop waiting when the budget's cancellation token
+    /// fires, between requests, never in the middle of one.
+    async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
+        crate::wait::poll_acquire(self, req, budget, None).await
+    }
+
+    /// Extends the lease to `ttl` from now if it is still ours; otherwise
+    /// [`Error::NotHeld`], never a silent success. The fencing token does not
+    /// change.
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease>;
+
+    /// Releases the lock if the lease is still ours. Releasing a lease that
+    /// expired or was taken over is [`Error::NotHeld`] and never touches the
+    /// new holder's lock.
+    async fn release(&self, lease: &Lease) -> Result<()>;
+
+    /// Undoes an attempt whose outcome is unknown (its reply was lost, or the
+    /// caller gave up): whatever `req.owner` holds or has queued under
+    /// `req.name` is removed. Doing nothing is a success.
+    async fn abandon(&self, req: &AcquireRequest) -> Result<()>;
+
+    /// Who holds `name` now, where the backend can tell.
+    async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
+        let _ = name;
+        Err(Error::Unsupported {
+            backend: self.capabilities().backend,
+            operation: "inspecting the holder",
+        })
+    }
+}
+
+/// The current holder of a lock, as [`LockBackend::holder`] reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    /// The first hex digits of the holder's owner token (see
+    /// [`OwnerToken::short`](crate::OwnerToken::short)).
+    pub owner: String,
+    /// The holder's fencing token.
+    pub token: FencingToken,
+    /// Time left on the lease by the server's clock, if it is known.
+    pub expires_in: Option<Duration>,
+}

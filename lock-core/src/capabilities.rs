@@ -1,0 +1,114 @@
+//! What a backend guarantees, declared rather than guessed.
+
+use std::time::Duration;
+
+/// How far a backend's fencing tokens can be trusted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Fencing {
+    /// Every grant of a name gets a token strictly greater than every earlier
+    /// grant of that name, across restarts of the server.
+    Strict,
+    /// Tokens increase in normal operation but can repeat or go backwards
+    /// after a failure the backend cannot see (eviction, a restart without
+    /// persistence); the backend's README says which.
+    BestEffort,
+    /// No usable token; [`Lease::token`](crate::Lease::token) carries no order.
+    None,
+}
+
+/// The honest facts about one backend.
+///
+/// Build one with [`Capabilities::new`] and the `with_*` methods; the fields
+/// can be read directly.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// A short name for messages: `"sqlite"`, `"redis"`, ….
+    pub backend: &'static str,
+    /// How trustworthy the fencing tokens are.
+    pub fencing: Fencing,
+    /// Whether a release wakes a waiter at once (watch, pub/sub, notify), as
+    /// opposed to waiters noticing at their next poll.
+    pub server_side_wait: bool,
+    /// Whether waiters are granted the lock in the order they asked.
+    pub fifo: bool,
+    /// Whether the lock service keeps working when one server node is lost.
+    pub survives_node_loss: bool,
+    /// Whether clients in different processes (or hosts) exclude each other.
+    /// Only the in-memory backend says no.
+    pub shared_across_processes: bool,
+    /// The shortest TTL the backend can keep.
+    pub min_ttl: Duration,
+    /// The longest TTL the backend accepts.
+    pub max_ttl: Duration,
+}
+
+impl Capabilities {
+    /// The shortest TTL any backend accepts unless it says otherwise.
+    pub const DEFAULT_MIN_TTL: Duration = Duration::from_millis(10);
+    /// The longest TTL any backend accepts unless it says otherwise: a lease
+    /// longer than a day is almost always a mistake that would keep a crashed
+    /// holder's lock for that long.
+    pub const DEFAULT_MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+
+    /// Capabilities of a backend with the given fencing, no server-side
+    /// waiting, no FIFO order, a single node, shared across processes, and the
+    /// default TTL bounds.
+    pub const fn new(backend: &'static str, fencing: Fencing) -> Self {
+        Self {
+            backend,
+            fencing,
+            server_side_wait: false,
+            fifo: false,
+            survives_node_loss: false,
+            shared_across_processes: true,
+            min_ttl: Self::DEFAULT_MIN_TTL,
+            max_ttl: Self::DEFAULT_MAX_TTL,
+        }
+    }
+
+    /// Sets [`Capabilities::server_side_wait`].
+    pub const fn with_server_side_wait(mut self, yes: bool) -> Self {
+        self.server_side_wait = yes;
+        self
+    }
+
+    /// Sets [`Capabilities::fifo`].
+    pub const fn with_fifo(mut self, yes: bool) -> Self {
+        self.fifo = yes;
+        self
+    }
+
+    /// Sets [`Capabilities::survives_node_loss`].
+    pub const fn with_survives_node_loss(mut self, yes: bool) -> Self {
+        self.survives_node_loss = yes;
+        self
+    }
+
+    /// Sets [`Capabilities::shared_across_processes`].
+    pub const fn with_shared_across_processes(mut self, yes: bool) -> Self {
+        self.shared_across_processes = yes;
+        self
+    }
+
+    /// Sets the TTL bounds.
+    pub const fn with_ttl_range(mut self, min: Duration, max: Duration) -> Self {
+        self.min_ttl = min;
+        self.max_ttl = max;
+        self
+    }
+
+    /// Checks `ttl` against the bounds.
+    pub fn check_ttl(&self, ttl: Duration) -> crate::Result<()> {
+        if ttl < self.min_ttl || ttl > self.max_ttl {
+            return Err(crate::Error::InvalidTtl {
+                ttl,
+                min: self.min_ttl,
+                max: self.max_ttl,
+                backend: self.backend,
+            });
+        }
+        Ok(())
+    }
+}

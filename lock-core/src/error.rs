@@ -1,0 +1,218 @@
+//! The one error type of every distlock crate.
+
+use std::time::Duration;
+
+/// A boxed error from a driver, kept as the `source()` of an [`Error`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong, for every backend.
+///
+/// The variants say *what* happened in terms of the lock; the backend's own
+/// error, when there is one, is the [`source`](std::error::Error::source).
+/// [`Error::is_retryable`] tells whether trying the same call again may help.
+/// No variant ever carries a password: URLs are stored redacted.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The lock name breaks the rules documented on [`LockName`](crate::LockName).
+    #[error("invalid lock name \"{name}\": {reason}")]
+    InvalidName {
+        /// The rejected name, escaped and shortened.
+        name: String,
+        /// What rule it breaks.
+        reason: String,
+    },
+
+    /// A TTL outside what the backend can keep.
+    #[error("invalid TTL {ttl:?}: {backend} accepts {min:?} to {max:?}")]
+    InvalidTtl {
+        /// The rejected TTL.
+        ttl: Duration,
+        /// The backend's shortest TTL.
+        min: Duration,
+        /// The backend's longest TTL.
+        max: Duration,
+        /// The backend that set the bounds.
+        backend: &'static str,
+    },
+
+    /// A connection URL or one of its options is malformed.
+    #[error("invalid URL {url}: {reason}")]
+    InvalidUrl {
+        /// The URL with any password removed.
+        url: String,
+        /// What is wrong and what is accepted.
+        reason: String,
+    },
+
+    /// The URL scheme is not one this build knows.
+    #[error("unknown URL scheme \"{scheme}\"; this build supports: {}", supported.join(", "))]
+    UnknownScheme {
+        /// The scheme given.
+        scheme: String,
+        /// The schemes compiled in.
+        supported: Vec<&'static str>,
+    },
+
+    /// The URL names a backend whose cargo feature was not compiled in.
+    #[error(
+        "URL scheme \"{scheme}\" needs distlock's \"{feature}\" feature, which this build lacks; \
+         this build supports: {}", supported.join(", ")
+    )]
+    FeatureDisabled {
+        /// The scheme given.
+        scheme: String,
+        /// The cargo feature that would enable it.
+        feature: &'static str,
+        /// The schemes compiled in.
+        supported: Vec<&'static str>,
+    },
+
+    /// Somebody else holds the lock and the caller chose not to wait.
+    #[error("lock \"{name}\" is held by another owner")]
+    Busy {
+        /// The lock.
+        name: String,
+    },
+
+    /// Somebody else held the lock for the whole wait.
+    #[error("timed out after {waited:?} waiting for lock \"{name}\"")]
+    WaitTimeout {
+        /// The lock.
+        name: String,
+        /// How long the caller waited.
+        waited: Duration,
+    },
+
+    /// The lease is no longer ours: it expired, or another owner took the
+    /// lock after it expired. Renewing or releasing it did nothing.
+    #[error(
+        "lock \"{name}\" is no longer held by this owner (its lease expired or was taken over)"
+    )]
+    NotHeld {
+        /// The lock.
+        name: String,
+    },
+
+    /// The lock was lost while the critical section ran (see
+    /// [`LockState::Lost`](crate::LockState::Lost)); the section was cancelled.
+    #[error("lock \"{name}\" was lost while held; the critical section was cancelled")]
+    Lost {
+        /// The lock.
+        name: String,
+    },
+
+    /// The backend cannot be reached, or dropped the connection.
+    #[error("{backend} is unavailable: {message}")]
+    Unavailable {
+        /// Which backend.
+        backend: &'static str,
+        /// What failed, in words.
+        message: String,
+        /// The driver's error.
+        #[source]
+        source: Option<BoxError>,
+    },
+
+    /// A call to the backend did not finish within its time limit.
+    #[error("{operation} timed out after {after:?}")]
+    Timeout {
+        /// What was being done.
+        operation: &'static str,
+        /// The limit that passed.
+        after: Duration,
+    },
+
+    /// The backend does not offer this operation.
+    #[error("{backend} does not support {operation}")]
+    Unsupported {
+        /// Which backend.
+        backend: &'static str,
+        /// The missing operation.
+        operation: &'static str,
+    },
+
+    /// Any other backend failure; not expected to go away on retry.
+    #[error("backend error: {message}")]
+    Backend {
+        /// What failed, in words.
+        message: String,
+        /// The driver's error.
+        #[source]
+        source: Option<BoxError>,
+    },
+}
+
+impl Error {
+    /// Whether the same call may succeed if tried again later: the lock was
+    /// busy, a wait or a call timed out, or the backend was unreachable.
+    /// Invalid input, a lost lease and unsupported operations never get
+    /// better by retrying.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Error::Busy { .. }
+                | Error::WaitTimeout { .. }
+                | Error::Unavailable { .. }
+                | Error::Timeout { .. }
+        )
+    }
+
+    /// Whether the error is about the caller's input rather than the backend
+    /// or the lock's state.
+    pub fn is_invalid_input(&self) -> bool {
+        matches!(
+            self,
+            Error::InvalidName { .. }
+                | Error::InvalidTtl { .. }
+                | Error::InvalidUrl { .. }
+                | Error::UnknownScheme { .. }
+                | Error::FeatureDisabled { .. }
+        )
+    }
+
+    /// A [`Error::Backend`] with a message and no source.
+    pub fn backend(message: impl Into<String>) -> Self {
+        Error::Backend {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// An [`Error::InvalidUrl`]; `url` is redacted before it is stored.
+    pub fn invalid_url(url: &str, reason: impl Into<String>) -> Self {
+        Error::InvalidUrl {
+            url: crate::url::redact(url),
+            reason: reason.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retryability_follows_the_kind_of_failure() {
+        assert!(Error::Busy { name: "a".into() }.is_retryable());
+        assert!(
+            Error::Timeout {
+                operation: "acquire",
+                after: Duration::from_secs(1)
+            }
+            .is_retryable()
+        );
+        assert!(!Error::NotHeld { name: "a".into() }.is_retryable());
+        assert!(!Error::backend("x").is_retryable());
+        assert!(Error::invalid_url("x://", "no").is_invalid_input());
+    }
+
+    #[test]
+    fn invalid_url_never_keeps_the_password() {
+        let e = Error::invalid_url("postgres://bob:hunter2@localhost/db", "bad");
+        assert!(!format!("{e} {e:?}").contains("hunter2"));
+    }
+}

@@ -1,0 +1,223 @@
+//! A held lock: the guard that renews it and the signal that says when it is
+//! no longer safe to act under it.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::backend::LockBackend;
+use crate::error::Result;
+use crate::lease::Lease;
+use crate::name::LockName;
+use crate::renewal::{KeepAlive, LostSignal};
+use crate::token::FencingToken;
+
+/// How safe it is to act under a lock right now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LockState {
+    /// The last renewal succeeded and the lease has not run out.
+    Held,
+    /// A renewal failed (the backend is slow or unreachable) but the lease's
+    /// deadline has not passed: the lock is still ours for
+    /// [`Lease::remaining`], and renewal keeps trying. Finish or checkpoint
+    /// quickly.
+    AtRisk,
+    /// The lease ran out or another owner has the lock. Stop acting under it:
+    /// anything done from now on may overlap with the next holder. Final.
+    Lost,
+}
+
+/// A cheap, cloneable view of a held lock for the code running under it: its
+/// name, fencing token and lost signal.
+#[derive(Clone)]
+pub struct LockHandle {
+    name: LockName,
+    token: FencingToken,
+    state: watch::Receiver<LockState>,
+    lost: CancellationToken,
+}
+
+impl LockHandle {
+    /// The lock's name.
+    pub fn name(&self) -> &LockName {
+        &self.name
+    }
+
+    /// The fencing token of this grant; pass it to the protected resource.
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// The state now.
+    pub fn state(&self) -> LockState {
+        *self.state.borrow()
+    }
+
+    /// Whether the lock has been lost.
+    pub fn is_lost(&self) -> bool {
+        self.lost.is_cancelled()
+    }
+
+    /// Completes when the lock is lost (at once if it already is).
+    pub async fn lost(&self) {
+        self.lost.cancelled().await;
+    }
+
+    /// A token cancelled when the lock is lost, to hand to code that already
+    /// takes a `CancellationToken`.
+    pub fn lost_token(&self) -> CancellationToken {
+        self.lost.clone()
+    }
+
+    /// A receiver that sees every change of state (`Held ⇄ AtRisk → Lost`).
+    pub fn watch(&self) -> watch::Receiver<LockState> {
+        self.state.clone()
+    }
+}
+
+impl fmt::Debug for LockHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockHandle")
+            .field("name", &self.name)
+            .field("token", &self.token)
+            .field("state", &self.state())
+            .finish()
+    }
+}
+
+/// A held lock, kept alive by a background task that renews the lease at about
+/// a third of its TTL.
+///
+/// Release it with [`LockGuard::release`], which reports whether the lock was
+/// still ours. Dropping the guard never blocks: it stops the renewals and, if a
+/// Tokio runtime is running, releases the lock in the background; otherwise
+/// the lock frees itself when its TTL runs out.
+#[must_use = "dropping the guard releases the lock at once"]
+pub struct LockGuard {
+    handle: LockHandle,
+    backend: Arc<dyn LockBackend>,
+    lease: Arc<Mutex<Lease>>,
+    stop: CancellationToken,
+    renewer: Option<JoinHandle<()>>,
+}
+
+impl LockGuard {
+    /// Starts renewing `lease` in the background. Needs a Tokio runtime.
+    pub fn start(backend: Arc<dyn LockBackend>, lease: Lease) -> Self {
+        let (state_tx, state_rx) = watch::channel(LockState::Held);
+        let lost = CancellationToken::new();
+        let stop = CancellationToken::new();
+        let handle = LockHandle {
+            name: lease.name().clone(),
+            token: lease.token(),
+            state: state_rx,
+            lost: lost.clone(),
+        };
+        let span = tracing::info_span!("renewal", lock = %lease.name(), token = %lease.token());
+        let shared = Arc::new(Mutex::new(lease));
+        let keep_alive = KeepAlive {
+            backend: backend.clone(),
+            lease: shared.clone(),
+            signal: LostSignal::new(state_tx, lost),
+            stop: stop.clone(),
+        };
+        let renewer = tokio::spawn(keep_alive.run().instrument(span));
+        Self {
+            handle,
+            backend,
+            lease: shared,
+            stop,
+            renewer: Some(renewer),
+        }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &LockName {
+        self.handle.name()
+    }
+
+    /// The fencing token of this grant.
+    pub fn token(&self) -> FencingToken {
+        self.handle.token()
+    }
+
+    /// The lease as last renewed.
+    pub fn lease(&self) -> Lease {
+        self.lease.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The state now.
+    pub fn state(&self) -> LockState {
+        self.handle.state()
+    }
+
+    /// Completes when the lock is lost.
+    pub async fn lost(&self) {
+        self.handle.lost().await;
+    }
+
+    /// A cloneable view of this lock for the code running under it.
+    pub fn handle(&self) -> LockHandle {
+        self.handle.clone()
+    }
+
+    /// Stops renewing and releases the lock.
+    ///
+    /// Fails with [`Error::NotHeld`](crate::Error::NotHeld) if the lease had
+    /// already expired or been taken over, so the caller learns that its
+    /// critical section may have overlapped with another holder's.
+    pub async fn release(mut self) -> Result<()> {
+        let lease = self.stop_renewing().await;
+        let span = tracing::info_span!("release", lock = %lease.name(), token = %lease.token());
+        self.backend.release(&lease).instrument(span).await
+    }
+
+    async fn stop_renewing(&mut self) -> Lease {
+        self.stop.cancel();
+        if let Some(task) = self.renewer.take() {
+            // The task only ends by itself or at `stop`; a panic in it is
+            // already reported by the runtime.
+            let _ = task.await;
+        }
+        self.lease()
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("lease", &self.lease())
+            .field("state", &self.state())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        let Some(renewer) = self.renewer.take() else {
+            return; // released explicitly
+        };
+        self.stop.cancel();
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return; // no runtime: the TTL frees the lock
+        };
+        let backend = self.backend.clone();
+        let lease = self.lease.clone();
+        let span =
+            tracing::info_span!("release_on_drop", lock = %self.name(), token = %self.token());
+        runtime.spawn(
+            async move {
+                let _ = renewer.await;
+                let lease = lease.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                if let Err(e) = backend.release(&lease).await {
+                    tracing::debug!(error = %e, "best-effort release of a dropped guard failed");
+                }
+            }
+            .instrument(span),
+        );
+    }
+}

@@ -1,0 +1,124 @@
+//! What a successful acquire returns.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::name::LockName;
+use crate::token::{FencingToken, OwnerToken};
+
+/// One grant of a lock, as plain data.
+///
+/// The deadline is on the local monotonic clock and counted from the moment
+/// the request that granted (or last renewed) the lease was *sent*, minus a
+/// drift allowance, so it errs on the early side: the server cannot have freed
+/// the lock before [`Lease::deadline`] unless its clock runs faster than ours
+/// by more than the allowance.
+#[derive(Clone, Debug)]
+pub struct Lease {
+    name: LockName,
+    owner: OwnerToken,
+    token: FencingToken,
+    ttl: Duration,
+    deadline: Instant,
+}
+
+impl Lease {
+    /// The share of the TTL assumed lost to clock-rate differences between
+    /// this host and the server (the Redlock paper's drift factor).
+    pub const DRIFT_FACTOR: f64 = 0.01;
+    /// A fixed allowance added to the drift for timer granularity.
+    pub const DRIFT_FLOOR: Duration = Duration::from_millis(2);
+
+    /// A lease granted by a request sent at `sent_at` asking for `ttl`.
+    pub fn new(
+        name: LockName,
+        owner: OwnerToken,
+        token: FencingToken,
+        ttl: Duration,
+        sent_at: Instant,
+    ) -> Self {
+        Self {
+            deadline: Self::deadline_for(ttl, sent_at),
+            name,
+            owner,
+            token,
+            ttl,
+        }
+    }
+
+    /// The same grant, extended by a renewal sent at `sent_at`.
+    pub fn renewed(&self, ttl: Duration, sent_at: Instant) -> Self {
+        Self {
+            deadline: Self::deadline_for(ttl, sent_at),
+            ttl,
+            ..self.clone()
+        }
+    }
+
+    fn deadline_for(ttl: Duration, sent_at: Instant) -> Instant {
+        let drift = ttl.mul_f64(Self::DRIFT_FACTOR) + Self::DRIFT_FLOOR;
+        sent_at + ttl.saturating_sub(drift)
+    }
+
+    /// The lock this lease is for.
+    pub fn name(&self) -> &LockName {
+        &self.name
+    }
+
+    /// The owner token compared by the server on renew and release.
+    pub fn owner(&self) -> OwnerToken {
+        self.owner
+    }
+
+    /// The fencing token of this grant.
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// The TTL asked for when the lease was last granted or renewed.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// When the lease must be taken as expired, on the local monotonic clock.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Time left before the deadline; zero once it has passed.
+    pub fn remaining(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+
+    /// Whether the deadline has passed.
+    pub fn is_expired(&self) -> bool {
+        Instant::now() >= self.deadline
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadline_is_conservative() {
+        let sent = Instant::now();
+        let name = LockName::new("a").unwrap();
+        let lease = Lease::new(
+            name,
+            OwnerToken::random(),
+            FencingToken(1),
+            Duration::from_secs(10),
+            sent,
+        );
+        assert_eq!(lease.deadline(), sent + Duration::from_millis(9_898));
+        let tiny = lease.renewed(Duration::from_millis(1), sent);
+        assert_eq!(
+            tiny.deadline(),
+            sent,
+            "the deadline never precedes the send time"
+        );
+        assert_eq!(tiny.token(), lease.token());
+    }
+}

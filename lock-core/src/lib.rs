@@ -1,0 +1,31 @@
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod backend;
+mod capabilities;
+mod error;
+mod guard;
+mod lease;
+mod locker;
+mod memory;
+mod name;
+mod options;
+mod renewal;
+mod token;
+pub mod url;
+pub mod wait;
+
+pub use backend::{Holder, LockBackend};
+pub use capabilities::{Capabilities, Fencing};
+pub use error::{BoxError, Error, Result};
+pub use guard::{LockGuard, LockHandle, LockState};
+pub use lease::Lease;
+pub use locker::Locker;
+pub use memory::MemoryBackend;
+pub use name::LockName;
+pub use options::{AcquireOptions, AcquireRequest, Wait, WaitBudget};
+pub use token::{FencingToken, OwnerToken};
+
+/// Re-exported so backends implement [`LockBackend`] with the same macro.
+pub use async_trait::async_trait;

@@ -1,0 +1,222 @@
+//! The application-facing API over any backend.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::backend::{Holder, LockBackend};
+use crate::capabilities::Capabilities;
+use crate::error::{Error, Result};
+use crate::guard::{LockGuard, LockHandle};
+use crate::lease::Lease;
+use crate::name::LockName;
+use crate::options::{AcquireOptions, AcquireRequest, Wait, WaitBudget};
+
+/// Acquires locks from one backend: validates input, keeps leases renewed
+/// through [`LockGuard`], and makes every acquire cancel-safe.
+///
+/// Cheap to clone; clones share the backend.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
+/// use lock_core::{Locker, MemoryBackend};
+///
+/// let locker = Locker::new(MemoryBackend::new());
+/// let guard = locker.lock("nightly-report").await?;
+/// println!("fencing token {}", guard.token());
+/// assert!(locker.try_lock("nightly-report").await?.is_none());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Locker {
+    backend: Arc<dyn LockBackend>,
+    defaults: AcquireOptions,
+}
+
+impl Locker {
+    /// A locker over `backend` with [`AcquireOptions::default`].
+    pub fn new(backend: impl LockBackend) -> Self {
+        Self::from_arc(Arc::new(backend))
+    }
+
+    /// A locker over a backend that is already shared.
+    pub fn from_arc(backend: Arc<dyn LockBackend>) -> Self {
+        Self {
+            backend,
+            defaults: AcquireOptions::default(),
+        }
+    }
+
+    /// The same locker with other default options for [`Locker::lock`].
+    pub fn with_defaults(mut self, defaults: AcquireOptions) -> Self {
+        self.defaults = defaults;
+        self
+    }
+
+    /// The default options.
+    pub fn defaults(&self) -> AcquireOptions {
+        self.defaults
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Arc<dyn LockBackend> {
+        &self.backend
+    }
+
+    /// The backend's capabilities.
+    pub fn capabilities(&self) -> Capabilities {
+        self.backend.capabilities()
+    }
+
+    /// Acquires `name` with the default options (by default waiting as long
+    /// as it takes) and keeps it renewed.
+    pub async fn lock(&self, name: impl AsRef<str>) -> Result<LockGuard> {
+        self.lock_with(name, self.defaults).await
+    }
+
+    /// Acquires `name` with `opts` and keeps it renewed.
+    pub async fn lock_with(
+        &self,
+        name: impl AsRef<str>,
+        opts: AcquireOptions,
+    ) -> Result<LockGuard> {
+        let lease = self.acquire_lease(name, opts).await?;
+        Ok(LockGuard::start(self.backend.clone(), lease))
+    }
+
+    /// One attempt with the default TTL; `Ok(None)` if somebody else holds
+    /// the lock.
+    pub async fn try_lock(&self, name: impl AsRef<str>) -> Result<Option<LockGuard>> {
+        match self.lock_with(name, self.defaults.wait(Wait::No)).await {
+            Ok(guard) => Ok(Some(guard)),
+            Err(Error::Busy { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Runs `section` while holding `name`, then releases it.
+    ///
+    /// If the lock is lost while `section` runs, `section` is dropped at its
+    /// next `.await` and the result is [`Error::Lost`]. The section gets a
+    /// [`LockHandle`] for the fencing token.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
+    /// use lock_core::{Locker, MemoryBackend};
+    ///
+    /// let locker = Locker::new(MemoryBackend::new());
+    /// let token = locker.with_lock("migrate", |held| async move { held.token() }).await?;
+    /// assert!(token.get() > 0);
+    /// # Ok(()) }
+    /// ```
+    pub async fn with_lock<F, Fut, T>(&self, name: impl AsRef<str>, section: F) -> Result<T>
+    where
+        F: FnOnce(LockHandle) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self.lock(name).await?;
+        let handle = guard.handle();
+        let outcome = tokio::select! {
+            biased;
+            () = handle.lost() => None,
+            out = section(handle.clone()) => Some(out),
+        };
+        match outcome {
+            Some(out) => {
+                // The section finished while the lock was held; a failed
+                // release must not throw its result away.
+                if let Err(e) = guard.release().await {
+                    tracing::warn!(lock = %handle.name(), error = %e, "release after the critical section failed");
+                }
+                Ok(out)
+            }
+            None => Err(Error::Lost {
+                name: handle.name().to_string(),
+            }),
+        }
+    }
+
+    /// Acquires a bare [`Lease`] with no renewal: the caller renews and
+    /// releases it through [`Locker::backend`].
+    ///
+    /// Cancel-safe: if this future is dropped while a request is in flight,
+    /// the request is allowed to finish and whatever it was granted is
+    /// released, so no lock is left held by nobody.
+    pub async fn acquire_lease(
+        &self,
+        name: impl AsRef<str>,
+        opts: AcquireOptions,
+    ) -> Result<Lease> {
+        let name = LockName::new(name)?;
+        self.backend.capabilities().check_ttl(opts.ttl)?;
+        let span = tracing::info_span!(
+            "acquire",
+            lock = %name,
+            ttl = ?opts.ttl,
+            wait = ?opts.wait,
+            token = tracing::field::Empty,
+        );
+        let req = AcquireRequest::new(name, opts.ttl);
+        let cancel = CancellationToken::new();
+        let _cancel_when_dropped = cancel.clone().drop_guard();
+        let budget = WaitBudget::new(opts.wait, cancel);
+        let backend = self.backend.clone();
+        let (reply, outcome) = oneshot::channel();
+        // The attempt runs in its own task so that dropping this future
+        // cancels the wait between requests, never a request in flight.
+        tokio::spawn(
+            async move {
+                match backend.acquire(&req, &budget).await {
+                    Ok(lease) => {
+                        tracing::Span::current().record("token", lease.token().get());
+                        if let Err(Ok(orphan)) = reply.send(Ok(lease)) {
+                            tracing::debug!("acquire was cancelled after it succeeded; releasing");
+                            let _ = backend.release(&orphan).await;
+                        }
+                    }
+                    Err(e) => {
+                        if outcome_unknown(&e) {
+                            // The last request may have been applied even
+                            // though its reply never came.
+                            if let Err(cleanup) = backend.abandon(&req).await {
+                                tracing::debug!(error = %cleanup, "could not undo a failed acquire; its TTL will");
+                            }
+                        }
+                        let _ = reply.send(Err(e));
+                    }
+                }
+            }
+            .instrument(span),
+        );
+        outcome.await.unwrap_or_else(|_| {
+            Err(Error::backend(
+                "the acquire task ended without an answer (it panicked)",
+            ))
+        })
+    }
+
+    /// Who holds `name` now, where the backend can tell.
+    pub async fn holder(&self, name: impl AsRef<str>) -> Result<Option<Holder>> {
+        let name = LockName::new(name)?;
+        self.backend.holder(&name).await
+    }
+}
+
+/// Whether a failed acquire may have left a grant or a queue entry behind.
+fn outcome_unknown(e: &Error) -> bool {
+    !matches!(e, Error::Busy { .. } | Error::WaitTimeout { .. }) && !e.is_invalid_input()
+}
+
+impl fmt::Debug for Locker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Locker")
+            .field("backend", &self.backend)
+            .field("defaults", &self.defaults)
+            .finish()
+    }
+}

@@ -1,0 +1,210 @@
+//! How long to hold and how long to wait.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::Error;
+use crate::name::LockName;
+use crate::token::OwnerToken;
+
+/// How long an acquire may wait for a lock somebody else holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Wait {
+    /// Try once; fail with [`Error::Busy`] if the lock is held.
+    No,
+    /// Wait up to this long, then fail with [`Error::WaitTimeout`].
+    For(Duration),
+    /// Wait until the lock is granted (like a mutex). The wait itself has no
+    /// limit, but every call to the backend inside it still has one.
+    #[default]
+    Forever,
+}
+
+/// The options of one acquire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AcquireOptions {
+    /// How long the lease lasts unless renewed. [`LockGuard`](crate::LockGuard)
+    /// renews it at a third of this.
+    pub ttl: Duration,
+    /// How long to wait for a held lock.
+    pub wait: Wait,
+}
+
+impl AcquireOptions {
+    /// The default TTL: long enough to ride out a slow renewal or two, short
+    /// enough that a crashed holder's lock frees itself soon.
+    pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
+    /// Options with this TTL and the default wait ([`Wait::Forever`]).
+    pub fn with_ttl(ttl: Duration) -> Self {
+        Self {
+            ttl,
+            wait: Wait::default(),
+        }
+    }
+
+    /// The same options with another wait.
+    pub fn wait(mut self, wait: Wait) -> Self {
+        self.wait = wait;
+        self
+    }
+}
+
+impl Default for AcquireOptions {
+    fn default() -> Self {
+        Self::with_ttl(Self::DEFAULT_TTL)
+    }
+}
+
+/// One acquisition attempt as a backend sees it: the name, the owner token the
+/// lock will carry if granted, and the TTL (already checked against the
+/// backend's [`Capabilities`](crate::Capabilities)).
+///
+/// The owner token is chosen before the first request is sent, so that an
+/// attempt whose reply was lost can be recognised and undone (see
+/// [`LockBackend::abandon`](crate::LockBackend::abandon)).
+#[derive(Clone, Debug)]
+pub struct AcquireRequest {
+    /// The lock.
+    pub name: LockName,
+    /// The owner token for this attempt.
+    pub owner: OwnerToken,
+    /// The lease length to ask for.
+    pub ttl: Duration,
+}
+
+impl AcquireRequest {
+    /// A request with a fresh random owner token.
+    pub fn new(name: LockName, ttl: Duration) -> Self {
+        Self {
+            name,
+            owner: OwnerToken::random(),
+            ttl,
+        }
+    }
+}
+
+/// The budget of one waiting acquire: when it must give up, and a token that
+/// cancels it early (the caller went away).
+///
+/// Backends that wait on the server use [`WaitBudget::sleep`] and
+/// [`WaitBudget::until`] so that every backend times out and cancels the same
+/// way.
+#[derive(Clone, Debug)]
+pub struct WaitBudget {
+    wait: Wait,
+    started: Instant,
+    until: Option<Instant>,
+    cancel: CancellationToken,
+}
+
+impl WaitBudget {
+    /// A budget for `wait`, starting now.
+    pub fn new(wait: Wait, cancel: CancellationToken) -> Self {
+        let started = Instant::now();
+        let until = match wait {
+            Wait::No => Some(started),
+            // An absurdly long wait is the same as waiting forever; adding it
+            // to the clock would overflow.
+            Wait::For(d) => started.checked_add(d),
+            Wait::Forever => None,
+        };
+        Self {
+            wait,
+            started,
+            until,
+            cancel,
+        }
+    }
+
+    /// A budget that never gives up and cannot be cancelled.
+    pub fn forever() -> Self {
+        Self::new(Wait::Forever, CancellationToken::new())
+    }
+
+    /// When the wait ends, if it ends.
+    pub fn until(&self) -> Option<Instant> {
+        self.until
+    }
+
+    /// The cancellation token of this wait.
+    pub fn cancel_token(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// Whether the budget is spent or the wait was cancelled.
+    pub fn is_over(&self) -> bool {
+        self.cancel.is_cancelled() || self.until.is_some_and(|u| Instant::now() >= u)
+    }
+
+    /// Sleeps for `nap`, cut short by the end of the budget or cancellation.
+    /// Returns `false` when the wait is over and the caller should stop.
+    pub async fn sleep(&self, nap: Duration) -> bool {
+        let wake = Instant::now() + nap;
+        let wake = self.until.map_or(wake, |u| wake.min(u));
+        tokio::select! {
+            () = tokio::time::sleep_until(wake) => !self.is_over(),
+            () = self.cancel.cancelled() => false,
+        }
+    }
+
+    /// Runs `fut` until it finishes or the wait is over (`None`).
+    pub async fn race<F: std::future::Future>(&self, fut: F) -> Option<F::Output> {
+        let deadline = async {
+            match self.until {
+                Some(u) => tokio::time::sleep_until(u).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            out = fut => Some(out),
+            () = deadline => None,
+            () = self.cancel.cancelled() => None,
+        }
+    }
+
+    /// The error to return for `name` when the budget ran out:
+    /// [`Error::Busy`] for [`Wait::No`], [`Error::WaitTimeout`] otherwise.
+    pub fn exhausted(&self, name: &LockName) -> Error {
+        match self.wait {
+            Wait::No => Error::Busy {
+                name: name.to_string(),
+            },
+            _ => Error::WaitTimeout {
+                name: name.to_string(),
+                waited: self.started.elapsed(),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn absurd_waits_do_not_overflow() {
+        let b = WaitBudget::new(Wait::For(Duration::MAX), CancellationToken::new());
+        assert_eq!(b.until(), None);
+        assert!(!b.is_over());
+    }
+
+    #[tokio::test]
+    async fn no_wait_is_over_at_once_and_reports_busy() {
+        let b = WaitBudget::new(Wait::No, CancellationToken::new());
+        assert!(b.is_over());
+        assert!(!b.sleep(Duration::from_secs(60)).await);
+        let name = LockName::new("x").unwrap();
+        assert!(matches!(b.exhausted(&name), Error::Busy { .. }));
+    }
+
+    #[tokio::test]
+    async fn cancellation_ends_a_sleep() {
+        let cancel = CancellationToken::new();
+        let b = WaitBudget::new(Wait::Forever, cancel.clone());
+        cancel.cancel();
+        assert!(!b.sleep(Duration::from_secs(3600)).await);
+    }
+}

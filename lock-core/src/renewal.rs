@@ -1,0 +1,111 @@
+//! The background task that keeps a lease alive and raises the lost signal.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::{Instant, sleep_until};
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::LockBackend;
+use crate::error::Error;
+use crate::guard::LockState;
+use crate::lease::Lease;
+
+/// Renew at this fraction of the TTL, leaving two more chances before the
+/// deadline if a renewal fails.
+const RENEW_FRACTION: u32 = 3;
+
+/// The state a guard's holders see, and the token cancelled when it is lost.
+pub(crate) struct LostSignal {
+    state: watch::Sender<LockState>,
+    lost: CancellationToken,
+}
+
+impl LostSignal {
+    pub(crate) fn new(state: watch::Sender<LockState>, lost: CancellationToken) -> Self {
+        Self { state, lost }
+    }
+
+    fn set(&self, next: LockState) {
+        self.state.send_if_modified(|s| {
+            let changed = *s != next && *s != LockState::Lost;
+            if changed {
+                *s = next;
+            }
+            changed
+        });
+    }
+
+    fn at_risk(&self, lease: &Lease, error: &Error) {
+        if *self.state.borrow() == LockState::Held {
+            tracing::warn!(error = %error, remaining = ?lease.remaining(), "renewal failed; lock at risk");
+        }
+        self.set(LockState::AtRisk);
+    }
+
+    fn lost(&self, lease: &Lease, why: &str) {
+        tracing::warn!(lock = %lease.name(), token = %lease.token(), reason = why, "lock lost");
+        self.set(LockState::Lost);
+        self.lost.cancel();
+    }
+}
+
+/// Renews one lease until stopped or lost.
+pub(crate) struct KeepAlive {
+    pub(crate) backend: Arc<dyn LockBackend>,
+    pub(crate) lease: Arc<Mutex<Lease>>,
+    pub(crate) signal: LostSignal,
+    pub(crate) stop: CancellationToken,
+}
+
+impl KeepAlive {
+    fn current(&self) -> Lease {
+        self.lease.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub(crate) async fn run(self) {
+        let first = self.current();
+        let ttl = first.ttl();
+        let retry_after = (ttl / 10).clamp(Duration::from_millis(5), Duration::from_secs(1));
+        let mut next_renewal = Instant::now() + ttl / RENEW_FRACTION;
+        loop {
+            let lease = self.current();
+            tokio::select! {
+                () = self.stop.cancelled() => return,
+                () = sleep_until(lease.deadline()) => {
+                    return self.signal.lost(&lease, "the lease ran out before it could be renewed");
+                }
+                () = sleep_until(next_renewal) => {}
+            }
+            let sent = Instant::now();
+            let span = tracing::debug_span!("renew", ttl = ?ttl);
+            let outcome = tokio::select! {
+                () = self.stop.cancelled() => return,
+                () = sleep_until(lease.deadline()) => {
+                    return self.signal.lost(&lease, "the lease ran out while a renewal was pending");
+                }
+                r = tracing::Instrument::instrument(self.backend.renew(&lease, ttl), span) => r,
+            };
+            match outcome {
+                Ok(renewed) => {
+                    *self.lease.lock().unwrap_or_else(|p| p.into_inner()) = renewed;
+                    self.signal.set(LockState::Held);
+                    next_renewal = sent + ttl / RENEW_FRACTION;
+                }
+                Err(Error::NotHeld { .. }) => {
+                    return self.signal.lost(
+                        &lease,
+                        "the backend says another owner has the lock or it expired",
+                    );
+                }
+                Err(e) => {
+                    // Any other failure leaves the lease valid until its
+                    // deadline; keep trying until then.
+                    self.signal.at_risk(&lease, &e);
+                    next_renewal = Instant::now() + retry_after;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! The two tokens a lease carries: who owns it, and where it stands in the
+//! order of grants.
+
+use std::fmt;
+
+use crate::error::{Error, Result};
+
+/// A fencing token: strictly greater for every later grant of the same lock
+/// name, on backends whose [`Fencing`](crate::Fencing) is `Strict`.
+///
+/// Hand it to the protected resource with every write; the resource remembers
+/// the greatest token it has seen and rejects smaller ones, so a holder that
+/// paused past its lease cannot overwrite the work of the next holder.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct FencingToken(pub u64);
+
+impl FencingToken {
+    /// The token as a number.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+/// The random identity of one acquisition: 128 bits from the operating
+/// system's CSPRNG, compared atomically by the server on renew and release so
+/// that nobody but the holder can extend or delete the lock.
+///
+/// Knowing a token lets a client release that lock, so `Debug` and `Display`
+/// show only the first 8 hex digits, enough to match log lines. Backends store
+/// the full form from [`OwnerToken::to_hex`].
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct OwnerToken(u128);
+
+impl OwnerToken {
+    /// A fresh, unguessable token.
+    pub fn random() -> Self {
+        Self(rand::random())
+    }
+
+    /// The full token as 32 lowercase hex digits, the form backends store.
+    pub fn to_hex(self) -> String {
+        format!("{:032x}", self.0)
+    }
+
+    /// Parses the 32-hex-digit form written by [`OwnerToken::to_hex`].
+    pub fn from_hex(hex: &str) -> Result<Self> {
+        if hex.len() != 32 {
+            return Err(Error::backend(format!(
+                "stored owner token has {} characters, expected 32",
+                hex.len()
+            )));
+        }
+        u128::from_str_radix(hex, 16)
+            .map(Self)
+            .map_err(|_| Error::backend("stored owner token is not hexadecimal"))
+    }
+
+    /// The first 8 hex digits: safe to log, useful to tell holders apart.
+    pub fn short(self) -> String {
+        format!("{:08x}", self.0 >> 96)
+    }
+}
+
+impl fmt::Debug for OwnerToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "OwnerToken({}…)", self.short())
+    }
+}
+
+impl fmt::Display for OwnerToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}…", self.short())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_round_trips_and_is_fixed_width() {
+        let t = OwnerToken::random();
+        let hex = t.to_hex();
+        assert_eq!(hex.len(), 32);
+        assert_eq!(OwnerToken::from_hex(&hex).unwrap(), t);
+        assert_eq!(OwnerToken(1).to_hex(), format!("{:032x}", 1));
+    }
+
+    #[test]
+    fn formatting_never_shows_the_whole_token() {
+        let t = OwnerToken::random();
+        let hex = t.to_hex();
+        for shown in [format!("{t:?}"), t.to_string()] {
+            assert!(!shown.contains(&hex), "{shown}");
+            assert!(shown.contains(&hex[..8]), "{shown}");
+        }
+    }
+
+    #[test]
+    fn tokens_differ() {
+        assert_ne!(OwnerToken::random(), OwnerToken::random());
+    }
+
+    #[test]
+    fn malformed_hex_is_an_error() {
+        assert!(OwnerToken::from_hex("xyz").is_err());
+        assert!(OwnerToken::from_hex(&"g".repeat(32)).is_err());
+    }
+}

@@ -1,0 +1,219 @@
+//! Helpers every backend uses to read its connection URL: redaction of
+//! secrets, query options that reject unknown keys, and durations.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// Query keys whose values are secrets and never shown.
+const SECRET_KEYS: &[&str] = &["password", "pass", "secret", "token", "auth", "sslpassword"];
+
+/// Returns `url` with the password of its user-info and the values of secret
+/// query options replaced by `***`, so it can be logged or shown.
+///
+/// ```
+/// assert_eq!(
+///     lock_core::url::redact("redis://app:s3cret@127.0.0.1:6379/0?password=x&ttl=5s"),
+///     "redis://app:***@127.0.0.1:6379/0?password=***&ttl=5s"
+/// );
+/// ```
+pub fn redact(url: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let mut out = redact_userinfo(base);
+    if let Some(query) = query {
+        out.push('?');
+        let parts: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((k, _)) if SECRET_KEYS.contains(&k.to_ascii_lowercase().as_str()) => {
+                    format!("{k}=***")
+                }
+                _ => pair.to_owned(),
+            })
+            .collect();
+        out.push_str(&parts.join("&"));
+    }
+    out
+}
+
+fn redact_userinfo(base: &str) -> String {
+    let Some((scheme, rest)) = base.split_once("://") else {
+        return base.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            let hidden = if userinfo.contains(':') {
+                format!("{user}:***")
+            } else {
+                user.to_owned()
+            };
+            format!("{scheme}://{hidden}@{hosts}{path}")
+        }
+        None => base.to_owned(),
+    }
+}
+
+/// The query options of a URL, consumed key by key so that a key nobody
+/// asked for is reported instead of silently ignored.
+#[derive(Debug)]
+pub struct QueryOptions {
+    url: String,
+    values: BTreeMap<String, String>,
+}
+
+impl QueryOptions {
+    /// Parses the query string of `url` (everything after the first `?`).
+    /// A key given twice is an error.
+    pub fn parse(url: &str) -> Result<Self> {
+        let query = url.split_once('?').map_or("", |(_, q)| q);
+        let mut values = BTreeMap::new();
+        for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+            if values.insert(k.to_string(), v.to_string()).is_some() {
+                return Err(Error::invalid_url(
+                    url,
+                    format!("option \"{k}\" is given twice"),
+                ));
+            }
+        }
+        Ok(Self {
+            url: url.to_owned(),
+            values,
+        })
+    }
+
+    /// Removes and returns the raw value of `key`.
+    pub fn take(&mut self, key: &str) -> Option<String> {
+        self.values.remove(key)
+    }
+
+    /// Removes `key` and parses it as a duration (see [`parse_duration`]).
+    pub fn take_duration(&mut self, key: &str) -> Result<Option<Duration>> {
+        self.take(key)
+            .map(|v| {
+                parse_duration(&v).map_err(|reason| {
+                    Error::invalid_url(&self.url, format!("option \"{key}\": {reason}"))
+                })
+            })
+            .transpose()
+    }
+
+    /// Removes `key` and parses it with `FromStr`, naming `expected` on failure.
+    pub fn take_parsed<T: std::str::FromStr>(
+        &mut self,
+        key: &str,
+        expected: &str,
+    ) -> Result<Option<T>> {
+        self.take(key)
+            .map(|v| {
+                v.parse().map_err(|_| {
+                    Error::invalid_url(
+                        &self.url,
+                        format!("option \"{key}\" must be {expected}, got \"{v}\""),
+                    )
+                })
+            })
+            .transpose()
+    }
+
+    /// Fails if any option was not taken, listing the ones that are accepted.
+    pub fn finish(self, accepted: &[&str]) -> Result<()> {
+        match self.values.keys().next() {
+            None => Ok(()),
+            Some(unknown) => Err(Error::invalid_url(
+                &self.url,
+                format!(
+                    "unknown option \"{unknown}\"; accepted options: {}",
+                    accepted.join(", ")
+                ),
+            )),
+        }
+    }
+}
+
+/// Parses a duration written as a number and a unit: `ms`, `s`, `m` or `h`
+/// (`250ms`, `30s`, `1.5s`, `2m`). A bare number is refused, since seconds and
+/// milliseconds are both common and a wrong guess is a silent bug.
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_core::url::parse_duration;
+/// assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+/// assert!(parse_duration("30").is_err());
+/// ```
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .ok_or_else(|| format!("\"{text}\" has no unit; write e.g. 500ms, 30s, 5m or 1h"))?;
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("\"{text}\" does not start with a number"))?;
+    let scale = match unit {
+        "ms" => 1e-3,
+        "s" => 1.0,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        _ => {
+            return Err(format!(
+                "unknown unit \"{unit}\" in \"{text}\"; use ms, s, m or h"
+            ));
+        }
+    };
+    Duration::try_from_secs_f64(value * scale).map_err(|_| format!("\"{text}\" is out of range"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_password_and_secret_options() {
+        assert_eq!(redact("sqlite://x.db"), "sqlite://x.db");
+        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(
+            redact("postgres://u:p@h:5/db?a=1"),
+            "postgres://u:***@h:5/db?a=1"
+        );
+        assert_eq!(
+            redact("etcd://h1:1,h2:2?user=u&password=p"),
+            "etcd://h1:1,h2:2?user=u&password=***"
+        );
+        assert_eq!(redact("redis://:p@h"), "redis://:***@h");
+    }
+
+    #[test]
+    fn unknown_options_are_reported_with_the_accepted_list() {
+        let mut q = QueryOptions::parse("sqlite://x?table=t&bogus=1&password=zz").unwrap();
+        assert_eq!(q.take("table").as_deref(), Some("t"));
+        q.take("password");
+        let err = q.finish(&["table"]).unwrap_err().to_string();
+        assert!(
+            err.contains("\"bogus\"") && err.contains("accepted options: table"),
+            "{err}"
+        );
+        assert!(!err.contains("zz"), "{err}");
+    }
+
+    #[test]
+    fn duplicate_options_are_rejected() {
+        assert!(QueryOptions::parse("x://h?a=1&a=2").is_err());
+    }
+
+    #[test]
+    fn durations_need_units() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+        for bad in ["", "s", "10", "10x", "-1s", "1e400s"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! Waiting for a held lock: jittered backoff polling, and in-process release
+//! signals that wake a waiter at once when the release happens in the same
+//! process.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::sync::Notify;
+
+use crate::backend::LockBackend;
+use crate::error::Result;
+use crate::lease::Lease;
+use crate::name::LockName;
+use crate::options::{AcquireRequest, WaitBudget};
+
+/// Waits by polling `backend.try_acquire` with jittered exponential backoff,
+/// woken early by `signals` when a release happens in this process.
+///
+/// Retryable backend errors (a dropped connection, a busy database) are
+/// retried within the budget; the last one is returned if the budget runs out
+/// after it.
+pub async fn poll_acquire<B: LockBackend + ?Sized>(
+    backend: &B,
+    req: &AcquireRequest,
+    budget: &WaitBudget,
+    signals: Option<&ReleaseSignals>,
+) -> Result<Lease> {
+    let mut backoff = Backoff::new();
+    let wake = signals.map(|s| s.subscribe(&req.name));
+    loop {
+        let failure = match backend.try_acquire(req).await {
+            Ok(Some(lease)) => return Ok(lease),
+            Ok(None) => None,
+            Err(e) if e.is_retryable() => {
+                tracing::debug!(lock = %req.name, error = %e, "acquire attempt failed; retrying");
+                Some(e)
+            }
+            Err(e) => return Err(e),
+        };
+        if budget.is_over() {
+            return Err(failure.unwrap_or_else(|| budget.exhausted(&req.name)));
+        }
+        let nap = backoff.next_nap();
+        let woken = async {
+            match &wake {
+                Some(notify) => notify.notified().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = woken => {}
+            go_on = budget.sleep(nap) => if !go_on {
+                return Err(failure.unwrap_or_else(|| budget.exhausted(&req.name)));
+            },
+        }
+    }
+}
+
+/// Exponential backoff from 2 ms to 100 ms with "equal jitter" (each nap is
+/// random between half and all of the current step), so colliding clients
+/// spread out instead of polling in lock-step.
+#[derive(Debug)]
+pub struct Backoff {
+    step: Duration,
+}
+
+impl Backoff {
+    const FIRST: Duration = Duration::from_millis(2);
+    const CAP: Duration = Duration::from_millis(100);
+
+    /// A backoff at its first step.
+    pub fn new() -> Self {
+        Self { step: Self::FIRST }
+    }
+
+    /// The next nap; the step doubles up to the cap.
+    pub fn next_nap(&mut self) -> Duration {
+        let step = self.step;
+        self.step = (step * 2).min(Self::CAP);
+        let half = step / 2;
+        half + half.mul_f64(rand::rng().random::<f64>())
+    }
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Per-name wake-ups for waiters in this process.
+///
+/// A backend calls [`ReleaseSignals::notify`] after each successful release;
+/// it wakes one local waiter of that name, which tries at once instead of at
+/// its next poll. Waiters in other processes still poll. Backends with
+/// server-side notifications (pub/sub, LISTEN) feed those into the same
+/// registry.
+#[derive(Debug, Default)]
+pub struct ReleaseSignals {
+    waiters: Mutex<HashMap<LockName, Weak<Notify>>>,
+    wakeups: AtomicU64,
+}
+
+impl ReleaseSignals {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The wake-up handle for `name`, shared by every local waiter of it.
+    pub fn subscribe(&self, name: &LockName) -> Arc<Notify> {
+        let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(existing) = waiters.get(name).and_then(Weak::upgrade) {
+            return existing;
+        }
+        // Drop entries nobody waits on any more before adding one, so the
+        // map stays as small as the set of names being waited on.
+        waiters.retain(|_, w| w.strong_count() > 0);
+        let notify = Arc::new(Notify::new());
+        waiters.insert(name.clone(), Arc::downgrade(&notify));
+        notify
+    }
+
+    /// Wakes one local waiter of `name`, if there is one.
+    pub fn notify(&self, name: &LockName) {
+        let waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(notify) = waiters.get(name).and_then(Weak::upgrade) {
+            self.wakeups.fetch_add(1, Ordering::Relaxed);
+            notify.notify_one();
+        }
+    }
+
+    /// How many wake-ups were sent so far (for the herd-effect benchmark).
+    pub fn wakeups(&self) -> u64 {
+        self.wakeups.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_to_the_cap_with_jitter() {
+        let mut b = Backoff::new();
+        let naps: Vec<_> = (0..12).map(|_| b.next_nap()).collect();
+        assert!(naps[0] <= Backoff::FIRST && naps[0] >= Backoff::FIRST / 2);
+        assert!(naps.iter().all(|n| *n <= Backoff::CAP));
+        assert!(naps[11] >= Backoff::CAP / 2);
+    }
+
+    #[test]
+    fn signals_forget_names_nobody_waits_on() {
+        let s = ReleaseSignals::new();
+        let a = LockName::new("a").unwrap();
+        let held = s.subscribe(&a);
+        assert!(Arc::ptr_eq(&held, &s.subscribe(&a)));
+        drop(held);
+        s.subscribe(&LockName::new("b").unwrap());
+        assert_eq!(s.waiters.lock().unwrap().len(), 1);
+    }
+}
