@@ -1,0 +1,51 @@
+//! What one SQL dialect provides: the statements, run on its own pool. All
+//! lease bookkeeping, timeouts and waiting live in [`crate::SqlBackend`].
+
+use std::fmt;
+use std::time::Duration;
+
+use lock_core::{Capabilities, Result, async_trait};
+
+/// The state of a lock row, as the holder query returns it.
+#[derive(Debug)]
+pub(crate) struct Row {
+    pub(crate) owner: String,
+    pub(crate) version: u64,
+    pub(crate) remaining: Duration,
+}
+
+/// What a compare-owner-and-version release found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// The row was ours and its lease still ran.
+    InTime,
+    /// The row was ours but its lease had run out (nobody took it over).
+    Late,
+    /// Another owner has the row, or another version: nothing was changed.
+    NotOurs,
+}
+
+/// One SQL dialect. Every statement uses the database's clock for expiry, so
+/// clients on hosts with skewed clocks still agree.
+#[async_trait]
+pub(crate) trait Driver: Send + Sync + fmt::Debug + 'static {
+    fn capabilities(&self) -> Capabilities;
+
+    /// One statement: takes the row if it is free, expired, or already held
+    /// by `owner`; returns the row's version when taken.
+    async fn acquire(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<Option<u64>>;
+
+    /// Extends the lease if `owner` and `version` still match and it has not
+    /// run out; `false` otherwise.
+    async fn renew(&self, name: &str, owner: &str, version: u64, ttl_ms: i64) -> Result<bool>;
+
+    /// Frees the row if `owner` and `version` match; the row and its version
+    /// stay.
+    async fn release(&self, name: &str, owner: &str, version: u64) -> Result<Released>;
+
+    /// Frees the row if `owner` holds it, whatever the version.
+    async fn abandon(&self, name: &str, owner: &str) -> Result<()>;
+
+    /// The live holder of `name`, if any.
+    async fn holder(&self, name: &str) -> Result<Option<Row>>;
+}

@@ -1,0 +1,19 @@
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod backend;
+mod driver;
+mod errors;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+mod table;
+
+pub use backend::SqlBackend;
+pub use table::TableName;
+
+/// The URL schemes this build of lock-sql accepts.
+pub const SCHEMES: &[&str] = &[
+    #[cfg(feature = "sqlite")]
+    "sqlite",
+];

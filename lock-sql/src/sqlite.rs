@@ -1,0 +1,399 @@
+//! SQLite: an embedded database file shared by every process on one host.
+//!
+//! WAL mode lets readers and one writer proceed together; a busy timeout
+//! makes a writer wait for another process's write instead of failing.
+//! `synchronous=FULL` (the default here) makes every grant durable before it
+//! is reported, so a power cut cannot roll a version back.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use lock_core::url::QueryOptions;
+use lock_core::{Capabilities, Error, Fencing, Result, async_trait};
+use sqlx::error::DatabaseError;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::{AssertSqlSafe, Row as _};
+
+use crate::backend::SqlBackend;
+use crate::driver::{Driver, Released, Row};
+use crate::errors::ErrorMap;
+use crate::table::TableName;
+
+const OPTIONS: &[&str] = &["table", "timeout", "synchronous", "pool_size"];
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+const DEFAULT_POOL_SIZE: u32 = 4;
+
+/// The database's clock in milliseconds since the Unix epoch. SQLite keeps
+/// `'now'` fixed for the length of one statement.
+const NOW_MS: &str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
+
+const CAPABILITIES: Capabilities = Capabilities::new("sqlite", Fencing::Strict);
+
+/// The parts of a `sqlite://` URL.
+#[derive(Debug)]
+struct Config {
+    path: PathBuf,
+    table: TableName,
+    timeout: Duration,
+    synchronous: SqliteSynchronous,
+    pool_size: u32,
+}
+
+impl Config {
+    fn parse(url: &str) -> Result<Self> {
+        let rest = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+            .ok_or_else(|| Error::invalid_url(url, "expected sqlite://PATH"))?;
+        let raw_path = rest.split_once('?').map_or(rest, |(p, _)| p);
+        let path: String = percent_decode(raw_path);
+        if path.is_empty() {
+            return Err(Error::invalid_url(
+                url,
+                "no database file; write sqlite://relative/path.db or sqlite:///absolute/path.db",
+            ));
+        }
+        let mut q = QueryOptions::parse(url)?;
+        let table = match q.take("table") {
+            Some(t) => TableName::new(&t, url)?,
+            None => TableName::default(),
+        };
+        let timeout = q.take_duration("timeout")?.unwrap_or(DEFAULT_TIMEOUT);
+        if timeout.is_zero() {
+            return Err(Error::invalid_url(
+                url,
+                "option \"timeout\" must be more than zero",
+            ));
+        }
+        let synchronous = match q.take("synchronous").as_deref() {
+            None | Some("full") => SqliteSynchronous::Full,
+            Some("normal") => SqliteSynchronous::Normal,
+            Some(other) => {
+                return Err(Error::invalid_url(
+                    url,
+                    format!("option \"synchronous\" must be full or normal, got \"{other}\""),
+                ));
+            }
+        };
+        let pool_size = q
+            .take_parsed::<u32>("pool_size", "a whole number from 1 to 64")?
+            .unwrap_or(DEFAULT_POOL_SIZE);
+        if !(1..=64).contains(&pool_size) {
+            return Err(Error::invalid_url(
+                url,
+                "option \"pool_size\" must be from 1 to 64",
+            ));
+        }
+        q.finish(OPTIONS)?;
+        Ok(Self {
+            path: PathBuf::from(path),
+            table,
+            timeout,
+            synchronous,
+            pool_size,
+        })
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok());
+        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Says plainly why a database file cannot be opened, before SQLite's terse
+/// "unable to open database file" would.
+fn check_directory(path: &Path) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let unusable = |why: &str| Error::Unavailable {
+        backend: "sqlite",
+        message: format!(
+            "cannot open database {}: directory {} {why}",
+            path.display(),
+            dir.display()
+        ),
+        source: None,
+    };
+    match std::fs::metadata(dir) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(_) => Err(unusable("is not a directory")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(unusable("does not exist")),
+        Err(e) => Err(unusable(&format!("cannot be read ({e})"))),
+    }
+}
+
+fn transient(e: &dyn DatabaseError) -> bool {
+    const BUSY: i64 = 5;
+    const LOCKED: i64 = 6;
+    let primary = e
+        .code()
+        .and_then(|c| i64::from_str(&c).ok())
+        .map(|c| c & 0xff);
+    matches!(primary, Some(BUSY | LOCKED))
+}
+
+/// Opens (creating if needed) the database a `sqlite://` URL names.
+pub(crate) async fn connect(url: &str) -> Result<SqlBackend> {
+    let config = Config::parse(url)?;
+    check_directory(&config.path)?;
+    let errors = ErrorMap {
+        backend: "sqlite",
+        transient,
+        pool_timeout: config.timeout,
+    };
+    let options = SqliteConnectOptions::new()
+        .filename(&config.path)
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(config.synchronous)
+        .busy_timeout(config.timeout);
+    let pool = SqlitePoolOptions::new()
+        .max_connections(config.pool_size)
+        .acquire_timeout(config.timeout)
+        .connect_with(options)
+        .await
+        .map_err(|e| match e {
+            sqlx::Error::Database(db) if !transient(&*db) => Error::Unavailable {
+                backend: "sqlite",
+                message: format!("cannot open database {}: {db}", config.path.display()),
+                source: Some(db.into()),
+            },
+            other => errors.convert("open database", other),
+        })?;
+    let driver = Sqlite::new(pool, &config.table, errors);
+    driver.create_table().await?;
+    // The statement limit backs up SQLite's own busy timeout, which bounds
+    // the wait for another writer.
+    Ok(SqlBackend::new(
+        driver,
+        config.timeout + Duration::from_secs(1),
+    ))
+}
+
+/// The SQL text of every statement, built once for the configured table.
+#[derive(Debug)]
+struct Statements {
+    create: String,
+    acquire: String,
+    renew: String,
+    release: String,
+    abandon: String,
+    holder: String,
+}
+
+impl Statements {
+    fn new(t: &str) -> Self {
+        Self {
+            create: format!(
+                "CREATE TABLE IF NOT EXISTS {t} (
+                    name TEXT NOT NULL PRIMARY KEY,
+                    owner TEXT,
+                    version INTEGER NOT NULL,
+                    expires_at INTEGER NOT NULL
+                )"
+            ),
+            // Taking over keeps the version when the same owner asks again
+            // (its earlier reply was lost) and bumps it for anybody else.
+            acquire: format!(
+                "INSERT INTO {t} (name, owner, version, expires_at) VALUES (?1, ?2, 1, {NOW_MS} + ?3)
+                 ON CONFLICT (name) DO UPDATE SET
+                    version = CASE WHEN {t}.owner IS excluded.owner THEN {t}.version ELSE {t}.version + 1 END,
+                    owner = excluded.owner,
+                    expires_at = excluded.expires_at
+                 WHERE {t}.owner IS NULL OR {t}.expires_at <= {NOW_MS} OR {t}.owner = excluded.owner
+                 RETURNING version"
+            ),
+            renew: format!(
+                "UPDATE {t} SET expires_at = {NOW_MS} + ?4
+                 WHERE name = ?1 AND owner = ?2 AND version = ?3 AND expires_at > {NOW_MS}"
+            ),
+            release: format!(
+                "UPDATE {t} SET owner = NULL
+                 WHERE name = ?1 AND owner = ?2 AND version = ?3
+                 RETURNING expires_at > {NOW_MS}"
+            ),
+            abandon: format!("UPDATE {t} SET owner = NULL WHERE name = ?1 AND owner = ?2"),
+            holder: format!(
+                "SELECT owner, version, expires_at - {NOW_MS} FROM {t}
+                 WHERE name = ?1 AND owner IS NOT NULL AND expires_at > {NOW_MS}"
+            ),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Sqlite {
+    pool: SqlitePool,
+    sql: Statements,
+    errors: ErrorMap,
+}
+
+impl Sqlite {
+    fn new(pool: SqlitePool, table: &TableName, errors: ErrorMap) -> Self {
+        Self {
+            pool,
+            sql: Statements::new(table.as_str()),
+            errors,
+        }
+    }
+
+    /// Idempotent, and safe when several processes run it at once: SQLite
+    /// serialises the writers and `IF NOT EXISTS` is checked under the lock.
+    async fn create_table(&self) -> Result<()> {
+        sqlx::query(AssertSqlSafe(self.sql.create.as_str()))
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.errors.convert("create table", e))?;
+        Ok(())
+    }
+}
+
+fn version(v: i64) -> u64 {
+    // Versions start at 1 and only grow.
+    u64::try_from(v).unwrap_or(0)
+}
+
+#[async_trait]
+impl Driver for Sqlite {
+    fn capabilities(&self) -> Capabilities {
+        CAPABILITIES
+    }
+
+    async fn acquire(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<Option<u64>> {
+        let row = sqlx::query(AssertSqlSafe(self.sql.acquire.as_str()))
+            .bind(name)
+            .bind(owner)
+            .bind(ttl_ms)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.errors.convert("acquire", e))?;
+        Ok(row.map(|r| version(r.get(0))))
+    }
+
+    async fn renew(&self, name: &str, owner: &str, version: u64, ttl_ms: i64) -> Result<bool> {
+        let done = sqlx::query(AssertSqlSafe(self.sql.renew.as_str()))
+            .bind(name)
+            .bind(owner)
+            .bind(i64::try_from(version).unwrap_or(i64::MAX))
+            .bind(ttl_ms)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.errors.convert("renew", e))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn release(&self, name: &str, owner: &str, version: u64) -> Result<Released> {
+        let row = sqlx::query(AssertSqlSafe(self.sql.release.as_str()))
+            .bind(name)
+            .bind(owner)
+            .bind(i64::try_from(version).unwrap_or(i64::MAX))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.errors.convert("release", e))?;
+        Ok(match row.map(|r| r.get::<bool, _>(0)) {
+            Some(true) => Released::InTime,
+            Some(false) => Released::Late,
+            None => Released::NotOurs,
+        })
+    }
+
+    async fn abandon(&self, name: &str, owner: &str) -> Result<()> {
+        sqlx::query(AssertSqlSafe(self.sql.abandon.as_str()))
+            .bind(name)
+            .bind(owner)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.errors.convert("abandon", e))?;
+        Ok(())
+    }
+
+    async fn holder(&self, name: &str) -> Result<Option<Row>> {
+        let row = sqlx::query(AssertSqlSafe(self.sql.holder.as_str()))
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.errors.convert("holder", e))?;
+        Ok(row.map(|r| Row {
+            owner: r.get(0),
+            version: version(r.get(1)),
+            remaining: Duration::from_millis(u64::try_from(r.get::<i64, _>(2)).unwrap_or(0)),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_name_a_file_and_known_options() {
+        let c = Config::parse("sqlite://dir/x.db?table=t1&timeout=2s&synchronous=normal").unwrap();
+        assert_eq!(c.path, PathBuf::from("dir/x.db"));
+        assert_eq!(c.table.as_str(), "t1");
+        assert_eq!(c.timeout, Duration::from_secs(2));
+        assert_eq!(
+            Config::parse("sqlite:///tmp/a%20b.db").unwrap().path,
+            PathBuf::from("/tmp/a b.db")
+        );
+        assert_eq!(
+            Config::parse("sqlite:x.db").unwrap().path,
+            PathBuf::from("x.db")
+        );
+    }
+
+    #[test]
+    fn bad_urls_say_what_is_accepted() {
+        let cases = [
+            ("sqlite://", "no database file"),
+            ("sqlite://x.db?tabel=t", "accepted options: table"),
+            ("sqlite://x.db?table=a;b", "table name"),
+            ("sqlite://x.db?timeout=0s", "more than zero"),
+            ("sqlite://x.db?timeout=5", "no unit"),
+            ("sqlite://x.db?synchronous=off", "full or normal"),
+            ("sqlite://x.db?pool_size=0", "from 1 to 64"),
+        ];
+        for (url, why) in cases {
+            let err = Config::parse(url).unwrap_err().to_string();
+            assert!(err.contains(why), "{url}: {err}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_missing_directory_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}/missing/x.db", dir.path().display());
+        let err = connect(&url).await.unwrap_err().to_string();
+        assert!(
+            err.contains("does not exist") && err.contains("missing"),
+            "{err}"
+        );
+        let file = dir.path().join("plain");
+        std::fs::write(&file, "").unwrap();
+        let err = connect(&format!("sqlite://{}/x.db", file.display()))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("is not a directory"), "{err}");
+    }
+}
