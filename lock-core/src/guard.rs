@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::backend::LockBackend;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::lease::Lease;
 use crate::name::LockName;
 use crate::renewal::{KeepAlive, LostSignal};
@@ -167,13 +167,22 @@ impl LockGuard {
 
     /// Stops renewing and releases the lock.
     ///
-    /// Fails with [`Error::NotHeld`](crate::Error::NotHeld) if the lease had
-    /// already expired or been taken over, so the caller learns that its
-    /// critical section may have overlapped with another holder's.
+    /// Fails with [`Error::Lost`] if the lost signal had fired, and with
+    /// [`Error::NotHeld`] if the backend found the lease expired or taken
+    /// over, so the caller learns that its critical section may have
+    /// overlapped with another holder's. A lost lock is still released on the
+    /// backend, in case the local deadline (which errs early) beat the
+    /// server's.
     pub async fn release(mut self) -> Result<()> {
         let lease = self.stop_renewing().await;
         let span = tracing::info_span!("release", lock = %lease.name(), token = %lease.token());
-        self.backend.release(&lease).instrument(span).await
+        let released = self.backend.release(&lease).instrument(span).await;
+        if self.handle.is_lost() {
+            return Err(Error::Lost {
+                name: lease.name().to_string(),
+            });
+        }
+        released
     }
 
     async fn stop_renewing(&mut self) -> Lease {

@@ -167,6 +167,10 @@ impl Locker {
         let budget = WaitBudget::new(opts.wait, cancel);
         let backend = self.backend.clone();
         let (reply, outcome) = oneshot::channel();
+        let mut outcome = PendingGrant {
+            outcome,
+            backend: self.backend.clone(),
+        };
         // The attempt runs in its own task so that dropping this future
         // cancels the wait between requests, never a request in flight.
         tokio::spawn(
@@ -193,7 +197,7 @@ impl Locker {
             }
             .instrument(span),
         );
-        outcome.await.unwrap_or_else(|_| {
+        (&mut outcome.outcome).await.unwrap_or_else(|_| {
             Err(Error::backend(
                 "the acquire task ended without an answer (it panicked)",
             ))
@@ -204,6 +208,30 @@ impl Locker {
     pub async fn holder(&self, name: impl AsRef<str>) -> Result<Option<Holder>> {
         let name = LockName::new(name)?;
         self.backend.holder(&name).await
+    }
+}
+
+/// The caller's end of a spawned acquire. If the caller goes away after the
+/// task sent a lease but before it was read, the lease would be orphaned;
+/// dropping this closes the channel and releases whatever is in it.
+struct PendingGrant {
+    outcome: oneshot::Receiver<Result<Lease>>,
+    backend: Arc<dyn LockBackend>,
+}
+
+impl Drop for PendingGrant {
+    fn drop(&mut self) {
+        // After `close`, a send either already happened (and `try_recv` sees
+        // it) or fails (and the task releases the lease itself).
+        self.outcome.close();
+        if let Ok(Ok(unread)) = self.outcome.try_recv() {
+            let backend = self.backend.clone();
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async move {
+                    let _ = backend.release(&unread).await;
+                });
+            }
+        }
     }
 }
 

@@ -79,7 +79,7 @@ impl KeepAlive {
                 () = sleep_until(next_renewal) => {}
             }
             let sent = Instant::now();
-            let span = tracing::debug_span!("renew", ttl = ?ttl);
+            let span = tracing::info_span!("renew", ttl = ?ttl);
             let outcome = tokio::select! {
                 () = self.stop.cancelled() => return,
                 () = sleep_until(lease.deadline()) => {

@@ -1,0 +1,517 @@
+//! The cases. Each takes a [`Target`], panics with a message on the first
+//! broken promise, and returns a [`Verdict`].
+//!
+//! TTLs are short and every wait is bounded, generously: these tests check
+//! behaviour, not speed.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use lock_core::{
+    AcquireOptions, AcquireRequest, Error, Fencing, Lease, LockState, Locker, OwnerToken, Wait,
+};
+use rand::Rng;
+use tokio::time::{Instant, sleep, timeout};
+
+use crate::{Target, Verdict};
+
+/// A lock name no other test uses.
+fn unique(case: &str) -> String {
+    format!("{case}-{:08x}", rand::rng().random::<u32>())
+}
+
+async fn locker(t: &dyn Target) -> Locker {
+    Locker::from_arc(t.client().await)
+}
+
+/// The shortest TTL worth testing expiry with on this backend.
+fn short_ttl(l: &Locker) -> Duration {
+    l.capabilities().min_ttl.max(Duration::from_millis(400))
+}
+
+/// A wait long enough for any short-TTL lease to run out, with room to spare.
+fn patient(ttl: Duration) -> Wait {
+    Wait::For(ttl * 10 + Duration::from_secs(10))
+}
+
+fn opts(ttl: Duration, wait: Wait) -> AcquireOptions {
+    AcquireOptions::with_ttl(ttl).wait(wait)
+}
+
+fn assert_not_held<T: std::fmt::Debug>(what: &str, r: lock_core::Result<T>) {
+    match r {
+        Err(Error::NotHeld { .. }) => {}
+        other => panic!("{what}: expected NotHeld, got {other:?}"),
+    }
+}
+
+fn assert_increasing(tokens: &[u64]) {
+    for pair in tokens.windows(2) {
+        assert!(
+            pair[0] < pair[1],
+            "fencing tokens must strictly increase: {tokens:?}"
+        );
+    }
+}
+
+/// Several clients hammer one name; no two critical sections overlap, and
+/// (where fencing is strict) tokens grow in the order of the grants.
+pub async fn mutual_exclusion(t: &dyn Target) -> Verdict {
+    const WORKERS: usize = 6;
+    const ROUNDS: usize = 8;
+    let name = unique("mutex");
+    let inside = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let tokens = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for _ in 0..WORKERS {
+        let l = locker(t).await;
+        let (name, inside, overlaps, tokens) = (
+            name.clone(),
+            inside.clone(),
+            overlaps.clone(),
+            tokens.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let g = l
+                    .lock_with(
+                        &name,
+                        opts(Duration::from_secs(10), Wait::For(Duration::from_secs(120))),
+                    )
+                    .await
+                    .expect("acquire under contention");
+                if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                tokens.lock().expect("poisoned").push(g.token().get());
+                sleep(Duration::from_millis(1)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                g.release().await.expect("release of a held lock");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("worker panicked");
+    }
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "critical sections overlapped"
+    );
+    let tokens = tokens.lock().expect("poisoned").clone();
+    assert_eq!(tokens.len(), WORKERS * ROUNDS);
+    if locker(t).await.capabilities().fencing == Fencing::Strict {
+        assert_increasing(&tokens);
+    }
+    Verdict::Passed
+}
+
+/// A single attempt on a held lock says "held" at once, at every layer.
+pub async fn try_acquire_on_held_lock(t: &dyn Target) -> Verdict {
+    let name = unique("held");
+    let (a, b) = (locker(t).await, locker(t).await);
+    let g = a
+        .lock_with(&name, opts(Duration::from_secs(10), Wait::No))
+        .await
+        .expect("free lock");
+    assert!(
+        b.try_lock(&name).await.expect("try_lock").is_none(),
+        "try_lock on a held lock"
+    );
+    let req = AcquireRequest::new(
+        lock_core::LockName::new(&name).expect("name"),
+        Duration::from_secs(10),
+    );
+    assert!(
+        b.backend()
+            .try_acquire(&req)
+            .await
+            .expect("try_acquire")
+            .is_none()
+    );
+    match b
+        .lock_with(&name, opts(Duration::from_secs(10), Wait::No))
+        .await
+    {
+        Err(e @ Error::Busy { .. }) => assert!(e.is_retryable()),
+        other => panic!("Wait::No on a held lock: expected Busy, got {other:?}"),
+    }
+    g.release().await.expect("release");
+    let again = b
+        .try_lock(&name)
+        .await
+        .expect("try_lock")
+        .expect("free after release");
+    again.release().await.expect("release");
+    Verdict::Passed
+}
+
+/// A bounded wait on a held lock ends with `WaitTimeout` after the budget,
+/// not before and not much after; after release the lock is granted.
+pub async fn acquire_timeout(t: &dyn Target) -> Verdict {
+    let name = unique("timeout");
+    let (a, b) = (locker(t).await, locker(t).await);
+    let g = a
+        .lock_with(&name, opts(Duration::from_secs(20), Wait::No))
+        .await
+        .expect("free lock");
+    let budget = Duration::from_millis(300);
+    let started = Instant::now();
+    match b
+        .lock_with(&name, opts(Duration::from_secs(10), Wait::For(budget)))
+        .await
+    {
+        Err(Error::WaitTimeout { waited, .. }) => {
+            assert!(waited >= budget, "gave up early: {waited:?}")
+        }
+        other => panic!("expected WaitTimeout, got {other:?}"),
+    }
+    let took = started.elapsed();
+    assert!(
+        took >= budget && took < Duration::from_secs(15),
+        "waited {took:?} for a {budget:?} budget"
+    );
+    g.release().await.expect("release");
+    let g2 = b
+        .lock_with(
+            &name,
+            opts(Duration::from_secs(10), Wait::For(Duration::from_secs(10))),
+        )
+        .await
+        .expect("granted after release");
+    g2.release().await.expect("release");
+    Verdict::Passed
+}
+
+/// A holder that never renews nor releases (it crashed) loses the lock when
+/// its TTL runs out, and a waiter gets it.
+pub async fn ttl_expiry_frees_crashed_holder(t: &dyn Target) -> Verdict {
+    let name = unique("crash");
+    let (a, b) = (locker(t).await, locker(t).await);
+    let ttl = short_ttl(&a);
+    let crashed = a
+        .acquire_lease(&name, opts(ttl, Wait::No))
+        .await
+        .expect("free lock");
+    let g = b
+        .lock_with(&name, opts(Duration::from_secs(10), patient(ttl)))
+        .await
+        .expect("a waiter gets a crashed holder's lock after its TTL");
+    if b.capabilities().fencing != Fencing::None {
+        assert!(
+            g.token() > crashed.token(),
+            "{:?} after {:?}",
+            g.token(),
+            crashed.token()
+        );
+    }
+    assert_not_held(
+        "renew after takeover",
+        a.backend().renew(&crashed, ttl).await,
+    );
+    g.release().await.expect("release");
+    Verdict::Passed
+}
+
+/// Renewing extends the lease past its first TTL; nobody but the owner can
+/// renew.
+pub async fn renew_extends_only_for_the_owner(t: &dyn Target) -> Verdict {
+    let name = unique("renew");
+    let (a, b) = (locker(t).await, locker(t).await);
+    let ttl = a.capabilities().min_ttl.max(Duration::from_secs(1));
+    let lease = a
+        .acquire_lease(&name, opts(ttl, Wait::No))
+        .await
+        .expect("free lock");
+    sleep(ttl.mul_f64(0.6)).await;
+    let renewed = a.backend().renew(&lease, ttl).await.expect("owner renews");
+    assert!(renewed.deadline() > lease.deadline());
+    assert_eq!(
+        renewed.token(),
+        lease.token(),
+        "renewal keeps the fencing token"
+    );
+    sleep(ttl.mul_f64(0.6)).await;
+    assert!(
+        b.try_lock(&name).await.expect("try_lock").is_none(),
+        "still held past the first TTL thanks to the renewal"
+    );
+    let forged = Lease::new(
+        lease.name().clone(),
+        OwnerToken::random(),
+        lease.token(),
+        ttl,
+        Instant::now(),
+    );
+    assert_not_held(
+        "renew by a non-owner",
+        b.backend().renew(&forged, ttl).await,
+    );
+    a.backend().release(&renewed).await.expect("owner releases");
+    assert_not_held(
+        "renew after release",
+        a.backend().renew(&renewed, ttl).await,
+    );
+    Verdict::Passed
+}
+
+/// Neither a stranger nor a stale holder can release the current holder's
+/// lock; both are told so.
+pub async fn non_owner_release_never_deletes(t: &dyn Target) -> Verdict {
+    let name = unique("release");
+    let (a, b, c) = (locker(t).await, locker(t).await, locker(t).await);
+    let ttl = short_ttl(&a);
+    let stale = a
+        .acquire_lease(&name, opts(ttl, Wait::No))
+        .await
+        .expect("free lock");
+    let current = b
+        .lock_with(&name, opts(Duration::from_secs(10), patient(ttl)))
+        .await
+        .expect("granted after the first lease ran out");
+    assert_not_held(
+        "release by the stale holder",
+        a.backend().release(&stale).await,
+    );
+    let forged = Lease::new(
+        stale.name().clone(),
+        OwnerToken::random(),
+        current.token(),
+        ttl,
+        Instant::now(),
+    );
+    assert_not_held("release by a stranger", c.backend().release(&forged).await);
+    assert!(
+        c.try_lock(&name).await.expect("try_lock").is_none(),
+        "the holder's lock survived"
+    );
+    assert_eq!(current.state(), LockState::Held);
+    current.release().await.expect("the real holder releases");
+    Verdict::Passed
+}
+
+/// Tokens grow across holders, clients, releases and expiry.
+pub async fn fencing_tokens_strictly_increase(t: &dyn Target) -> Verdict {
+    let (a, b) = (locker(t).await, locker(t).await);
+    if a.capabilities().fencing == Fencing::None {
+        return Verdict::NotApplicable("the backend declares Fencing::None".into());
+    }
+    let name = unique("fence");
+    let mut tokens = Vec::new();
+    for i in 0..10 {
+        let l = if i % 2 == 0 { &a } else { &b };
+        let g = l
+            .lock_with(
+                &name,
+                opts(Duration::from_secs(10), Wait::For(Duration::from_secs(10))),
+            )
+            .await
+            .expect("free lock");
+        tokens.push(g.token().get());
+        g.release().await.expect("release");
+    }
+    let ttl = short_ttl(&a);
+    let expired = a
+        .acquire_lease(&name, opts(ttl, Wait::No))
+        .await
+        .expect("free lock");
+    tokens.push(expired.token().get());
+    let after = b
+        .lock_with(&name, opts(Duration::from_secs(10), patient(ttl)))
+        .await
+        .expect("after expiry");
+    tokens.push(after.token().get());
+    after.release().await.expect("release");
+    assert_increasing(&tokens);
+    Verdict::Passed
+}
+
+/// When the lock is taken away behind the holder's back, the guard's renewal
+/// notices and the lost signal fires.
+pub async fn lost_signal_fires(t: &dyn Target) -> Verdict {
+    let name = unique("lost");
+    let (a, b) = (locker(t).await, locker(t).await);
+    let ttl = a.capabilities().min_ttl.max(Duration::from_millis(600));
+    let g = a
+        .lock_with(&name, opts(ttl, Wait::No))
+        .await
+        .expect("free lock");
+    let handle = g.handle();
+    assert_eq!(handle.state(), LockState::Held);
+    // Somebody with the owner token (an operator, a buggy peer) deletes it.
+    b.backend()
+        .release(&g.lease())
+        .await
+        .expect("release with the owner token");
+    timeout(ttl * 3 + Duration::from_secs(5), handle.lost())
+        .await
+        .expect("the lost signal fires within a few renewal periods");
+    assert_eq!(handle.state(), LockState::Lost);
+    assert!(handle.lost_token().is_cancelled());
+    match g.release().await {
+        Err(Error::Lost { .. }) => {}
+        other => panic!("release of a lost lock: expected Lost, got {other:?}"),
+    }
+    Verdict::Passed
+}
+
+/// An acquire dropped while waiting, or while its request is in flight,
+/// leaves nothing held: the next client gets the lock without waiting for
+/// any TTL.
+pub async fn cancel_safety(t: &dyn Target) -> Verdict {
+    let name = unique("cancel");
+    let (a, b, c) = (locker(t).await, locker(t).await, locker(t).await);
+    let long = Duration::from_secs(60);
+
+    let holder = a
+        .lock_with(&name, opts(long, Wait::No))
+        .await
+        .expect("free lock");
+    let waiting = b.lock_with(&name, opts(long, Wait::For(long)));
+    assert!(
+        timeout(Duration::from_millis(200), waiting).await.is_err(),
+        "the lock was held"
+    );
+    holder.release().await.expect("release");
+    let next = c.try_lock(&name).await.expect("try_lock");
+    next.expect("a dropped waiter left nothing behind")
+        .release()
+        .await
+        .expect("release");
+
+    for i in 0..20 {
+        // A zero timeout drops the acquire right after its first poll, with
+        // its request in flight; the others cut it at random points.
+        let cut = match i % 2 {
+            0 => Duration::ZERO,
+            _ => Duration::from_micros(rand::rng().random_range(0..4000)),
+        };
+        if let Ok(Ok(g)) = timeout(cut, b.lock_with(&name, opts(long, Wait::No))).await {
+            g.release().await.expect("release");
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(g) = c.try_lock(&name).await.expect("try_lock") {
+                g.release().await.expect("release");
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "an acquire dropped after {cut:?} left the lock held"
+            );
+            sleep(Duration::from_millis(20)).await;
+        }
+    }
+    Verdict::Passed
+}
+
+/// Bad names and TTLs are refused with clear errors, and nothing is written.
+pub async fn bad_input_rejected(t: &dyn Target) -> Verdict {
+    let l = locker(t).await;
+    let too_long = "n".repeat(lock_core::LockName::MAX_LEN + 1);
+    for bad in ["", "a/b", "has space", too_long.as_str(), "-x"] {
+        match l.try_lock(bad).await {
+            Err(e @ Error::InvalidName { .. }) => {
+                assert!(!e.is_retryable() && e.is_invalid_input())
+            }
+            other => panic!("name {bad:?}: expected InvalidName, got {other:?}"),
+        }
+        assert!(matches!(
+            l.holder(bad).await,
+            Err(Error::InvalidName { .. })
+        ));
+    }
+    let name = unique("input");
+    let caps = l.capabilities();
+    for ttl in [
+        Duration::ZERO,
+        caps.max_ttl + Duration::from_secs(1),
+        Duration::MAX,
+    ] {
+        match l.lock_with(&name, opts(ttl, Wait::No)).await {
+            Err(Error::InvalidTtl { .. }) => {}
+            other => panic!("ttl {ttl:?}: expected InvalidTtl, got {other:?}"),
+        }
+    }
+    // An absurd wait is "forever", not an overflow.
+    let g = l
+        .lock_with(
+            &name,
+            opts(Duration::from_secs(10), Wait::For(Duration::MAX)),
+        )
+        .await
+        .expect("a free lock with an endless wait");
+    g.release().await.expect("release");
+    Verdict::Passed
+}
+
+/// Several OS processes contend for one name through the backend's URL; a
+/// shared log proves no two critical sections overlapped.
+pub async fn multi_process(t: &dyn Target, contender: &str) -> Verdict {
+    const PROCESSES: usize = 4;
+    const ROUNDS: usize = 6;
+    let caps = locker(t).await.capabilities();
+    let Some(url) = t.url().filter(|_| caps.shared_across_processes) else {
+        return Verdict::NotApplicable("the backend's locks live in one process".into());
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("sections.log");
+    let name = unique("procs");
+    let mut children = Vec::new();
+    for _ in 0..PROCESSES {
+        children.push(
+            tokio::process::Command::new(contender)
+                .args([url.as_str(), name.as_str(), &ROUNDS.to_string()])
+                .arg(&log)
+                .kill_on_drop(true)
+                .spawn()
+                .expect("start the contender binary"),
+        );
+    }
+    for mut child in children {
+        let status = timeout(Duration::from_secs(120), child.wait())
+            .await
+            .expect("a contender hung")
+            .expect("wait for a contender");
+        assert!(status.success(), "a contender failed: {status}");
+    }
+    check_section_log(&log, PROCESSES * ROUNDS, caps.fencing == Fencing::Strict);
+    Verdict::Passed
+}
+
+/// The log is `enter PID TOKEN` / `exit PID TOKEN` lines; every enter must be
+/// followed by its own exit before the next enter.
+fn check_section_log(log: &Path, sections: usize, strict: bool) {
+    let text = std::fs::read_to_string(log).expect("read the section log");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines.len(),
+        sections * 2,
+        "expected {sections} sections in:\n{text}"
+    );
+    let mut tokens = Vec::new();
+    for pair in lines.chunks(2) {
+        let enter = pair[0]
+            .strip_prefix("enter ")
+            .unwrap_or_else(|| panic!("overlap at {pair:?}\n{text}"));
+        let exit = pair[1]
+            .strip_prefix("exit ")
+            .unwrap_or_else(|| panic!("overlap at {pair:?}\n{text}"));
+        assert_eq!(
+            enter, exit,
+            "sections of two processes interleaved:\n{text}"
+        );
+        let token = enter
+            .rsplit(' ')
+            .next()
+            .and_then(|t| t.parse::<u64>().ok())
+            .expect("token");
+        tokens.push(token);
+    }
+    if strict {
+        assert_increasing(&tokens);
+    }
+}

@@ -1,0 +1,104 @@
+//! The behaviour suite every distlock backend must pass, written once.
+//!
+//! A backend joins the suite with one line in `tests/suite.rs`:
+//!
+//! ```text
+//! conformance_suite!(sqlite, async { SqliteTarget::new() });
+//! ```
+//!
+//! which generates one test per case, named `<backend>::<case>`
+//! (`sqlite::mutual_exclusion`, …). A [`Target`] hands out independent
+//! clients of one lock service; every case makes its own lock names, so cases
+//! can share a server. A case that the backend's
+//! [`Capabilities`](lock_core::Capabilities) rule out returns
+//! [`Verdict::NotApplicable`], which the test prints: nothing passes silently.
+
+#![forbid(unsafe_code)]
+
+pub mod cases;
+pub mod targets;
+
+use std::sync::Arc;
+
+use lock_core::{LockBackend, async_trait};
+
+/// One lock service under test.
+#[async_trait]
+pub trait Target: Send + Sync {
+    /// The backend's name, for messages.
+    fn label(&self) -> &str;
+
+    /// A new, independent client of the same lock service (its own
+    /// connections), as another process or host would have.
+    async fn client(&self) -> Arc<dyn LockBackend>;
+
+    /// A URL through which other processes reach the same locks, if any.
+    fn url(&self) -> Option<String>;
+}
+
+/// How a case ended, when it did not fail.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every assertion held.
+    Passed,
+    /// The backend's declared capabilities rule the case out; the reason is
+    /// printed with the test's output.
+    NotApplicable(String),
+}
+
+/// Prints a case's verdict where the test output shows it.
+pub fn report(target: &dyn Target, case: &str, verdict: Verdict) {
+    match verdict {
+        Verdict::Passed => eprintln!("{case} on {}: passed", target.label()),
+        Verdict::NotApplicable(why) => {
+            eprintln!("{case} on {}: NOT APPLICABLE: {why}", target.label())
+        }
+    }
+}
+
+/// Generates the whole suite for one backend as a module of tests.
+///
+/// `$target` is an expression (usually an `async` block) that evaluates to a
+/// future of a [`Target`]; it is evaluated once per test, so each test may
+/// start from a fresh database or key prefix. Used from this crate's
+/// integration tests, where the `contender` binary is built.
+#[macro_export]
+macro_rules! conformance_suite {
+    ($backend:ident, $target:expr) => {
+        mod $backend {
+            #[allow(unused_imports)]
+            use super::*;
+
+            $crate::conformance_suite!(@cases $target;
+                mutual_exclusion,
+                try_acquire_on_held_lock,
+                acquire_timeout,
+                ttl_expiry_frees_crashed_holder,
+                renew_extends_only_for_the_owner,
+                non_owner_release_never_deletes,
+                fencing_tokens_strictly_increase,
+                lost_signal_fires,
+                cancel_safety,
+                bad_input_rejected,
+            );
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn multi_process() {
+                let target = $target.await;
+                let verdict =
+                    $crate::cases::multi_process(&target, env!("CARGO_BIN_EXE_contender")).await;
+                $crate::report(&target, "multi_process", verdict);
+            }
+        }
+    };
+    (@cases $target:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let target = $target.await;
+                let verdict = $crate::cases::$case(&target).await;
+                $crate::report(&target, stringify!($case), verdict);
+            }
+        )*
+    };
+}

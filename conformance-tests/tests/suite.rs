@@ -1,0 +1,7 @@
+//! The conformance suite, once per backend. Adding a backend is one line.
+
+use conformance_tests::conformance_suite;
+use conformance_tests::targets::*;
+
+conformance_suite!(memory, async { MemoryTarget::new() });
+conformance_suite!(sqlite, async { SqliteTarget::new() });

@@ -1,0 +1,93 @@
+//! The command line.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use super::exit;
+
+const DEFAULT_URL: &str = "sqlite://distlock.db";
+
+/// Run commands under a distributed lock.
+///
+/// distlock holds a named lock while a command runs, renews it in the
+/// background, and stops the command if the lock is lost. The same lock
+/// names work across hosts when the backend is a shared server; the default
+/// backend is an SQLite file in the current directory, which needs no server.
+#[derive(Debug, Parser)]
+#[command(name = "distlock", version, after_help = exit::HELP, max_term_width = 100)]
+pub(crate) struct Cli {
+    /// More output on stderr: -v shows acquire, renew and release as they
+    /// happen, -vv and -vvv show more detail. RUST_LOG overrides it.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub(crate) verbose: u8,
+
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Hold a lock while a command runs.
+    ///
+    /// The command gets DISTLOCK_NAME and DISTLOCK_TOKEN (the fencing token)
+    /// in its environment. If the lock is lost, it gets SIGTERM, then SIGKILL
+    /// after --grace. SIGTERM, SIGHUP and SIGQUIT sent to distlock are passed
+    /// on to the command; Ctrl-C reaches it directly from the terminal.
+    #[command(after_help = exit::HELP)]
+    Run(RunArgs),
+
+    /// Show who holds a lock. Exits 0 if it is free, 75 if it is held.
+    Status(StatusArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct Backend {
+    /// Where the locks live: sqlite://PATH, memory://, … Query options such
+    /// as ?ttl=10s are accepted too.
+    #[arg(long, env = "DISTLOCK_URL", default_value = DEFAULT_URL, hide_env_values = true)]
+    pub(crate) url: String,
+
+    /// The lock name: 1-128 ASCII letters, digits, '-', '_', '.', ':'.
+    #[arg(long, short = 'n')]
+    pub(crate) name: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    #[command(flatten)]
+    pub(crate) backend: Backend,
+
+    /// Lease length; renewed every third of it while the command runs. A
+    /// holder that dies keeps the lock at most this long.
+    #[arg(long, value_parser = duration, default_value = "30s")]
+    pub(crate) ttl: Duration,
+
+    /// Wait at most this long for the lock (default: as long as it takes).
+    #[arg(long, value_parser = duration, conflicts_with = "no_wait")]
+    pub(crate) wait: Option<Duration>,
+
+    /// Fail at once (status 75) if somebody else holds the lock.
+    #[arg(long)]
+    pub(crate) no_wait: bool,
+
+    /// After the lock is lost, how long the command has between SIGTERM and
+    /// SIGKILL.
+    #[arg(long, value_parser = duration, default_value = "10s")]
+    pub(crate) grace: Duration,
+
+    /// The command and its arguments.
+    #[arg(required = true, last = true, value_name = "COMMAND")]
+    pub(crate) command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    #[command(flatten)]
+    pub(crate) backend: Backend,
+}
+
+fn duration(text: &str) -> Result<Duration, String> {
+    distlock::url::parse_duration(text)
+}

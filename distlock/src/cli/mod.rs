@@ -1,0 +1,73 @@
+//! The `distlock` command-line tool.
+
+mod args;
+mod exit;
+mod run;
+mod status;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use clap::error::ErrorKind;
+
+use args::{Cli, Command};
+
+pub(crate) fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    init_logging(cli.verbose);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("distlock: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::INTERNAL);
+        }
+    };
+    let status = runtime.block_on(async {
+        match cli.command {
+            Command::Run(args) => run::run(args).await,
+            Command::Status(args) => status::status(args).await,
+        }
+    });
+    // A command's status can be any byte; ours are the constants in `exit`.
+    ExitCode::from(status.unwrap_or_else(|e| {
+        eprintln!("distlock: {e}");
+        exit::for_error(&e)
+    }))
+}
+
+fn init_logging(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::fmt::format::FmtSpan;
+
+    let level = match verbose {
+        0 => "off",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        let quiet_deps = if verbose >= 3 { "" } else { ",sqlx=warn" };
+        EnvFilter::new(format!("{level}{quiet_deps}"))
+    });
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_span_events(FmtSpan::CLOSE)
+        .with_target(verbose >= 2)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}

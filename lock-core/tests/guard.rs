@@ -1,0 +1,212 @@
+//! The generic layer (Locker, LockGuard, renewal) against faults a real
+//! backend cannot be made to show on demand: renewals that fail or hang.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::task::Poll;
+use std::time::Duration;
+
+use lock_core::{
+    AcquireOptions, AcquireRequest, Capabilities, Error, Lease, LockBackend, LockState, Locker,
+    MemoryBackend, Result, Wait, WaitBudget, async_trait,
+};
+
+/// How renewals misbehave.
+const HEALTHY: u8 = 0;
+const FAILING: u8 = 1;
+const HANGING: u8 = 2;
+const REFUSED: u8 = 3;
+
+/// A memory backend whose renewals can be made to fail, hang or be refused.
+#[derive(Debug, Clone, Default)]
+struct Flaky {
+    inner: MemoryBackend,
+    renewals: Arc<AtomicU8>,
+}
+
+impl Flaky {
+    fn set(&self, mode: u8) {
+        self.renewals.store(mode, Ordering::SeqCst);
+    }
+}
+
+#[async_trait]
+impl LockBackend for Flaky {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {
+        self.inner.try_acquire(req).await
+    }
+    async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
+        self.inner.acquire(req, budget).await
+    }
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        match self.renewals.load(Ordering::SeqCst) {
+            FAILING => Err(Error::Unavailable {
+                backend: "flaky",
+                message: "connection refused".into(),
+                source: None,
+            }),
+            HANGING => std::future::pending().await,
+            REFUSED => Err(Error::NotHeld {
+                name: lease.name().to_string(),
+            }),
+            _ => self.inner.renew(lease, ttl).await,
+        }
+    }
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        self.inner.release(lease).await
+    }
+    async fn abandon(&self, req: &AcquireRequest) -> Result<()> {
+        self.inner.abandon(req).await
+    }
+}
+
+fn opts(ttl_ms: u64) -> AcquireOptions {
+    AcquireOptions::with_ttl(Duration::from_millis(ttl_ms)).wait(Wait::No)
+}
+
+#[tokio::test(start_paused = true)]
+async fn renewal_keeps_a_lock_alive_past_many_ttls() {
+    let backend = Flaky::default();
+    let locker = Locker::new(backend.clone());
+    let guard = locker.lock_with("a", opts(300)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(guard.state(), LockState::Held);
+    assert!(locker.try_lock("a").await.unwrap().is_none());
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn failing_renewals_go_at_risk_then_lost_at_the_deadline() {
+    let backend = Flaky::default();
+    let locker = Locker::new(backend.clone());
+    let guard = locker.lock_with("a", opts(300)).await.unwrap();
+    let mut states = guard.handle().watch();
+    backend.set(FAILING);
+    states.changed().await.unwrap();
+    assert_eq!(*states.borrow_and_update(), LockState::AtRisk);
+    let at_risk_at = tokio::time::Instant::now();
+    guard.lost().await;
+    assert_eq!(guard.state(), LockState::Lost);
+    assert!(tokio::time::Instant::now() >= guard.lease().deadline());
+    assert!(
+        at_risk_at < guard.lease().deadline(),
+        "AtRisk came before the deadline"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn recovery_from_at_risk_returns_to_held() {
+    let backend = Flaky::default();
+    let locker = Locker::new(backend.clone());
+    let guard = locker.lock_with("a", opts(600)).await.unwrap();
+    let mut states = guard.handle().watch();
+    backend.set(FAILING);
+    states.changed().await.unwrap();
+    backend.set(HEALTHY);
+    states.changed().await.unwrap();
+    assert_eq!(*states.borrow(), LockState::Held);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hanging_renewal_cannot_outlive_the_deadline() {
+    let backend = Flaky::default();
+    let locker = Locker::new(backend.clone());
+    let guard = locker.lock_with("a", opts(300)).await.unwrap();
+    backend.set(HANGING);
+    guard.lost().await;
+    assert!(tokio::time::Instant::now() >= guard.lease().deadline());
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_lock_cancels_the_section_when_the_lock_is_lost() {
+    let backend = Flaky::default();
+    let locker = Locker::new(backend.clone()).with_defaults(opts(300));
+    backend.set(REFUSED);
+    let finished = Arc::new(AtomicU8::new(0));
+    let flag = finished.clone();
+    let outcome = locker
+        .with_lock("a", |held| async move {
+            assert!(held.token().get() > 0);
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            flag.store(1, Ordering::SeqCst);
+        })
+        .await;
+    assert!(matches!(outcome, Err(Error::Lost { .. })), "{outcome:?}");
+    assert_eq!(
+        finished.load(Ordering::SeqCst),
+        0,
+        "the section was cut short"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_lock_returns_the_section_result_and_releases() {
+    let locker = Locker::new(MemoryBackend::new());
+    let out = locker.with_lock("a", |_| async { 42 }).await.unwrap();
+    assert_eq!(out, 42);
+    assert!(locker.try_lock("a").await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn dropping_a_guard_releases_in_the_background() {
+    let locker = Locker::new(MemoryBackend::new());
+    drop(locker.lock("a").await.unwrap());
+    let again = locker.lock_with(
+        "a",
+        AcquireOptions::default().wait(Wait::For(Duration::from_secs(5))),
+    );
+    again.await.unwrap().release().await.unwrap();
+}
+
+#[test]
+fn dropping_a_guard_without_a_runtime_does_not_block_or_panic() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let guard = rt
+        .block_on(Locker::new(MemoryBackend::new()).lock("a"))
+        .unwrap();
+    drop(rt);
+    drop(guard);
+}
+
+/// The grant arrives while nobody polls the acquire, then the caller drops
+/// it: the lease sitting unread in the channel must be released.
+#[tokio::test]
+async fn a_grant_nobody_reads_is_released() {
+    let locker = Locker::new(MemoryBackend::new());
+    let mut acquire = Box::pin(locker.acquire_lease("a", opts(60_000)));
+    std::future::poll_fn(|cx| {
+        assert!(acquire.as_mut().poll(cx).is_pending());
+        Poll::Ready(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    drop(acquire);
+    let free = locker.lock_with(
+        "a",
+        AcquireOptions::default().wait(Wait::For(Duration::from_secs(5))),
+    );
+    free.await
+        .expect("the unread grant was released")
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn release_of_a_lost_lock_reports_lost() {
+    let backend = Flaky::default();
+    let locker = Locker::new(backend.clone());
+    let guard = locker.lock_with("a", opts(300)).await.unwrap();
+    backend.set(HANGING);
+    guard.lost().await;
+    assert!(matches!(guard.release().await, Err(Error::Lost { .. })));
+    assert!(
+        locker.try_lock("a").await.unwrap().is_some(),
+        "released on the backend all the same"
+    );
+}
