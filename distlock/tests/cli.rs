@@ -1,0 +1,382 @@
+//! The `distlock` command as a user runs it, on SQLite files in temporary
+//! directories. Waits are bounded generously; nothing here asserts speed.
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+const BIN: &str = env!("CARGO_BIN_EXE_distlock");
+
+fn distlock(dir: &Path) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.current_dir(dir)
+        .env_remove("DISTLOCK_URL")
+        .env_remove("RUST_LOG");
+    cmd
+}
+
+fn url(dir: &Path) -> String {
+    format!("sqlite://{}/locks.db", dir.display())
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Polls `cond` every 20 ms for up to 30 s.
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn signal(child: &Child, sig: Signal) {
+    kill(Pid::from_raw(i32::try_from(child.id()).unwrap()), sig).unwrap();
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+#[test]
+fn runs_a_command_on_the_default_sqlite_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = distlock(dir.path())
+        .args(["run", "--name", "demo", "--", "echo", "hi"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hi\n");
+    assert!(
+        dir.path().join("distlock.db").exists(),
+        "the default URL is sqlite://distlock.db"
+    );
+}
+
+#[test]
+fn the_command_sees_the_name_and_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = distlock(dir.path())
+        .args(["run", "--url", &url(dir.path()), "--name", "job.1", "--"])
+        .args(["sh", "-c", "echo $DISTLOCK_NAME $DISTLOCK_TOKEN"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "job.1 1\n");
+}
+
+#[test]
+fn a_second_run_waits_for_the_first_and_sees_a_greater_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let first = distlock(d)
+        .args(["run", "--url", &url(d), "--name", "x", "--"])
+        .args([
+            "sh",
+            "-c",
+            "echo $DISTLOCK_TOKEN > first; sleep 1; touch first.done",
+        ])
+        .spawn()
+        .unwrap();
+    eventually("the first run holds the lock", || d.join("first").exists());
+    let second = distlock(d)
+        .args(["run", "--url", &url(d), "--name", "x", "--"])
+        .args([
+            "sh",
+            "-c",
+            "test -f first.done && echo $DISTLOCK_TOKEN > second",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let second = second.wait_with_output().unwrap();
+    let mut first = first;
+    assert!(first.wait().unwrap().success());
+    assert!(
+        second.status.success(),
+        "the second ran only after the first finished: {}",
+        stderr(&second)
+    );
+    assert!(
+        stderr(&second).contains("waiting for lock \"x\""),
+        "{}",
+        stderr(&second)
+    );
+    let (a, b): (u64, u64) = (
+        read(&d.join("first")).trim().parse().unwrap(),
+        read(&d.join("second")).trim().parse().unwrap(),
+    );
+    assert!(b > a, "tokens {a} then {b}");
+}
+
+#[test]
+fn no_wait_on_a_held_lock_exits_busy_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut holder = distlock(d)
+        .args([
+            "run",
+            "--url",
+            &url(d),
+            "--name",
+            "busy",
+            "--",
+            "sh",
+            "-c",
+            "touch held; sleep 30",
+        ])
+        .spawn()
+        .unwrap();
+    eventually("the lock is held", || d.join("held").exists());
+    let out = distlock(d)
+        .args([
+            "run",
+            "--url",
+            &url(d),
+            "--name",
+            "busy",
+            "--no-wait",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(err.contains("\"busy\""), "names the lock: {err}");
+
+    let status = distlock(d)
+        .args(["status", "--url", &url(d), "--name", "busy"])
+        .output()
+        .unwrap();
+    assert_eq!(status.status.code(), Some(75));
+    assert!(String::from_utf8_lossy(&status.stdout).contains("held by owner"));
+
+    signal(&holder, Signal::SIGTERM);
+    holder.wait().unwrap();
+    let status = distlock(d)
+        .args(["status", "--url", &url(d), "--name", "busy"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        status.status.code(),
+        Some(0),
+        "SIGTERM was forwarded and the lock released"
+    );
+}
+
+#[test]
+fn a_killed_holder_frees_its_lock_within_its_ttl() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut victim = distlock(d)
+        .args(["run", "--url", &url(d), "--name", "k", "--ttl", "1s", "--"])
+        .args(["sh", "-c", "echo $$ > held; exec sleep 30"])
+        .spawn()
+        .unwrap();
+    eventually("the lock is held", || !read(&d.join("held")).is_empty());
+    signal(&victim, Signal::SIGKILL);
+    victim.wait().unwrap();
+    let started = Instant::now();
+    let out = distlock(d)
+        .args([
+            "run",
+            "--url",
+            &url(d),
+            "--name",
+            "k",
+            "--wait",
+            "20s",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(started.elapsed() < Duration::from_secs(20));
+    // The killed run's command was orphaned, as on a crash; stop it.
+    let orphan: i32 = read(&d.join("held")).trim().parse().unwrap();
+    let _ = kill(Pid::from_raw(orphan), Signal::SIGKILL);
+}
+
+#[test]
+fn a_lost_lock_stops_the_command_and_exits_125() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let script =
+        "trap 'echo term > got-term; exit 0' TERM; touch held; while :; do sleep 0.05; done";
+    let holder = distlock(d)
+        .args([
+            "run",
+            "--url",
+            &url(d),
+            "--name",
+            "pause",
+            "--ttl",
+            "500ms",
+            "--grace",
+            "5s",
+            "--",
+        ])
+        .args(["sh", "-c", script])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    eventually("the lock is held", || d.join("held").exists());
+    // A process pause (GC, swap, SIGSTOP) longer than the TTL.
+    signal(&holder, Signal::SIGSTOP);
+    let taker = distlock(d)
+        .args([
+            "run",
+            "--url",
+            &url(d),
+            "--name",
+            "pause",
+            "--wait",
+            "20s",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        taker.status.success(),
+        "another run took the expired lock: {}",
+        stderr(&taker)
+    );
+    signal(&holder, Signal::SIGCONT);
+    let out = holder.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(stderr(&out).contains("was lost"), "{}", stderr(&out));
+    assert_eq!(
+        read(&d.join("got-term")),
+        "term\n",
+        "the command got SIGTERM"
+    );
+}
+
+#[test]
+fn the_command_status_is_passed_through() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let code = |script: &str| {
+        distlock(d)
+            .args([
+                "run",
+                "--url",
+                &url(d),
+                "--name",
+                "s",
+                "--",
+                "sh",
+                "-c",
+                script,
+            ])
+            .status()
+            .unwrap()
+            .code()
+    };
+    assert_eq!(code("exit 7"), Some(7));
+    assert_eq!(code("kill -9 $$"), Some(128 + 9));
+    let missing = distlock(d)
+        .args([
+            "run",
+            "--url",
+            &url(d),
+            "--name",
+            "s",
+            "--",
+            "no-such-cmd-xyz",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(127));
+}
+
+#[test]
+fn bad_input_gets_one_clear_line_and_a_usage_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let long = "x".repeat(129);
+    let missing_dir = format!("sqlite://{}/no/such/dir/l.db", d.display());
+    let file = d.join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let under_file = format!("sqlite://{}/l.db", file.display());
+    let cases: [(&[&str], i32, &str); 6] = [
+        (&["--name", ""], 64, "must not be empty"),
+        (&["--name", &long], 64, "at most 128 bytes"),
+        (&["--name", "x", "--ttl", "0s"], 64, "invalid TTL"),
+        (
+            &["--name", "x", "--url", "gopher://h"],
+            64,
+            "unknown URL scheme \"gopher\"",
+        ),
+        (
+            &["--name", "x", "--url", &missing_dir],
+            69,
+            "does not exist",
+        ),
+        (
+            &["--name", "x", "--url", &under_file],
+            69,
+            "is not a directory",
+        ),
+    ];
+    for (args, status, message) in cases {
+        let out = distlock(d)
+            .arg("run")
+            .args(args)
+            .args(["--", "true"])
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(status), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: one line: {err}");
+        assert!(
+            err.contains(message) && !err.contains("panicked"),
+            "{args:?}: {err}"
+        );
+    }
+    let out = distlock(d)
+        .args(["run", "--name", "x", "--ttl", "soon", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let out = distlock(d).args(["run", "--name", "x"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(64), "a command is required");
+}
+
+#[test]
+fn help_lists_the_exit_statuses() {
+    let out = Command::new(BIN).args(["run", "--help"]).output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for needle in ["--no-wait", "DISTLOCK_TOKEN", "75", "124", "125"] {
+        assert!(help.contains(needle), "{needle} missing from:\n{help}");
+    }
+}
+
+#[test]
+fn verbose_shows_acquire_and_release_spans() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = distlock(dir.path())
+        .args([
+            "-v",
+            "run",
+            "--url",
+            &url(dir.path()),
+            "--name",
+            "v",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert!(err.contains("acquire") && err.contains("release"), "{err}");
+}
