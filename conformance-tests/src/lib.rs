@@ -16,6 +16,8 @@
 #![forbid(unsafe_code)]
 
 pub mod cases;
+pub mod proxy;
+pub mod servers;
 pub mod targets;
 
 use std::sync::Arc;
@@ -46,12 +48,16 @@ pub enum Verdict {
     NotApplicable(String),
 }
 
-/// Prints a case's verdict where the test output shows it.
+/// Prints a case's verdict. "Not applicable" goes straight to the process's
+/// stderr, past the test harness's output capture, so it shows in every run
+/// instead of hiding behind an `ok`.
 pub fn report(target: &dyn Target, case: &str, verdict: Verdict) {
+    use std::io::Write;
     match verdict {
         Verdict::Passed => eprintln!("{case} on {}: passed", target.label()),
         Verdict::NotApplicable(why) => {
-            eprintln!("{case} on {}: NOT APPLICABLE: {why}", target.label())
+            let line = format!("{}::{case}: NOT APPLICABLE: {why}\n", target.label());
+            let _ = std::io::stderr().write_all(line.as_bytes());
         }
     }
 }

@@ -34,43 +34,70 @@ impl Target for MemoryTarget {
     }
 }
 
-/// A fresh SQLite file in a temporary directory; each client opens its own
-/// connection pool on it, as separate processes would.
-#[cfg(feature = "sqlite")]
+/// Any backend reached by URL: every client connects anew, as a separate
+/// process would.
 #[derive(Debug)]
-pub struct SqliteTarget {
-    _dir: tempfile::TempDir,
+pub struct UrlTarget {
+    label: &'static str,
     url: String,
+    _dir: Option<tempfile::TempDir>,
 }
 
-#[cfg(feature = "sqlite")]
-impl SqliteTarget {
-    /// A new database file.
-    pub fn new() -> Self {
+impl UrlTarget {
+    /// A target for `url`.
+    pub fn new(label: &'static str, url: String) -> Self {
+        Self {
+            label,
+            url,
+            _dir: None,
+        }
+    }
+
+    /// A fresh SQLite file in a temporary directory.
+    #[cfg(feature = "sqlite")]
+    pub fn sqlite() -> Self {
         let dir = tempfile::tempdir().expect("create a temporary directory");
         let url = format!("sqlite://{}/locks.db", dir.path().display());
-        Self { _dir: dir, url }
+        Self {
+            label: "sqlite",
+            url,
+            _dir: Some(dir),
+        }
+    }
+
+    /// A fresh locks table on the shared PostgreSQL test server.
+    #[cfg(feature = "postgres")]
+    pub async fn postgres() -> Self {
+        use crate::servers::SqlServer;
+        let server = crate::servers::postgres::Postgres::shared().await;
+        Self::new("postgres", server.url(&format!("table={}", fresh_table())))
+    }
+
+    /// A fresh locks table on the shared MariaDB test server.
+    #[cfg(feature = "mysql")]
+    pub async fn mariadb() -> Self {
+        use crate::servers::SqlServer;
+        let server = crate::servers::mariadb::Mariadb::shared().await;
+        Self::new("mariadb", server.url(&format!("table={}", fresh_table())))
     }
 }
 
-#[cfg(feature = "sqlite")]
-impl Default for SqliteTarget {
-    fn default() -> Self {
-        Self::new()
-    }
+/// A table name no other test uses, so each test also exercises creating
+/// the table.
+pub fn fresh_table() -> String {
+    format!("locks_{:08x}", rand::random::<u32>())
 }
 
-#[cfg(feature = "sqlite")]
 #[async_trait]
-impl Target for SqliteTarget {
+impl Target for UrlTarget {
     fn label(&self) -> &str {
-        "sqlite"
+        self.label
     }
 
     async fn client(&self) -> Arc<dyn LockBackend> {
         distlock::connect_backend(&self.url)
             .await
-            .unwrap_or_else(|e| panic!("open {}: {e}", self.url))
+            .unwrap_or_else(|e| panic!("connect to {}: {e}", lock_core::url::redact(&self.url)))
     }
 
     fn url(&self) -> Option<String> {

@@ -4,4 +4,6 @@ use conformance_tests::conformance_suite;
 use conformance_tests::targets::*;
 
 conformance_suite!(memory, async { MemoryTarget::new() });
-conformance_suite!(sqlite, async { SqliteTarget::new() });
+conformance_suite!(sqlite, async { UrlTarget::sqlite() });
+conformance_suite!(postgres, UrlTarget::postgres());
+conformance_suite!(mariadb, UrlTarget::mariadb());

@@ -26,6 +26,14 @@ pub const SCHEMES: &[&str] = &[
     "memory",
     #[cfg(feature = "sqlite")]
     "sqlite",
+    #[cfg(feature = "postgres")]
+    "postgres",
+    #[cfg(feature = "postgres")]
+    "postgresql",
+    #[cfg(feature = "mysql")]
+    "mysql",
+    #[cfg(feature = "mysql")]
+    "mariadb",
 ];
 
 /// Query options every URL accepts, read by distlock itself rather than by
@@ -69,6 +77,10 @@ pub async fn connect_backend(url: &str) -> Result<Arc<dyn LockBackend>> {
         }
         #[cfg(feature = "sqlite")]
         "sqlite" => Ok(Arc::new(lock_sql::SqlBackend::connect(url).await?)),
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => Ok(Arc::new(lock_sql::SqlBackend::connect(url).await?)),
+        #[cfg(feature = "mysql")]
+        "mysql" | "mariadb" => Ok(Arc::new(lock_sql::SqlBackend::connect(url).await?)),
         _ => Err(unsupported(scheme)),
     }
 }

@@ -7,6 +7,6 @@ mod connect;
 pub use connect::{SCHEMES, connect, connect_backend};
 pub use lock_core::*;
 
-/// The SQL backend (SQLite, and PostgreSQL and MySQL as they land).
-#[cfg(feature = "sqlite")]
+/// The SQL backend: SQLite, PostgreSQL, MySQL/MariaDB.
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 pub use lock_sql;

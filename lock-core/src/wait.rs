@@ -28,7 +28,18 @@ pub async fn poll_acquire<B: LockBackend + ?Sized>(
     budget: &WaitBudget,
     signals: Option<&ReleaseSignals>,
 ) -> Result<Lease> {
-    let mut backoff = Backoff::new();
+    poll_acquire_with(backend, req, budget, signals, Backoff::new()).await
+}
+
+/// [`poll_acquire`] with a chosen backoff: a backend whose server wakes
+/// waiters polls only as a safety net, with a longer cap.
+pub async fn poll_acquire_with<B: LockBackend + ?Sized>(
+    backend: &B,
+    req: &AcquireRequest,
+    budget: &WaitBudget,
+    signals: Option<&ReleaseSignals>,
+    mut backoff: Backoff,
+) -> Result<Lease> {
     let wake = signals.map(|s| s.subscribe(&req.name));
     loop {
         let failure = match backend.try_acquire(req).await {
@@ -59,27 +70,36 @@ pub async fn poll_acquire<B: LockBackend + ?Sized>(
     }
 }
 
-/// Exponential backoff from 2 ms to 100 ms with "equal jitter" (each nap is
+/// Exponential backoff from 2 ms to a cap (100 ms by default) with "equal jitter" (each nap is
 /// random between half and all of the current step), so colliding clients
 /// spread out instead of polling in lock-step.
 #[derive(Debug)]
 pub struct Backoff {
     step: Duration,
+    cap: Duration,
 }
 
 impl Backoff {
     const FIRST: Duration = Duration::from_millis(2);
     const CAP: Duration = Duration::from_millis(100);
 
-    /// A backoff at its first step.
+    /// A backoff at its first step, capped at 100 ms.
     pub fn new() -> Self {
-        Self { step: Self::FIRST }
+        Self::with_cap(Self::CAP)
+    }
+
+    /// A backoff whose step stops growing at `cap`.
+    pub fn with_cap(cap: Duration) -> Self {
+        Self {
+            step: Self::FIRST.min(cap),
+            cap,
+        }
     }
 
     /// The next nap; the step doubles up to the cap.
     pub fn next_nap(&mut self) -> Duration {
         let step = self.step;
-        self.step = (step * 2).min(Self::CAP);
+        self.step = (step * 2).min(self.cap);
         let half = step / 2;
         half + half.mul_f64(rand::rng().random::<f64>())
     }

@@ -4,11 +4,14 @@ use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
-use lock_core::wait::{ReleaseSignals, poll_acquire};
+use std::sync::Arc;
+
+use lock_core::wait::{Backoff, ReleaseSignals, poll_acquire_with};
 use lock_core::{
     AcquireRequest, Capabilities, Error, FencingToken, Holder, Lease, LockBackend, LockName,
     OwnerToken, Result, WaitBudget, async_trait,
 };
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::driver::{Driver, Released};
@@ -26,26 +29,74 @@ use crate::driver::{Driver, Released};
 /// local waiter at once.
 pub struct SqlBackend {
     driver: Box<dyn Driver>,
-    signals: ReleaseSignals,
+    signals: Arc<ReleaseSignals>,
     op_timeout: Duration,
+    max_name_len: usize,
+    poll_cap: Duration,
+    listener: Option<JoinHandle<()>>,
 }
 
 impl SqlBackend {
+    /// Waiters re-check at least this often when nothing wakes them.
+    const POLL_CAP: Duration = Duration::from_millis(100);
+
     pub(crate) fn new(driver: impl Driver, op_timeout: Duration) -> Self {
         Self {
             driver: Box::new(driver),
-            signals: ReleaseSignals::new(),
+            signals: Arc::new(ReleaseSignals::new()),
             op_timeout,
+            max_name_len: LockName::MAX_LEN,
+            poll_cap: Self::POLL_CAP,
+            listener: None,
         }
     }
 
+    /// Limits names to what the table's `name` column holds, when a table
+    /// made by somebody else has a narrower column than ours.
+    pub(crate) fn with_name_limit(mut self, max_len: usize) -> Self {
+        self.max_name_len = max_len.min(LockName::MAX_LEN);
+        self
+    }
+
+    /// The registry a server-side notification listener feeds.
+    pub(crate) fn signals(&self) -> Arc<ReleaseSignals> {
+        self.signals.clone()
+    }
+
+    /// Keeps `listener` (a task feeding [`Self::signals`]) alive as long as
+    /// the backend, and lets waiters poll rarely, as a safety net only.
+    pub(crate) fn with_listener(mut self, listener: JoinHandle<()>, poll_cap: Duration) -> Self {
+        self.listener = Some(listener);
+        self.poll_cap = poll_cap;
+        self
+    }
+
+    fn check_name(&self, name: &LockName) -> Result<()> {
+        if name.as_str().len() > self.max_name_len {
+            return Err(Error::InvalidName {
+                name: name.to_string(),
+                reason: format!(
+                    "the table's name column holds at most {} characters",
+                    self.max_name_len
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// Connects to the database a URL names. The schemes accepted depend on
-    /// the features compiled in: `sqlite://` (feature `sqlite`).
+    /// the features compiled in: `sqlite://` (feature `sqlite`),
+    /// `postgres://` and `postgresql://` (feature `postgres`), `mysql://` and
+    /// `mariadb://` (feature `mysql`).
     pub async fn connect(url: &str) -> Result<Self> {
         let scheme = url.split_once(':').map_or(url, |(s, _)| s);
         match scheme {
             #[cfg(feature = "sqlite")]
             "sqlite" => crate::sqlite::connect(url).await,
+            #[cfg(feature = "postgres")]
+            "postgres" | "postgresql" => crate::postgres::connect(url).await,
+            #[cfg(feature = "mysql")]
+            "mysql" | "mariadb" => crate::mysql::connect(url).await,
             _ => Err(Error::UnknownScheme {
                 scheme: scheme.to_owned(),
                 supported: crate::SCHEMES.to_vec(),
@@ -91,6 +142,7 @@ impl LockBackend for SqlBackend {
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {
+        self.check_name(&req.name)?;
         let sent = Instant::now();
         let owner = req.owner.to_hex();
         let version = self
@@ -107,7 +159,15 @@ impl LockBackend for SqlBackend {
     }
 
     async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
-        poll_acquire(self, req, budget, Some(&self.signals)).await
+        self.check_name(&req.name)?;
+        poll_acquire_with(
+            self,
+            req,
+            budget,
+            Some(&self.signals),
+            Backoff::with_cap(self.poll_cap),
+        )
+        .await
     }
 
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
@@ -158,6 +218,7 @@ impl LockBackend for SqlBackend {
     }
 
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
+        self.check_name(name)?;
         let row = self
             .bounded("holder", self.driver.holder(name.as_str()))
             .await?;
@@ -169,6 +230,14 @@ impl LockBackend for SqlBackend {
             })
         })
         .transpose()
+    }
+}
+
+impl Drop for SqlBackend {
+    fn drop(&mut self) {
+        if let Some(listener) = &self.listener {
+            listener.abort();
+        }
     }
 }
 

@@ -14,6 +14,18 @@ pub(crate) struct Row {
     pub(crate) remaining: Duration,
 }
 
+impl Row {
+    /// A row from the raw columns the holder queries return: versions start
+    /// at 1, and a lease already run out has no time left.
+    pub(crate) fn from_columns(owner: String, version: i64, remaining_ms: i64) -> Self {
+        Self {
+            owner,
+            version: u64::try_from(version).unwrap_or(0),
+            remaining: Duration::from_millis(u64::try_from(remaining_ms).unwrap_or(0)),
+        }
+    }
+}
+
 /// What a compare-owner-and-version release found.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Released {

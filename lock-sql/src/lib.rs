@@ -5,6 +5,12 @@
 mod backend;
 mod driver;
 mod errors;
+#[cfg(feature = "mysql")]
+mod mysql;
+mod options;
+#[cfg(feature = "postgres")]
+mod postgres;
+mod returning;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod table;
@@ -16,4 +22,12 @@ pub use table::TableName;
 pub const SCHEMES: &[&str] = &[
     #[cfg(feature = "sqlite")]
     "sqlite",
+    #[cfg(feature = "postgres")]
+    "postgres",
+    #[cfg(feature = "postgres")]
+    "postgresql",
+    #[cfg(feature = "mysql")]
+    "mysql",
+    #[cfg(feature = "mysql")]
+    "mariadb",
 ];

@@ -10,21 +10,15 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use lock_core::url::QueryOptions;
-use lock_core::{Capabilities, Error, Fencing, Result, async_trait};
+use lock_core::{Capabilities, Error, Fencing, Result};
+use sqlx::AssertSqlSafe;
 use sqlx::error::DatabaseError;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-};
-use sqlx::{AssertSqlSafe, Row as _};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
 use crate::backend::SqlBackend;
-use crate::driver::{Driver, Released, Row};
 use crate::errors::ErrorMap;
-use crate::table::TableName;
-
-const OPTIONS: &[&str] = &["table", "timeout", "synchronous", "pool_size"];
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
-const DEFAULT_POOL_SIZE: u32 = 4;
+use crate::options::{COMMON, CommonOptions};
+use crate::returning::{ReturningDriver, Statements};
 
 /// The database's clock in milliseconds since the Unix epoch. SQLite keeps
 /// `'now'` fixed for the length of one statement.
@@ -36,10 +30,8 @@ const CAPABILITIES: Capabilities = Capabilities::new("sqlite", Fencing::Strict);
 #[derive(Debug)]
 struct Config {
     path: PathBuf,
-    table: TableName,
-    timeout: Duration,
+    common: CommonOptions,
     synchronous: SqliteSynchronous,
-    pool_size: u32,
 }
 
 impl Config {
@@ -57,17 +49,7 @@ impl Config {
             ));
         }
         let mut q = QueryOptions::parse(url)?;
-        let table = match q.take("table") {
-            Some(t) => TableName::new(&t, url)?,
-            None => TableName::default(),
-        };
-        let timeout = q.take_duration("timeout")?.unwrap_or(DEFAULT_TIMEOUT);
-        if timeout.is_zero() {
-            return Err(Error::invalid_url(
-                url,
-                "option \"timeout\" must be more than zero",
-            ));
-        }
+        let common = CommonOptions::take(&mut q, url)?;
         let synchronous = match q.take("synchronous").as_deref() {
             None | Some("full") => SqliteSynchronous::Full,
             Some("normal") => SqliteSynchronous::Normal,
@@ -78,22 +60,11 @@ impl Config {
                 ));
             }
         };
-        let pool_size = q
-            .take_parsed::<u32>("pool_size", "a whole number from 1 to 64")?
-            .unwrap_or(DEFAULT_POOL_SIZE);
-        if !(1..=64).contains(&pool_size) {
-            return Err(Error::invalid_url(
-                url,
-                "option \"pool_size\" must be from 1 to 64",
-            ));
-        }
-        q.finish(OPTIONS)?;
+        q.finish(&[COMMON, &["synchronous"]].concat())?;
         Ok(Self {
             path: PathBuf::from(path),
-            table,
-            timeout,
+            common,
             synchronous,
-            pool_size,
         })
     }
 }
@@ -158,20 +129,24 @@ fn transient(e: &dyn DatabaseError) -> bool {
 pub(crate) async fn connect(url: &str) -> Result<SqlBackend> {
     let config = Config::parse(url)?;
     check_directory(&config.path)?;
+    let common = &config.common;
     let errors = ErrorMap {
         backend: "sqlite",
         transient,
-        pool_timeout: config.timeout,
+        pool_timeout: common.connect_timeout,
     };
     let options = SqliteConnectOptions::new()
         .filename(&config.path)
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(config.synchronous)
-        .busy_timeout(config.timeout);
+        .busy_timeout(common.timeout);
     let pool = SqlitePoolOptions::new()
-        .max_connections(config.pool_size)
-        .acquire_timeout(config.timeout)
+        .max_connections(common.pool_size)
+        // One round trip per operation: no ping before each statement. A
+        // dead connection surfaces as a retryable error instead.
+        .test_before_acquire(false)
+        .acquire_timeout(common.connect_timeout)
         .connect_with(options)
         .await
         .map_err(|e| match e {
@@ -182,164 +157,60 @@ pub(crate) async fn connect(url: &str) -> Result<SqlBackend> {
             },
             other => errors.convert("open database", other),
         })?;
-    let driver = Sqlite::new(pool, &config.table, errors);
-    driver.create_table().await?;
+    let t = common.table.as_str();
+    // Idempotent, and safe when several processes run it at once: SQLite
+    // serialises the writers and `IF NOT EXISTS` is checked under the lock.
+    let create = format!(
+        "CREATE TABLE IF NOT EXISTS {t} (
+            name TEXT NOT NULL PRIMARY KEY,
+            owner TEXT,
+            version INTEGER NOT NULL,
+            expires_at INTEGER NOT NULL
+        )"
+    );
+    sqlx::query(AssertSqlSafe(create))
+        .execute(&pool)
+        .await
+        .map_err(|e| errors.convert("create table", e))?;
+    let driver = ReturningDriver {
+        pool,
+        sql: statements(t),
+        errors,
+        capabilities: CAPABILITIES,
+    };
     // The statement limit backs up SQLite's own busy timeout, which bounds
     // the wait for another writer.
     Ok(SqlBackend::new(
         driver,
-        config.timeout + Duration::from_secs(1),
+        common.timeout + Duration::from_secs(1),
     ))
 }
 
-/// The SQL text of every statement, built once for the configured table.
-#[derive(Debug)]
-struct Statements {
-    create: String,
-    acquire: String,
-    renew: String,
-    release: String,
-    abandon: String,
-    holder: String,
-}
-
-impl Statements {
-    fn new(t: &str) -> Self {
-        Self {
-            create: format!(
-                "CREATE TABLE IF NOT EXISTS {t} (
-                    name TEXT NOT NULL PRIMARY KEY,
-                    owner TEXT,
-                    version INTEGER NOT NULL,
-                    expires_at INTEGER NOT NULL
-                )"
-            ),
-            // Taking over keeps the version when the same owner asks again
-            // (its earlier reply was lost) and bumps it for anybody else.
-            acquire: format!(
-                "INSERT INTO {t} (name, owner, version, expires_at) VALUES (?1, ?2, 1, {NOW_MS} + ?3)
-                 ON CONFLICT (name) DO UPDATE SET
-                    version = CASE WHEN {t}.owner IS excluded.owner THEN {t}.version ELSE {t}.version + 1 END,
-                    owner = excluded.owner,
-                    expires_at = excluded.expires_at
-                 WHERE {t}.owner IS NULL OR {t}.expires_at <= {NOW_MS} OR {t}.owner = excluded.owner
-                 RETURNING version"
-            ),
-            renew: format!(
-                "UPDATE {t} SET expires_at = {NOW_MS} + ?4
-                 WHERE name = ?1 AND owner = ?2 AND version = ?3 AND expires_at > {NOW_MS}"
-            ),
-            release: format!(
-                "UPDATE {t} SET owner = NULL
-                 WHERE name = ?1 AND owner = ?2 AND version = ?3
-                 RETURNING expires_at > {NOW_MS}"
-            ),
-            abandon: format!("UPDATE {t} SET owner = NULL WHERE name = ?1 AND owner = ?2"),
-            holder: format!(
-                "SELECT owner, version, expires_at - {NOW_MS} FROM {t}
-                 WHERE name = ?1 AND owner IS NOT NULL AND expires_at > {NOW_MS}"
-            ),
-        }
-    }
-}
-
-#[derive(Debug)]
-struct Sqlite {
-    pool: SqlitePool,
-    sql: Statements,
-    errors: ErrorMap,
-}
-
-impl Sqlite {
-    fn new(pool: SqlitePool, table: &TableName, errors: ErrorMap) -> Self {
-        Self {
-            pool,
-            sql: Statements::new(table.as_str()),
-            errors,
-        }
-    }
-
-    /// Idempotent, and safe when several processes run it at once: SQLite
-    /// serialises the writers and `IF NOT EXISTS` is checked under the lock.
-    async fn create_table(&self) -> Result<()> {
-        sqlx::query(AssertSqlSafe(self.sql.create.as_str()))
-            .execute(&self.pool)
-            .await
-            .map_err(|e| self.errors.convert("create table", e))?;
-        Ok(())
-    }
-}
-
-fn version(v: i64) -> u64 {
-    // Versions start at 1 and only grow.
-    u64::try_from(v).unwrap_or(0)
-}
-
-#[async_trait]
-impl Driver for Sqlite {
-    fn capabilities(&self) -> Capabilities {
-        CAPABILITIES
-    }
-
-    async fn acquire(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<Option<u64>> {
-        let row = sqlx::query(AssertSqlSafe(self.sql.acquire.as_str()))
-            .bind(name)
-            .bind(owner)
-            .bind(ttl_ms)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(|e| self.errors.convert("acquire", e))?;
-        Ok(row.map(|r| version(r.get(0))))
-    }
-
-    async fn renew(&self, name: &str, owner: &str, version: u64, ttl_ms: i64) -> Result<bool> {
-        let done = sqlx::query(AssertSqlSafe(self.sql.renew.as_str()))
-            .bind(name)
-            .bind(owner)
-            .bind(i64::try_from(version).unwrap_or(i64::MAX))
-            .bind(ttl_ms)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| self.errors.convert("renew", e))?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    async fn release(&self, name: &str, owner: &str, version: u64) -> Result<Released> {
-        let row = sqlx::query(AssertSqlSafe(self.sql.release.as_str()))
-            .bind(name)
-            .bind(owner)
-            .bind(i64::try_from(version).unwrap_or(i64::MAX))
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(|e| self.errors.convert("release", e))?;
-        Ok(match row.map(|r| r.get::<bool, _>(0)) {
-            Some(true) => Released::InTime,
-            Some(false) => Released::Late,
-            None => Released::NotOurs,
-        })
-    }
-
-    async fn abandon(&self, name: &str, owner: &str) -> Result<()> {
-        sqlx::query(AssertSqlSafe(self.sql.abandon.as_str()))
-            .bind(name)
-            .bind(owner)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| self.errors.convert("abandon", e))?;
-        Ok(())
-    }
-
-    async fn holder(&self, name: &str) -> Result<Option<Row>> {
-        let row = sqlx::query(AssertSqlSafe(self.sql.holder.as_str()))
-            .bind(name)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(|e| self.errors.convert("holder", e))?;
-        Ok(row.map(|r| Row {
-            owner: r.get(0),
-            version: version(r.get(1)),
-            remaining: Duration::from_millis(u64::try_from(r.get::<i64, _>(2)).unwrap_or(0)),
-        }))
+fn statements(t: &str) -> Statements {
+    Statements {
+        acquire: format!(
+            "INSERT INTO {t} (name, owner, version, expires_at) VALUES (?1, ?2, 1, {NOW_MS} + ?3)
+             ON CONFLICT (name) DO UPDATE SET
+                version = CASE WHEN {t}.owner IS excluded.owner THEN {t}.version ELSE {t}.version + 1 END,
+                owner = excluded.owner,
+                expires_at = excluded.expires_at
+             WHERE {t}.owner IS NULL OR {t}.expires_at <= {NOW_MS} OR {t}.owner = excluded.owner
+             RETURNING version"
+        ),
+        renew: format!(
+            "UPDATE {t} SET expires_at = {NOW_MS} + ?4
+             WHERE name = ?1 AND owner = ?2 AND version = ?3 AND expires_at > {NOW_MS}"
+        ),
+        release: format!(
+            "UPDATE {t} SET owner = NULL
+             WHERE name = ?1 AND owner = ?2 AND version = ?3
+             RETURNING expires_at > {NOW_MS}"
+        ),
+        abandon: format!("UPDATE {t} SET owner = NULL WHERE name = ?1 AND owner = ?2"),
+        holder: format!(
+            "SELECT owner, version, expires_at - {NOW_MS} FROM {t}
+             WHERE name = ?1 AND owner IS NOT NULL AND expires_at > {NOW_MS}"
+        ),
     }
 }
 
@@ -351,8 +222,8 @@ mod tests {
     fn urls_name_a_file_and_known_options() {
         let c = Config::parse("sqlite://dir/x.db?table=t1&timeout=2s&synchronous=normal").unwrap();
         assert_eq!(c.path, PathBuf::from("dir/x.db"));
-        assert_eq!(c.table.as_str(), "t1");
-        assert_eq!(c.timeout, Duration::from_secs(2));
+        assert_eq!(c.common.table.as_str(), "t1");
+        assert_eq!(c.common.timeout, Duration::from_secs(2));
         assert_eq!(
             Config::parse("sqlite:///tmp/a%20b.db").unwrap().path,
             PathBuf::from("/tmp/a b.db")

@@ -1,0 +1,144 @@
+//! A loopback TCP proxy that injects network faults between a client and a
+//! server: forward, stall every byte, or cut a connection right after the
+//! server has answered a request (so the request was applied but its reply
+//! is lost).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+/// What the proxy does with traffic now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Pass everything through.
+    None,
+    /// Hold every byte in both directions (a hung server or network).
+    Stall,
+    /// Forward the next request (a client message larger than a keep-alive
+    /// ping), then swallow the server's reply to it and close that
+    /// connection; then go back to [`Fault::None`].
+    DropNextReply,
+}
+
+/// A running proxy; stops when dropped.
+#[derive(Debug)]
+pub struct Proxy {
+    addr: SocketAddr,
+    fault: Arc<Mutex<Fault>>,
+    accept: JoinHandle<()>,
+}
+
+impl Proxy {
+    /// Proxies a new loopback port to `127.0.0.1:target`.
+    pub async fn start(target: u16) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the proxy");
+        let addr = listener.local_addr().expect("proxy address");
+        let fault = Arc::new(Mutex::new(Fault::None));
+        let shared = fault.clone();
+        let accept = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let fault = shared.clone();
+                tokio::spawn(async move {
+                    if let Ok(server) = TcpStream::connect(("127.0.0.1", target)).await {
+                        relay(client, server, fault).await;
+                    }
+                });
+            }
+        });
+        Self {
+            addr,
+            fault,
+            accept,
+        }
+    }
+
+    /// The port clients should connect to.
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// Changes what the proxy does from now on.
+    pub fn set(&self, fault: Fault) {
+        *self.fault.lock().expect("poisoned") = fault;
+    }
+
+    /// What the proxy does now.
+    pub fn fault(&self) -> Fault {
+        *self.fault.lock().expect("poisoned")
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+/// Client messages up to this size are pings and the like (MySQL's
+/// `COM_PING` is 5 bytes, PostgreSQL's `Sync` 5), not requests.
+const PING_SIZE: usize = 16;
+
+async fn relay(client: TcpStream, server: TcpStream, fault: Arc<Mutex<Fault>>) {
+    let (client_read, client_write) = client.into_split();
+    let (server_read, server_write) = server.into_split();
+    // Set by the upstream pump when it forwards the request whose reply is
+    // to be lost on this connection.
+    let cut = Arc::new(AtomicBool::new(false));
+    let upstream = pump(
+        client_read,
+        server_write,
+        fault.clone(),
+        Direction::Request(cut.clone()),
+    );
+    let downstream = pump(server_read, client_write, fault, Direction::Reply(cut));
+    // When either direction ends, both sockets are dropped: the connection
+    // is cut for both peers.
+    tokio::select! {
+        () = upstream => {}
+        () = downstream => {}
+    }
+}
+
+enum Direction {
+    Request(Arc<AtomicBool>),
+    Reply(Arc<AtomicBool>),
+}
+
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    fault: Arc<Mutex<Fault>>,
+    direction: Direction,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        while *fault.lock().expect("poisoned") == Fault::Stall {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        match &direction {
+            Direction::Request(cut) if n > PING_SIZE => {
+                let mut now = fault.lock().expect("poisoned");
+                if *now == Fault::DropNextReply {
+                    *now = Fault::None;
+                    cut.store(true, Ordering::SeqCst);
+                }
+            }
+            Direction::Reply(cut) if cut.load(Ordering::SeqCst) => return,
+            _ => {}
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! MariaDB from the `mariadb-server` package: `mariadb-install-db`, then
+//! `mariadbd` on a free loopback port, with a password-protected user.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use tokio::sync::OnceCell;
+
+use lock_core::async_trait;
+
+use super::{SqlServer, Supervised, data_dir, find_binary, free_port, run_as, wait_until_ready};
+
+const USER: &str = "distlock";
+const PASSWORD: &str = "maria-test-secret";
+const DATABASE: &str = "distlock";
+const SBIN: &[&str] = &["/usr/sbin", "/usr/bin"];
+
+/// A running MariaDB server with a database and user for the tests.
+#[derive(Debug)]
+pub struct Mariadb {
+    port: u16,
+    process: Supervised,
+}
+
+impl Mariadb {
+    /// Starts a new server of its own (for tests that stop or restart it).
+    pub async fn start() -> Self {
+        let install = find_binary("mariadb-install-db", SBIN, "mariadb-server");
+        let mariadbd = find_binary("mariadbd", SBIN, "mariadb-server");
+        let client = find_binary("mariadb", SBIN, "mariadb-client");
+        let dir = data_dir("mysql");
+        let data = dir.join("data");
+        let socket = dir.join("mysqld.sock");
+        let root = nix::unistd::geteuid().is_root();
+        let user_arg = "--user=mysql";
+        let mut install_args = vec![
+            install.to_string_lossy().into_owned(),
+            "--no-defaults".into(),
+            format!("--datadir={}", data.display()),
+            "--auth-root-authentication-method=socket".into(),
+            "--skip-test-db".into(),
+        ];
+        if root {
+            install_args.push(user_arg.into());
+        }
+        let install_args: Vec<&str> = install_args.iter().map(String::as_str).collect();
+        run_as(None, &install_args);
+        let port = free_port();
+        let mut command = vec![
+            mariadbd.to_string_lossy().into_owned(),
+            "--no-defaults".into(),
+            format!("--datadir={}", data.display()),
+            format!("--port={port}"),
+            "--bind-address=127.0.0.1".into(),
+            format!("--socket={}", socket.display()),
+            format!("--pid-file={}", dir.join("mysqld.pid").display()),
+            "--skip-name-resolve".into(),
+            "--innodb-buffer-pool-size=64M".into(),
+            "--max-connections=400".into(),
+        ];
+        if root {
+            command.push(user_arg.into());
+        }
+        let command: Vec<&str> = command.iter().map(String::as_str).collect();
+        let process = Supervised::start(&dir, "TERM", &command);
+        let setup = format!(
+            "CREATE DATABASE IF NOT EXISTS {DATABASE};
+             CREATE USER IF NOT EXISTS '{USER}'@'127.0.0.1' IDENTIFIED BY '{PASSWORD}';
+             GRANT ALL ON {DATABASE}.* TO '{USER}'@'127.0.0.1';"
+        );
+        wait_until_ready(
+            "mariadb",
+            Duration::from_secs(60),
+            || process.log(),
+            || async { root_sql(&client, &socket, &setup) },
+        )
+        .await;
+        let server = Self { port, process };
+        server.wait_ready().await;
+        server
+    }
+
+    /// One server shared by every test in this test binary.
+    pub async fn shared() -> &'static Self {
+        static SHARED: OnceCell<Mariadb> = OnceCell::const_new();
+        SHARED.get_or_init(Self::start).await
+    }
+}
+
+#[async_trait]
+impl SqlServer for Mariadb {
+    fn label(&self) -> &'static str {
+        "mariadb"
+    }
+
+    fn url(&self, query: &str) -> String {
+        self.url_via(self.port, query)
+    }
+
+    fn url_via(&self, port: u16, query: &str) -> String {
+        let base = format!("mariadb://{USER}:{PASSWORD}@127.0.0.1:{port}/{DATABASE}");
+        if query.is_empty() {
+            base
+        } else {
+            format!("{base}?{query}")
+        }
+    }
+
+    fn port(&self) -> u16 {
+        self.port
+    }
+
+    fn password(&self) -> &'static str {
+        PASSWORD
+    }
+
+    fn process(&self) -> &Supervised {
+        &self.process
+    }
+
+    async fn wait_ready(&self) {
+        let url = self.url("table=distlock_ready&connect_timeout=1s");
+        wait_until_ready(
+            "mariadb",
+            Duration::from_secs(60),
+            || self.process.log(),
+            || async { distlock::connect_backend(&url).await.is_ok() },
+        )
+        .await;
+    }
+}
+
+/// Runs SQL as the server's root account over its socket (MariaDB lets the
+/// system's root in without a password there).
+fn root_sql(client: &Path, socket: &Path, sql: &str) -> bool {
+    Command::new(client)
+        .arg("--no-defaults")
+        .arg(format!("--socket={}", socket.display()))
+        .args(["-u", "root", "-e", sql])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}

@@ -1,0 +1,253 @@
+//! MySQL and MariaDB: one statement per operation without `RETURNING`.
+//!
+//! MariaDB 10.11 has no `UPDATE … RETURNING` and MySQL none at all, so each
+//! statement reports its answer through `LAST_INSERT_ID(expr)`: the server
+//! sends the last value given to it in the statement's OK packet
+//! (`last_insert_id`), and nothing else in the statement can change that
+//! value. Waiters poll with jittered backoff: there is no notification
+//! mechanism to wake them.
+
+use std::str::FromStr;
+
+use lock_core::url::QueryOptions;
+use lock_core::{Capabilities, Error, Fencing, LockName, Result, async_trait};
+use sqlx::error::DatabaseError;
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use sqlx::{AssertSqlSafe, Row as _};
+
+use crate::backend::SqlBackend;
+use crate::driver::{Driver, Released, Row};
+use crate::errors::ErrorMap;
+use crate::options::{COMMON, CommonOptions, driver_url};
+
+/// Options handed to sqlx unchanged: TLS.
+const PASSTHROUGH: &[&str] = &["ssl-mode", "ssl-ca", "ssl-cert", "ssl-key"];
+
+const CAPABILITIES: Capabilities = Capabilities::new("mysql", Fencing::Strict);
+
+/// The database's clock in milliseconds; `NOW(3)` is fixed for the length of
+/// one statement.
+const NOW_MS: &str = "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)";
+
+/// "The row may be taken": free, expired, or already ours. Evaluated against
+/// the row as it is when the expression runs (see [`Statements::acquire`]).
+const TAKEABLE: &str = "(owner IS NULL OR expires_at <= NOW_MS OR owner = VALUES(owner))";
+
+fn transient(e: &dyn DatabaseError) -> bool {
+    // 1205 lock wait timeout, 1213 deadlock, 1040 too many connections,
+    // 1053 server shutdown, 2006/2013 server gone / lost connection.
+    const CODES: &[&str] = &["1205", "1213", "1040", "1053", "2006", "2013"];
+    let code = e
+        .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+        .map(|m| m.number().to_string());
+    code.is_some_and(|c| CODES.contains(&c.as_str()))
+}
+
+/// Connects to the database a `mysql://` or `mariadb://` URL names, creating
+/// the table if it is missing.
+pub(crate) async fn connect(url: &str) -> Result<SqlBackend> {
+    let mut q = QueryOptions::parse(url)?;
+    let common = CommonOptions::take(&mut q, url)?;
+    let sqlx_url = driver_url(url, &mut q, PASSTHROUGH);
+    q.finish(&[COMMON, PASSTHROUGH].concat())?;
+    // sqlx knows the `mysql` scheme only; both name the same protocol.
+    let sqlx_url = sqlx_url
+        .strip_prefix("mariadb:")
+        .map_or(sqlx_url.clone(), |rest| format!("mysql:{rest}"));
+    let options = MySqlConnectOptions::from_str(&sqlx_url)
+        .map_err(|e| Error::invalid_url(url, e.to_string()))?;
+    let errors = ErrorMap {
+        backend: "mysql",
+        transient,
+        pool_timeout: common.connect_timeout,
+    };
+    let pool = MySqlPoolOptions::new()
+        .max_connections(common.pool_size)
+        // One round trip per operation: no ping before each statement. A
+        // dead connection surfaces as a retryable error instead.
+        .test_before_acquire(false)
+        .acquire_timeout(common.connect_timeout)
+        .connect_with(options)
+        .await
+        .map_err(|e| errors.convert("connect", e))?;
+    let t = common.table.as_str();
+    // Names compare byte for byte (`ascii_bin`), as on the other backends;
+    // the default collation would make "Job" and "job" one lock.
+    // `CREATE TABLE IF NOT EXISTS` is atomic under MySQL's metadata locks.
+    let create = format!(
+        "CREATE TABLE IF NOT EXISTS {t} (
+            name VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,
+            owner CHAR(32) CHARACTER SET ascii COLLATE ascii_bin NULL,
+            version BIGINT NOT NULL,
+            expires_at BIGINT NOT NULL
+        ) ENGINE = InnoDB"
+    );
+    sqlx::query(AssertSqlSafe(create))
+        .execute(&pool)
+        .await
+        .map_err(|e| errors.convert("create table", e))?;
+    let size: Option<i64> = sqlx::query_scalar(
+        "SELECT CAST(character_maximum_length AS SIGNED) FROM information_schema.columns
+         WHERE table_schema = DATABASE() AND table_name = ? AND column_name = 'name'",
+    )
+    .bind(t)
+    .fetch_optional(&pool)
+    .await
+    .map_err(|e| errors.convert("inspect table", e))?
+    .flatten();
+    let name_limit = size
+        .and_then(|s| usize::try_from(s).ok())
+        .unwrap_or(LockName::MAX_LEN);
+    let driver = MySql {
+        pool,
+        sql: Statements::new(t),
+        errors,
+    };
+    Ok(SqlBackend::new(driver, common.timeout).with_name_limit(name_limit))
+}
+
+/// The statements for one table; `?` parameters are bound in the order each
+/// field's doc gives.
+#[derive(Debug)]
+struct Statements {
+    /// `(name, owner, ttl_ms)`; `last_insert_id` is the version when taken,
+    /// 0 when not.
+    ///
+    /// MySQL evaluates `SET` assignments left to right, each seeing the
+    /// columns already assigned. So `version` goes first (it needs the old
+    /// owner), then `owner` (still the old expiry), then `expires_at`, whose
+    /// test now sees our owner exactly when the row was takeable. A fresh
+    /// insert reports 1 from the `VALUES` row; on a duplicate, the update
+    /// always overrides it, with the new version or with 0.
+    acquire: String,
+    /// `(ttl_ms, name, owner, version)`; one row matched when extended.
+    renew: String,
+    /// `(name, owner, version)`; no row matched when not ours, else
+    /// `last_insert_id` 2 if the lease still ran, 1 if it had run out.
+    release: String,
+    /// `(name, owner)`.
+    abandon: String,
+    /// `(name)` → `(owner, version, remaining_ms)`.
+    holder: String,
+}
+
+impl Statements {
+    fn new(t: &str) -> Self {
+        let takeable = TAKEABLE.replace("NOW_MS", NOW_MS);
+        Self {
+            acquire: format!(
+                "INSERT INTO {t} (name, owner, version, expires_at) VALUES (?, ?, LAST_INSERT_ID(1), {NOW_MS} + ?)
+                 ON DUPLICATE KEY UPDATE
+                    version = IF({takeable},
+                                 LAST_INSERT_ID(IF(owner <=> VALUES(owner), version, version + 1)),
+                                 version + LAST_INSERT_ID(0)),
+                    owner = IF({takeable}, VALUES(owner), owner),
+                    expires_at = IF({takeable}, VALUES(expires_at), expires_at)"
+            ),
+            renew: format!(
+                "UPDATE {t} SET expires_at = {NOW_MS} + ?
+                 WHERE name = ? AND owner = ? AND version = ? AND expires_at > {NOW_MS}"
+            ),
+            release: format!(
+                "UPDATE {t} SET expires_at = expires_at + 0 * LAST_INSERT_ID(1 + (expires_at > {NOW_MS})), owner = NULL
+                 WHERE name = ? AND owner = ? AND version = ?"
+            ),
+            abandon: format!("UPDATE {t} SET owner = NULL WHERE name = ? AND owner = ?"),
+            holder: format!(
+                "SELECT owner, version, expires_at - {NOW_MS} FROM {t}
+                 WHERE name = ? AND owner IS NOT NULL AND expires_at > {NOW_MS}"
+            ),
+        }
+    }
+}
+
+struct MySql {
+    pool: MySqlPool,
+    sql: Statements,
+    errors: ErrorMap,
+}
+
+impl std::fmt::Debug for MySql {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The pool's options hold the password: never print them.
+        f.debug_struct("MySql")
+            .field("pool_size", &self.pool.size())
+            .finish_non_exhaustive()
+    }
+}
+
+fn signed(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+#[async_trait]
+impl Driver for MySql {
+    fn capabilities(&self) -> Capabilities {
+        CAPABILITIES
+    }
+
+    async fn acquire(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<Option<u64>> {
+        let done = sqlx::query(AssertSqlSafe(self.sql.acquire.as_str()))
+            .bind(name)
+            .bind(owner)
+            .bind(ttl_ms)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.errors.convert("acquire", e))?;
+        Ok(Some(done.last_insert_id()).filter(|v| *v > 0))
+    }
+
+    async fn renew(&self, name: &str, owner: &str, version: u64, ttl_ms: i64) -> Result<bool> {
+        let done = sqlx::query(AssertSqlSafe(self.sql.renew.as_str()))
+            .bind(ttl_ms)
+            .bind(name)
+            .bind(owner)
+            .bind(signed(version))
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.errors.convert("renew", e))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn release(&self, name: &str, owner: &str, version: u64) -> Result<Released> {
+        let done = sqlx::query(AssertSqlSafe(self.sql.release.as_str()))
+            .bind(name)
+            .bind(owner)
+            .bind(signed(version))
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.errors.convert("release", e))?;
+        Ok(match (done.rows_affected(), done.last_insert_id()) {
+            (0, _) => Released::NotOurs,
+            (_, 2) => Released::InTime,
+            _ => Released::Late,
+        })
+    }
+
+    async fn abandon(&self, name: &str, owner: &str) -> Result<()> {
+        sqlx::query(AssertSqlSafe(self.sql.abandon.as_str()))
+            .bind(name)
+            .bind(owner)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.errors.convert("abandon", e))?;
+        Ok(())
+    }
+
+    async fn holder(&self, name: &str) -> Result<Option<Row>> {
+        let row = sqlx::query(AssertSqlSafe(self.sql.holder.as_str()))
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.errors.convert("holder", e))?;
+        row.map(|r| {
+            Ok(Row::from_columns(
+                r.try_get(0)?,
+                r.try_get(1)?,
+                r.try_get(2)?,
+            ))
+        })
+        .transpose()
+        .map_err(|e| self.errors.convert("holder", e))
+    }
+}

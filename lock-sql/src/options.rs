@@ -1,0 +1,80 @@
+//! URL options every SQL dialect accepts.
+
+use std::time::Duration;
+
+use lock_core::url::QueryOptions;
+use lock_core::{Error, Result};
+
+use crate::table::TableName;
+
+/// The option names [`CommonOptions::take`] reads.
+pub(crate) const COMMON: &[&str] = &["table", "pool_size", "timeout", "connect_timeout"];
+
+/// Options every SQL dialect shares.
+#[derive(Debug)]
+pub(crate) struct CommonOptions {
+    /// The locks table.
+    pub(crate) table: TableName,
+    /// Connections per backend instance.
+    pub(crate) pool_size: u32,
+    /// The longest one statement may take, waiting for locks included.
+    pub(crate) timeout: Duration,
+    /// The longest wait for a connection, new or pooled.
+    pub(crate) connect_timeout: Duration,
+}
+
+impl CommonOptions {
+    const DEFAULT_POOL_SIZE: u32 = 4;
+    const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+    /// Takes the common options out of `q`.
+    pub(crate) fn take(q: &mut QueryOptions, url: &str) -> Result<Self> {
+        let table = match q.take("table") {
+            Some(t) => TableName::new(&t, url)?,
+            None => TableName::default(),
+        };
+        let pool_size = q
+            .take_parsed::<u32>("pool_size", "a whole number from 1 to 64")?
+            .unwrap_or(Self::DEFAULT_POOL_SIZE);
+        if !(1..=64).contains(&pool_size) {
+            return Err(Error::invalid_url(
+                url,
+                "option \"pool_size\" must be from 1 to 64",
+            ));
+        }
+        let positive = |key: &str, d: Option<Duration>| match d {
+            Some(d) if d.is_zero() => Err(Error::invalid_url(
+                url,
+                format!("option \"{key}\" must be more than zero"),
+            )),
+            Some(d) => Ok(d),
+            None => Ok(Self::DEFAULT_TIMEOUT),
+        };
+        let timeout = positive("timeout", q.take_duration("timeout")?)?;
+        let connect_timeout = positive("connect_timeout", q.take_duration("connect_timeout")?)?;
+        Ok(Self {
+            table,
+            pool_size,
+            timeout,
+            connect_timeout,
+        })
+    }
+}
+
+/// Splits `url` into the part before `?` and the query pairs whose keys are
+/// in `passthrough`, rebuilt for the driver (its TLS options, say).
+pub(crate) fn driver_url(url: &str, q: &mut QueryOptions, passthrough: &[&str]) -> String {
+    let base = url.split_once('?').map_or(url, |(b, _)| b);
+    let mut forwarded = form_urlencoded::Serializer::new(String::new());
+    for key in passthrough {
+        if let Some(value) = q.take(key) {
+            forwarded.append_pair(key, &value);
+        }
+    }
+    let query = forwarded.finish();
+    if query.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{query}")
+    }
+}

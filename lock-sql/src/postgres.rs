@@ -1,0 +1,257 @@
+//! PostgreSQL: one statement per operation, and `LISTEN/NOTIFY` so a release
+//! wakes waiters in every process at once.
+//!
+//! Release and its notification are one statement (`pg_notify` in a CTE over
+//! the `UPDATE … RETURNING`), so a notice is sent exactly when a lock was
+//! freed. Each backend instance keeps one listening connection; waiters still
+//! poll, rarely, in case a notice is lost while that connection reconnects.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::url::QueryOptions;
+use lock_core::wait::ReleaseSignals;
+use lock_core::{Capabilities, Error, Fencing, LockName, Result};
+use sqlx::AssertSqlSafe;
+use sqlx::error::DatabaseError;
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+
+use crate::backend::SqlBackend;
+use crate::errors::ErrorMap;
+use crate::options::{COMMON, CommonOptions, driver_url};
+use crate::returning::{ReturningDriver, Statements};
+use crate::table::TableName;
+
+/// Options handed to sqlx unchanged: TLS and the session's name.
+const PASSTHROUGH: &[&str] = &[
+    "sslmode",
+    "sslrootcert",
+    "sslcert",
+    "sslkey",
+    "application_name",
+];
+
+/// With notifications, polling is only a safety net.
+const POLL_CAP: Duration = Duration::from_millis(500);
+
+const CAPABILITIES: Capabilities =
+    Capabilities::new("postgres", Fencing::Strict).with_server_side_wait(true);
+
+/// Where the locks table lives: `schema.table`, or `table` on the search path.
+#[derive(Debug)]
+struct Location {
+    schema: Option<TableName>,
+    table: TableName,
+}
+
+impl Location {
+    fn qualified(&self) -> String {
+        match &self.schema {
+            Some(s) => format!("{}.{}", s.as_str(), self.table.as_str()),
+            None => self.table.as_str().to_owned(),
+        }
+    }
+
+    /// The notification channel. Channel names are cut at 63 bytes by the
+    /// server; two tables sharing a channel only cost a spurious wake-up.
+    fn channel(&self) -> String {
+        let mut channel = format!("distlock_{}", self.qualified());
+        channel.truncate(63);
+        channel
+    }
+}
+
+fn transient(e: &dyn DatabaseError) -> bool {
+    // Class 08 (connection), 40 (serialization/deadlock), 53 (resources),
+    // 57 (operator intervention: shutdown, statement timeout).
+    e.code().is_some_and(|c| {
+        ["08", "40", "53", "57"]
+            .iter()
+            .any(|class| c.starts_with(class))
+    })
+}
+
+/// Connects to the database a `postgres://` URL names, creating the table if
+/// it is missing, and starts listening for releases.
+pub(crate) async fn connect(url: &str) -> Result<SqlBackend> {
+    let mut q = QueryOptions::parse(url)?;
+    let common = CommonOptions::take(&mut q, url)?;
+    let schema = q
+        .take("schema")
+        .map(|s| TableName::new(&s, url))
+        .transpose()?;
+    let sqlx_url = driver_url(url, &mut q, PASSTHROUGH);
+    q.finish(&[COMMON, &["schema"], PASSTHROUGH].concat())?;
+    let location = Location {
+        schema,
+        table: common.table.clone(),
+    };
+    let options = PgConnectOptions::from_str(&sqlx_url)
+        .map_err(|e| Error::invalid_url(url, e.to_string()))?
+        .options([(
+            "statement_timeout",
+            format!("{}", common.timeout.as_millis()),
+        )]);
+    let errors = ErrorMap {
+        backend: "postgres",
+        transient,
+        pool_timeout: common.connect_timeout,
+    };
+    let pool = PgPoolOptions::new()
+        .max_connections(common.pool_size)
+        // One round trip per operation: no ping before each statement. A
+        // dead connection surfaces as a retryable error instead.
+        .test_before_acquire(false)
+        .acquire_timeout(common.connect_timeout)
+        .connect_with(options.clone())
+        .await
+        .map_err(|e| errors.convert("connect", e))?;
+    create_table(&pool, &location, &errors).await?;
+    let name_limit = name_column_size(&pool, &location, &errors).await?;
+    let listener = listen(options, &location.channel()).await;
+    let driver = ReturningDriver {
+        pool,
+        sql: statements(&location),
+        errors,
+        capabilities: CAPABILITIES,
+    };
+    let backend = SqlBackend::new(driver, common.timeout + Duration::from_secs(1))
+        .with_name_limit(name_limit);
+    Ok(match listener {
+        Some(listener) => {
+            let task = tokio::spawn(forward_notices(listener, backend.signals()));
+            backend.with_listener(task, POLL_CAP)
+        }
+        None => backend,
+    })
+}
+
+/// `CREATE TABLE IF NOT EXISTS` alone is not safe when two sessions race
+/// (both may try to create the row type); a transaction-scoped advisory lock
+/// on the table's name serialises them.
+async fn create_table(pool: &PgPool, at: &Location, errors: &ErrorMap) -> Result<()> {
+    let t = at.qualified();
+    let map = |e| errors.convert("create table", e);
+    let mut tx = pool.begin().await.map_err(map)?;
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+        .bind(format!("distlock:{t}"))
+        .execute(&mut *tx)
+        .await
+        .map_err(map)?;
+    if let Some(schema) = &at.schema {
+        let create = format!("CREATE SCHEMA IF NOT EXISTS {}", schema.as_str());
+        sqlx::query(AssertSqlSafe(create))
+            .execute(&mut *tx)
+            .await
+            .map_err(map)?;
+    }
+    let create = format!(
+        "CREATE TABLE IF NOT EXISTS {t} (
+            name VARCHAR(255) NOT NULL PRIMARY KEY,
+            owner CHAR(32),
+            version BIGINT NOT NULL,
+            expires_at TIMESTAMPTZ NOT NULL
+        )"
+    );
+    sqlx::query(AssertSqlSafe(create))
+        .execute(&mut *tx)
+        .await
+        .map_err(map)?;
+    tx.commit().await.map_err(map)
+}
+
+/// How long a name the table's `name` column takes (a table made by somebody
+/// else may be narrower than ours).
+async fn name_column_size(pool: &PgPool, at: &Location, errors: &ErrorMap) -> Result<usize> {
+    let size: Option<i32> = sqlx::query_scalar(
+        "SELECT character_maximum_length FROM information_schema.columns
+         WHERE table_schema = COALESCE($1, current_schema()) AND table_name = $2 AND column_name = 'name'",
+    )
+    .bind(at.schema.as_ref().map(TableName::as_str))
+    .bind(at.table.as_str())
+    .fetch_optional(pool)
+    .await
+    .map_err(|e| errors.convert("inspect table", e))?
+    .flatten();
+    Ok(size
+        .and_then(|s| usize::try_from(s).ok())
+        .unwrap_or(LockName::MAX_LEN))
+}
+
+/// A listening connection, or `None` (with a warning) if it cannot be had:
+/// waiters then fall back to polling. It has a pool of its own: a listener
+/// keeps its connection for good, and must not take one of the statements'.
+async fn listen(options: PgConnectOptions, channel: &str) -> Option<PgListener> {
+    let attempt = async {
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_lazy_with(options);
+        let mut listener = PgListener::connect_with(&pool).await?;
+        listener.listen(channel).await?;
+        Ok::<_, sqlx::Error>(listener)
+    };
+    match attempt.await {
+        Ok(listener) => Some(listener),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot LISTEN for releases; waiters will poll");
+            None
+        }
+    }
+}
+
+/// Wakes a local waiter for every release notice. `recv` reconnects by
+/// itself after a dropped connection; notices sent meanwhile are lost, which
+/// the waiters' polling covers.
+async fn forward_notices(mut listener: PgListener, signals: Arc<ReleaseSignals>) {
+    loop {
+        match listener.recv().await {
+            Ok(notice) => {
+                if let Ok(name) = LockName::new(notice.payload()) {
+                    signals.notify(&name);
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "release listener lost its connection; reconnecting");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
+fn statements(at: &Location) -> Statements {
+    let t = at.qualified();
+    let channel = at.channel();
+    let ttl = "$3::BIGINT * INTERVAL '1 millisecond'";
+    Statements {
+        acquire: format!(
+            "INSERT INTO {t} AS l (name, owner, version, expires_at) VALUES ($1, $2, 1, now() + {ttl})
+             ON CONFLICT (name) DO UPDATE SET
+                version = CASE WHEN l.owner IS NOT DISTINCT FROM EXCLUDED.owner THEN l.version ELSE l.version + 1 END,
+                owner = EXCLUDED.owner,
+                expires_at = EXCLUDED.expires_at
+             WHERE l.owner IS NULL OR l.expires_at <= now() OR l.owner = EXCLUDED.owner
+             RETURNING version"
+        ),
+        renew: format!(
+            "UPDATE {t} SET expires_at = now() + $4::BIGINT * INTERVAL '1 millisecond'
+             WHERE name = $1 AND owner = $2 AND version = $3 AND expires_at > now()"
+        ),
+        release: format!(
+            "WITH freed AS (
+                UPDATE {t} SET owner = NULL
+                WHERE name = $1 AND owner = $2 AND version = $3
+                RETURNING name, expires_at > now() AS in_time
+             )
+             SELECT in_time, pg_notify('{channel}', name) FROM freed"
+        ),
+        abandon: format!(
+            "WITH freed AS (UPDATE {t} SET owner = NULL WHERE name = $1 AND owner = $2 RETURNING name)
+             SELECT pg_notify('{channel}', name) FROM freed"
+        ),
+        holder: format!(
+            "SELECT owner, version, (EXTRACT(EPOCH FROM expires_at - now()) * 1000)::BIGINT FROM {t}
+             WHERE name = $1 AND owner IS NOT NULL AND expires_at > now()"
+        ),
+    }
+}
