@@ -80,6 +80,13 @@ impl UrlTarget {
         let server = crate::servers::mariadb::Mariadb::shared().await;
         Self::new("mariadb", server.url(&format!("table={}", fresh_table())))
     }
+
+    /// A fresh key prefix on the shared Redis test server.
+    #[cfg(feature = "redis")]
+    pub async fn redis() -> Self {
+        let server = crate::servers::redis::Redis::shared().await;
+        Self::new("redis", server.url(&format!("prefix={}:", fresh_table())))
+    }
 }
 
 /// A table name no other test uses, so each test also exercises creating

@@ -7,3 +7,4 @@ conformance_suite!(memory, async { MemoryTarget::new() });
 conformance_suite!(sqlite, async { UrlTarget::sqlite() });
 conformance_suite!(postgres, UrlTarget::postgres());
 conformance_suite!(mariadb, UrlTarget::mariadb());
+conformance_suite!(redis, UrlTarget::redis());

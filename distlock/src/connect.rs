@@ -34,6 +34,10 @@ pub const SCHEMES: &[&str] = &[
     "mysql",
     #[cfg(feature = "mysql")]
     "mariadb",
+    #[cfg(feature = "redis")]
+    "redis",
+    #[cfg(feature = "redis")]
+    "rediss",
 ];
 
 /// Query options every URL accepts, read by distlock itself rather than by
@@ -81,6 +85,8 @@ pub async fn connect_backend(url: &str) -> Result<Arc<dyn LockBackend>> {
         "postgres" | "postgresql" => Ok(Arc::new(lock_sql::SqlBackend::connect(url).await?)),
         #[cfg(feature = "mysql")]
         "mysql" | "mariadb" => Ok(Arc::new(lock_sql::SqlBackend::connect(url).await?)),
+        #[cfg(feature = "redis")]
+        "redis" | "rediss" => Ok(Arc::new(lock_redis::RedisBackend::connect(url).await?)),
         _ => Err(unsupported(scheme)),
     }
 }

@@ -10,3 +10,7 @@ pub use lock_core::*;
 /// The SQL backend: SQLite, PostgreSQL, MySQL/MariaDB.
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 pub use lock_sql;
+
+/// The single-Redis backend.
+#[cfg(feature = "redis")]
+pub use lock_redis;

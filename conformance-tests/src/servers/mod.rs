@@ -12,6 +12,8 @@
 pub mod mariadb;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(feature = "redis")]
+pub mod redis;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
@@ -23,7 +25,8 @@ use std::time::Duration;
 use lock_core::async_trait;
 
 /// Runs the server (the arguments after the data directory and the stop
-/// signal) and obeys `stop`, `start` and `kill` lines on stdin, answering
+/// signal) and obeys `stop`, `start`, `kill`, `pause` and `resume` lines on
+/// stdin, answering
 /// each on stdout. At end of input it stops the server and deletes the
 /// directory.
 const WATCHDOG: &str = r#"
@@ -34,6 +37,8 @@ while read -r cmd; do
     case $cmd in
         stop) kill -s "$sig" "$pid"; wait "$pid"; echo stopped ;;
         kill) kill -s KILL "$pid"; wait "$pid"; echo stopped ;;
+        pause) kill -s STOP "$pid"; echo paused ;;
+        resume) kill -s CONT "$pid"; echo resumed ;;
         start) run "$@"; echo started ;;
     esac
 done
@@ -108,6 +113,17 @@ impl Supervised {
         self.command("kill");
     }
 
+    /// Freezes the server with SIGSTOP: it keeps its connections but answers
+    /// nothing, like a hung host.
+    pub fn pause(&self) {
+        self.command("pause");
+    }
+
+    /// Thaws a paused server with SIGCONT.
+    pub fn resume(&self) {
+        self.command("resume");
+    }
+
     /// Starts the server again on the same data and port.
     pub fn restart(&self) {
         self.command("start");
@@ -175,7 +191,7 @@ pub fn data_dir(user: &str) -> PathBuf {
         .tempdir()
         .expect("create a temporary directory")
         .keep();
-    if nix::unistd::geteuid().is_root() {
+    if nix::unistd::geteuid().is_root() && user != "root" {
         let account = nix::unistd::User::from_name(user)
             .ok()
             .flatten()

@@ -1,0 +1,268 @@
+//! Redis beyond the conformance suite: plain `SET NX PX` clients,
+//! restarts without persistence, a hung server, replication with `WAIT`,
+//! pub/sub wake-ups, and secrets.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use conformance_tests::servers::redis::Redis;
+use conformance_tests::targets::fresh_table;
+use distlock::lock_redis::RedisBackend;
+use lock_core::{AcquireOptions, Error, LockBackend, LockState, Locker, Wait};
+use tokio::time::{Instant, sleep, timeout};
+
+fn prefix() -> String {
+    format!("{}:", fresh_table())
+}
+
+async fn locker(url: &str) -> Locker {
+    Locker::from_arc(distlock::connect_backend(url).await.expect("connect"))
+}
+
+fn opts(ttl: Duration, wait: Wait) -> AcquireOptions {
+    AcquireOptions::with_ttl(ttl).wait(wait)
+}
+
+/// `redis-cli SET key x NX PX` on the lock's key is refused while distlock
+/// holds it, succeeds after release, and distlock then waits for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_set_nx_px_clients_exclude_each_other() {
+    let server = Redis::shared().await;
+    let prefix = prefix();
+    let key = format!("{prefix}interop");
+    let l = locker(&server.url(&format!("prefix={prefix}"))).await;
+    let guard = l
+        .lock_with("interop", opts(Duration::from_secs(10), Wait::No))
+        .await
+        .expect("free");
+    let refused = server
+        .cli(&["SET", &key, "x", "NX", "PX", "10000"])
+        .expect("redis-cli");
+    assert_ne!(
+        refused.trim(),
+        "OK",
+        "SET NX succeeded while distlock held the lock"
+    );
+    guard.release().await.expect("release");
+    let granted = server
+        .cli(&["SET", &key, "x", "NX", "PX", "1500"])
+        .expect("redis-cli");
+    assert_eq!(granted.trim(), "OK", "SET NX after distlock released");
+    assert!(
+        l.try_lock("interop").await.expect("try_lock").is_none(),
+        "distlock sees the plain lock"
+    );
+    let waited = l
+        .lock_with(
+            "interop",
+            opts(Duration::from_secs(10), Wait::For(Duration::from_secs(20))),
+        )
+        .await
+        .expect("granted once the plain lock expired");
+    assert_eq!(
+        server.cli(&["GET", &key]).expect("redis-cli").trim(),
+        waited.lease().owner().to_hex(),
+        "the key holds just the owner token"
+    );
+    waited.release().await.expect("release");
+}
+
+/// A restart with no persistence loses every key, fence counters included;
+/// tokens still go up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_survives_a_restart_without_persistence() {
+    let server = Redis::start().await;
+    let prefix = prefix();
+    let url = server.url(&format!("prefix={prefix}"));
+    let before = {
+        let l = locker(&url).await;
+        let g = l.try_lock("fence").await.expect("try_lock").expect("free");
+        let token = g.token();
+        g.release().await.expect("release");
+        token
+    };
+    server.process().stop();
+    server.process().restart();
+    server.wait_ready().await;
+    let fence_key = format!("{prefix}fence#fence");
+    assert_eq!(
+        server
+            .cli(&["EXISTS", &fence_key])
+            .expect("redis-cli")
+            .trim(),
+        "0",
+        "the counter is gone"
+    );
+    let l = locker(&url).await;
+    let g = l.try_lock("fence").await.expect("try_lock").expect("free");
+    assert!(
+        g.token() > before,
+        "{:?} after {before:?} across a restart",
+        g.token()
+    );
+    g.release().await.expect("release");
+}
+
+/// A server frozen with SIGSTOP: calls fail within the timeout instead of
+/// hanging, the holder's guard goes at risk, and recovers when it thaws.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_server_gives_timeouts_not_hangs() {
+    let server = Redis::start().await;
+    let url = server.url(&format!("prefix={}&timeout=300ms", prefix()));
+    let (a, b) = (locker(&url).await, locker(&url).await);
+    let guard = a
+        .lock_with("hung", opts(Duration::from_secs(4), Wait::No))
+        .await
+        .expect("free");
+    let mut states = guard.handle().watch();
+    server.process().pause();
+    let started = Instant::now();
+    let outcome = b.try_lock("hung").await;
+    let took = started.elapsed();
+    server.process().resume();
+    match outcome {
+        Err(e) => assert!(e.is_retryable(), "{e}"),
+        Ok(got) => panic!("a frozen server granted a lock: {got:?}"),
+    }
+    assert!(
+        took < Duration::from_secs(5),
+        "an answer within the timeout, took {took:?}"
+    );
+    drop(states.borrow_and_update());
+    server.process().pause();
+    timeout(Duration::from_secs(10), async {
+        while *states.borrow_and_update() != LockState::AtRisk {
+            states.changed().await.expect("guard alive");
+        }
+    })
+    .await
+    .expect("renewal against a frozen server puts the lock at risk");
+    server.process().resume();
+    timeout(Duration::from_secs(10), async {
+        while *states.borrow_and_update() == LockState::AtRisk {
+            states.changed().await.expect("guard alive");
+        }
+    })
+    .await
+    .expect("renewal resumes");
+    assert_eq!(
+        guard.state(),
+        LockState::Held,
+        "thawed before the lease ran out"
+    );
+    guard.release().await.expect("release");
+}
+
+/// `wait_replicas`: a grant counts only once a replica confirms it; with the
+/// replica frozen the acquire fails, says why, and gives the lock back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_for_replicas_confirms_or_fails_the_grant() {
+    let primary = Redis::start().await;
+    let replica = Redis::replica_of(&primary).await;
+    let prefix = prefix();
+    let strict = locker(&primary.url(&format!(
+        "prefix={prefix}&wait_replicas=1&wait_timeout=500ms"
+    )))
+    .await;
+    let plain = locker(&primary.url(&format!("prefix={prefix}"))).await;
+    // The replica may still be syncing; the first grant waits for it.
+    let g = timeout(Duration::from_secs(20), async {
+        loop {
+            match strict.try_lock("replicated").await {
+                Ok(Some(g)) => return g,
+                _ => sleep(Duration::from_millis(200)).await,
+            }
+        }
+    })
+    .await
+    .expect("a replica confirms a grant");
+    let key = format!("{prefix}replicated");
+    assert_eq!(
+        replica.cli(&["GET", &key]).expect("redis-cli").trim(),
+        g.lease().owner().to_hex(),
+        "the replica has the lock"
+    );
+    g.release().await.expect("release");
+
+    replica.process().pause();
+    let outcome = strict.try_lock("replicated").await;
+    replica.process().resume();
+    match outcome {
+        Err(Error::Unavailable { message, .. }) => {
+            assert!(message.contains("replicas"), "{message}")
+        }
+        other => panic!("expected Unavailable naming the replicas, got {other:?}"),
+    }
+    let free = plain.try_lock("replicated").await.expect("try_lock");
+    free.expect("an unconfirmed grant was given back")
+        .release()
+        .await
+        .expect("release");
+}
+
+/// A release is announced on pub/sub and wakes a waiter in another client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_wake_waiters_through_pub_sub() {
+    let server = Redis::shared().await;
+    let url = server.url(&format!("prefix={}", prefix()));
+    let holder = Locker::from_arc(Arc::new(
+        RedisBackend::connect(&url).await.expect("connect"),
+    ));
+    let waiting_side = Arc::new(RedisBackend::connect(&url).await.expect("connect"));
+    let waiter = Locker::from_arc(waiting_side.clone() as Arc<dyn LockBackend>);
+    let guard = holder
+        .lock_with("wake", opts(Duration::from_secs(10), Wait::No))
+        .await
+        .expect("free");
+    let wait = tokio::spawn(async move {
+        waiter
+            .lock_with(
+                "wake",
+                opts(Duration::from_secs(10), Wait::For(Duration::from_secs(20))),
+            )
+            .await
+    });
+    // Let the waiter's first attempt fail and its subscription settle.
+    sleep(Duration::from_millis(300)).await;
+    guard.release().await.expect("release");
+    let granted = wait
+        .await
+        .expect("waiter task")
+        .expect("the waiter got the lock");
+    assert!(
+        waiting_side.wakeups() >= 1,
+        "the release notice reached the other client"
+    );
+    granted.release().await.expect("release");
+}
+
+/// Nothing listens, or the password is wrong: a prompt error without the
+/// password; and `Debug` never shows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_and_debug_never_show_the_password() {
+    let server = Redis::shared().await;
+    let closed = conformance_tests::servers::free_port();
+    let url = format!(
+        "redis://distlock:{}@127.0.0.1:{closed}?connect_timeout=1s",
+        Redis::PASSWORD
+    );
+    let started = Instant::now();
+    let err = RedisBackend::connect(&url)
+        .await
+        .expect_err("nothing listens");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(err.is_retryable(), "{err}");
+    assert!(!format!("{err} {err:?}").contains(Redis::PASSWORD));
+    let wrong = server.url("").replace(Redis::PASSWORD, "not-the-password");
+    let err = RedisBackend::connect(&wrong)
+        .await
+        .expect_err("wrong password");
+    assert!(
+        !format!("{err} {err:?}").contains("not-the-password"),
+        "{err:?}"
+    );
+    let backend = RedisBackend::connect(&server.url(""))
+        .await
+        .expect("connect");
+    assert!(!format!("{backend:?}").contains(Redis::PASSWORD));
+}

@@ -1,0 +1,158 @@
+//! [`RedisBackend`]: the lock protocol on one Redis server.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::wait::{Backoff, ReleaseSignals, poll_acquire_with};
+use lock_core::{
+    AcquireRequest, Capabilities, Error, Fencing, Holder, Lease, LockBackend, LockName, Result,
+    WaitBudget, async_trait,
+};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::config::{RedisConfig, ReplicaWait};
+use crate::node::{Keys, Node};
+use crate::notices;
+
+/// With pub/sub wake-ups, polling is only a safety net.
+const POLL_CAP: Duration = Duration::from_millis(500);
+
+const CAPABILITIES: Capabilities =
+    Capabilities::new("redis", Fencing::Strict).with_server_side_wait(true);
+
+/// A lock backend on one Redis server (see the crate docs).
+#[derive(Debug)]
+pub struct RedisBackend {
+    node: Node,
+    wait: Option<ReplicaWait>,
+    signals: Arc<ReleaseSignals>,
+    subscriber: JoinHandle<()>,
+}
+
+impl RedisBackend {
+    /// Connects to the server a `redis://` or `rediss://` URL names and
+    /// subscribes to release notices.
+    pub async fn connect(url: &str) -> Result<Self> {
+        let config = RedisConfig::parse(url)?;
+        let node = Node::connect(&config.node, Keys::new(config.common.prefix.clone())).await?;
+        let signals = Arc::new(ReleaseSignals::new());
+        let subscriber = tokio::spawn(notices::forward(
+            node.client().clone(),
+            node.keys().channel(),
+            config.common.connect_timeout,
+            signals.clone(),
+        ));
+        Ok(Self {
+            node,
+            wait: config.wait,
+            signals,
+            subscriber,
+        })
+    }
+
+    /// Release notices delivered to local waiters so far.
+    pub fn wakeups(&self) -> u64 {
+        self.signals.wakeups()
+    }
+
+    /// Fails the grant, and gives the lock back, unless enough replicas
+    /// confirm it.
+    async fn confirm_replicated(&self, lease: &Lease, wait: ReplicaWait) -> Result<()> {
+        let confirmed = self
+            .node
+            .wait_for_replicas(wait.replicas, wait.timeout)
+            .await;
+        match confirmed {
+            Ok(n) if n >= wait.replicas => Ok(()),
+            outcome => {
+                let _ = self.node.release(lease.name(), lease.owner()).await;
+                let heard = outcome.map_or_else(
+                    |e| format!("WAIT failed: {e}"),
+                    |n| format!("{n} confirmed"),
+                );
+                Err(Error::Unavailable {
+                    backend: "redis",
+                    message: format!(
+                        "the grant of lock \"{}\" reached too few replicas within {:?} ({} needed, {heard}); it was given back",
+                        lease.name(),
+                        wait.timeout,
+                        wait.replicas
+                    ),
+                    source: None,
+                })
+            }
+        }
+    }
+}
+
+impl Drop for RedisBackend {
+    fn drop(&mut self) {
+        self.subscriber.abort();
+    }
+}
+
+fn not_held(name: &LockName) -> Error {
+    Error::NotHeld {
+        name: name.to_string(),
+    }
+}
+
+#[async_trait]
+impl LockBackend for RedisBackend {
+    fn capabilities(&self) -> Capabilities {
+        CAPABILITIES
+    }
+
+    async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {
+        let sent = Instant::now();
+        let Some(token) = self.node.acquire(&req.name, req.owner, req.ttl).await? else {
+            return Ok(None);
+        };
+        let lease = Lease::new(req.name.clone(), req.owner, token, req.ttl, sent);
+        if let Some(wait) = self.wait {
+            self.confirm_replicated(&lease, wait).await?;
+        }
+        Ok(Some(lease))
+    }
+
+    async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
+        poll_acquire_with(
+            self,
+            req,
+            budget,
+            Some(&self.signals),
+            Backoff::with_cap(POLL_CAP),
+        )
+        .await
+    }
+
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        let sent = Instant::now();
+        if self.node.renew(lease.name(), lease.owner(), ttl).await? {
+            Ok(lease.renewed(ttl, sent))
+        } else {
+            Err(not_held(lease.name()))
+        }
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        if self.node.release(lease.name(), lease.owner()).await? {
+            Ok(())
+        } else {
+            Err(not_held(lease.name()))
+        }
+    }
+
+    async fn abandon(&self, req: &AcquireRequest) -> Result<()> {
+        self.node.release(&req.name, req.owner).await.map(|_| ())
+    }
+
+    async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
+        Ok(self.node.holder(name).await?.map(|h| Holder {
+            owner: h.owner.chars().take(8).collect(),
+            token: lock_core::FencingToken(h.counter),
+            expires_in: Some(h.remaining),
+        }))
+    }
+}

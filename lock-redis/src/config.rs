@@ -1,0 +1,218 @@
+//! `redis://` and `rediss://` URLs.
+
+use std::fmt;
+use std::time::Duration;
+
+use lock_core::url::{QueryOptions, redact};
+use lock_core::{Error, Result};
+
+/// How to reach one Redis server. `Debug` never shows the password.
+#[derive(Clone)]
+pub struct NodeConfig {
+    /// The URL handed to the driver: scheme, credentials, host, port, database.
+    url: String,
+    /// `host:port`, for messages.
+    pub label: String,
+    /// The longest wait for any one command's answer.
+    pub timeout: Duration,
+    /// The longest wait for a connection.
+    pub connect_timeout: Duration,
+}
+
+impl NodeConfig {
+    /// The default command timeout: far below any sensible TTL.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
+
+    /// A node at `url` (`redis[s]://[user:password@]host[:port][/db]`, no
+    /// query string).
+    pub fn new(url: &str, timeout: Duration, connect_timeout: Duration) -> Result<Self> {
+        let rest = url
+            .strip_prefix("redis://")
+            .or_else(|| url.strip_prefix("rediss://"))
+            .ok_or_else(|| Error::invalid_url(url, "expected redis:// or rediss://"))?;
+        let authority = rest.split('/').next().unwrap_or_default();
+        let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+        if host.is_empty() {
+            return Err(Error::invalid_url(
+                url,
+                "no host; write redis://HOST[:PORT][/DB]",
+            ));
+        }
+        let label = if host.contains(':') {
+            host.to_owned()
+        } else {
+            format!("{host}:6379")
+        };
+        Ok(Self {
+            url: url.to_owned(),
+            label,
+            timeout,
+            connect_timeout,
+        })
+    }
+
+    /// The URL for the driver.
+    pub(crate) fn connection_info(&self) -> &str {
+        &self.url
+    }
+
+    /// The driver refused the URL.
+    pub(crate) fn invalid(&self, e: redis::RedisError) -> Error {
+        Error::invalid_url(&self.url, e.to_string())
+    }
+}
+
+impl fmt::Debug for NodeConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NodeConfig")
+            .field("url", &redact(&self.url))
+            .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
+}
+
+/// Options shared by every Redis-based backend (Redis and Redlock).
+#[derive(Clone, Debug)]
+pub struct CommonOptions {
+    /// Prefix of every key.
+    pub prefix: String,
+    /// Command timeout.
+    pub timeout: Duration,
+    /// Connect timeout.
+    pub connect_timeout: Duration,
+}
+
+impl CommonOptions {
+    /// The option names [`CommonOptions::take`] reads.
+    pub const NAMES: &'static [&'static str] = &["prefix", "timeout", "connect_timeout"];
+    const DEFAULT_PREFIX: &'static str = "distlock:";
+
+    /// Takes the common options out of `q`.
+    pub fn take(q: &mut QueryOptions, url: &str) -> Result<Self> {
+        let prefix = q
+            .take("prefix")
+            .unwrap_or_else(|| Self::DEFAULT_PREFIX.to_owned());
+        let printable = |c: char| c.is_ascii_graphic() && c != '#';
+        if prefix.len() > 64 || !prefix.chars().all(printable) {
+            return Err(Error::invalid_url(
+                url,
+                "option \"prefix\" must be at most 64 printable ASCII characters, without spaces or '#'",
+            ));
+        }
+        let positive = |key: &str, d: Option<Duration>, default: Duration| match d {
+            Some(d) if d.is_zero() => Err(Error::invalid_url(
+                url,
+                format!("option \"{key}\" must be more than zero"),
+            )),
+            d => Ok(d.unwrap_or(default)),
+        };
+        let timeout = positive(
+            "timeout",
+            q.take_duration("timeout")?,
+            NodeConfig::DEFAULT_TIMEOUT,
+        )?;
+        let connect_timeout = positive(
+            "connect_timeout",
+            q.take_duration("connect_timeout")?,
+            NodeConfig::DEFAULT_TIMEOUT,
+        )?;
+        Ok(Self {
+            prefix,
+            timeout,
+            connect_timeout,
+        })
+    }
+}
+
+/// Replication the acquire waits for: `WAIT replicas timeout`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplicaWait {
+    /// How many replicas must confirm the grant.
+    pub replicas: u32,
+    /// How long to wait for them.
+    pub timeout: Duration,
+}
+
+/// A parsed `redis://` URL.
+#[derive(Clone, Debug)]
+pub struct RedisConfig {
+    /// The server.
+    pub node: NodeConfig,
+    /// Prefix and timeouts.
+    pub common: CommonOptions,
+    /// Opt-in replication check after each grant.
+    pub wait: Option<ReplicaWait>,
+}
+
+impl RedisConfig {
+    /// Parses `redis[s]://[user:password@]host[:port][/db][?options]`.
+    pub fn parse(url: &str) -> Result<Self> {
+        let mut q = QueryOptions::parse(url)?;
+        let common = CommonOptions::take(&mut q, url)?;
+        let replicas = q.take_parsed::<u32>("wait_replicas", "a whole number")?;
+        let wait_timeout = q.take_duration("wait_timeout")?;
+        q.finish(&[CommonOptions::NAMES, &["wait_replicas", "wait_timeout"]].concat())?;
+        let wait = match (replicas, wait_timeout) {
+            (Some(0) | None, None) => None,
+            (Some(0) | None, Some(_)) => {
+                return Err(Error::invalid_url(
+                    url,
+                    "option \"wait_timeout\" needs \"wait_replicas\" of 1 or more",
+                ));
+            }
+            (Some(replicas), timeout) => Some(ReplicaWait {
+                replicas,
+                timeout: timeout.unwrap_or(Duration::from_secs(1)),
+            }),
+        };
+        let base = url.split_once('?').map_or(url, |(b, _)| b);
+        Ok(Self {
+            node: NodeConfig::new(base, common.timeout, common.connect_timeout)?,
+            common,
+            wait,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_options_and_keeps_the_password_out_of_debug() {
+        let c = RedisConfig::parse(
+            "redis://app:s3cret@127.0.0.1:7000/2?prefix=svc:&timeout=250ms&wait_replicas=1",
+        )
+        .unwrap();
+        assert_eq!(c.node.label, "127.0.0.1:7000");
+        assert_eq!(c.common.prefix, "svc:");
+        assert_eq!(c.common.timeout, Duration::from_millis(250));
+        assert_eq!(
+            c.wait,
+            Some(ReplicaWait {
+                replicas: 1,
+                timeout: Duration::from_secs(1)
+            })
+        );
+        assert!(!format!("{c:?}").contains("s3cret"));
+        assert_eq!(
+            RedisConfig::parse("redis://h").unwrap().node.label,
+            "h:6379"
+        );
+    }
+
+    #[test]
+    fn bad_urls_say_what_is_wrong() {
+        for (url, why) in [
+            ("redis://h?prefix=a b", "prefix"),
+            ("redis://h?timeout=0s", "more than zero"),
+            ("redis://h?wait_timeout=1s", "needs \"wait_replicas\""),
+            ("redis://h?nope=1", "accepted options"),
+            ("redis://", "no host"),
+        ] {
+            let err = RedisConfig::parse(url).unwrap_err().to_string();
+            assert!(err.contains(why), "{url}: {err}");
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! One Redis server: its connection and the lock operations on it. Redlock
+//! runs the same operations on each of its nodes.
+
+use std::fmt;
+use std::time::Duration;
+
+use lock_core::{Error, FencingToken, LockName, OwnerToken, Result};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, RedisError};
+
+use crate::config::NodeConfig;
+use crate::scripts::{ACQUIRE_SCRIPT, HOLDER_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT};
+
+/// The keys of one lock name under a prefix.
+#[derive(Clone, Debug)]
+pub struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    /// Keys under `prefix` (e.g. `distlock:`).
+    pub fn new(prefix: impl Into<String>) -> Self {
+        Self {
+            prefix: prefix.into(),
+        }
+    }
+
+    /// The lock key: the prefix and the name, holding only the owner token.
+    pub fn lock(&self, name: &LockName) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
+    /// The fence counter. `#` is not allowed in lock names, so no lock key
+    /// can ever be somebody's fence key.
+    pub fn fence(&self, name: &LockName) -> String {
+        format!("{}{name}#fence", self.prefix)
+    }
+
+    /// The pub/sub channel on which releases are announced, name as payload.
+    pub fn channel(&self) -> String {
+        format!("{}released", self.prefix)
+    }
+}
+
+/// A connection to one Redis server that reconnects by itself, with a
+/// response timeout on every command.
+#[derive(Clone)]
+pub struct Node {
+    conn: ConnectionManager,
+    client: Client,
+    keys: Keys,
+    label: String,
+    timeout: Duration,
+}
+
+/// What [`Node::holder`] found.
+#[derive(Debug)]
+pub struct NodeHolder {
+    /// The lock key's value: an owner token, or whatever another client set.
+    pub owner: String,
+    /// Time left on the key.
+    pub remaining: Duration,
+    /// The fence counter now.
+    pub counter: u64,
+}
+
+impl Node {
+    /// Connects to the server `config` names.
+    pub async fn connect(config: &NodeConfig, keys: Keys) -> Result<Self> {
+        let client = Client::open(config.connection_info()).map_err(|e| config.invalid(e))?;
+        let manager = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.connect_timeout))
+            .set_response_timeout(Some(config.timeout))
+            .set_number_of_retries(1);
+        let connect = client.get_connection_manager_with_config(manager);
+        let conn = tokio::time::timeout(config.connect_timeout, connect)
+            .await
+            .map_err(|_| Error::Timeout {
+                operation: "connecting to redis",
+                after: config.connect_timeout,
+            })?
+            .map_err(|e| convert(&config.label, "connect", config.connect_timeout, e))?;
+        Ok(Self {
+            conn,
+            client,
+            keys,
+            label: config.label.clone(),
+            timeout: config.timeout,
+        })
+    }
+
+    /// The client, for a subscription connection of its own.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The key layout.
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    /// `host:port`, for messages.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// Takes the lock for `owner` if it is free (or already `owner`'s);
+    /// returns the fencing token, or `None` if somebody else holds it.
+    pub async fn acquire(
+        &self,
+        name: &LockName,
+        owner: OwnerToken,
+        ttl: Duration,
+    ) -> Result<Option<FencingToken>> {
+        let token: u64 = ACQUIRE_SCRIPT
+            .key(self.keys.lock(name))
+            .key(self.keys.fence(name))
+            .arg(owner.to_hex())
+            .arg(millis(ttl))
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| self.fail("acquire", e))?;
+        Ok((token > 0).then_some(FencingToken(token)))
+    }
+
+    /// Extends the lock if `owner` still holds it.
+    pub async fn renew(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<bool> {
+        let done: i64 = RENEW_SCRIPT
+            .key(self.keys.lock(name))
+            .arg(owner.to_hex())
+            .arg(millis(ttl))
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| self.fail("renew", e))?;
+        Ok(done == 1)
+    }
+
+    /// Deletes the lock if `owner` holds it, and announces the release.
+    pub async fn release(&self, name: &LockName, owner: OwnerToken) -> Result<bool> {
+        let done: i64 = RELEASE_SCRIPT
+            .key(self.keys.lock(name))
+            .key(self.keys.channel())
+            .arg(owner.to_hex())
+            .arg(name.as_str())
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| self.fail("release", e))?;
+        Ok(done == 1)
+    }
+
+    /// The current holder, if any.
+    pub async fn holder(&self, name: &LockName) -> Result<Option<NodeHolder>> {
+        let reply: Vec<String> = HOLDER_SCRIPT
+            .key(self.keys.lock(name))
+            .key(self.keys.fence(name))
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| self.fail("holder", e))?;
+        let [owner, pttl, counter] = reply.as_slice() else {
+            return Ok(None);
+        };
+        Ok(Some(NodeHolder {
+            owner: owner.clone(),
+            remaining: Duration::from_millis(pttl.parse::<u64>().unwrap_or(0)),
+            counter: counter.parse().unwrap_or(0),
+        }))
+    }
+
+    /// `WAIT replicas timeout`: how many replicas acknowledged every write
+    /// this connection sent so far.
+    pub async fn wait_for_replicas(&self, replicas: u32, timeout: Duration) -> Result<u32> {
+        redis::cmd("WAIT")
+            .arg(replicas)
+            .arg(millis(timeout))
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| self.fail("WAIT", e))
+    }
+}
+
+impl Node {
+    fn fail(&self, operation: &'static str, e: RedisError) -> Error {
+        convert(&self.label, operation, self.timeout, e)
+    }
+}
+
+impl fmt::Debug for Node {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The client's connection info holds the password: never print it.
+        f.debug_struct("Node")
+            .field("server", &self.label)
+            .field("keys", &self.keys)
+            .finish_non_exhaustive()
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A Redis error as a distlock error that says whether a retry can help.
+fn convert(server: &str, operation: &'static str, limit: Duration, e: RedisError) -> Error {
+    if e.is_timeout() {
+        tracing::debug!(server, operation, error = %e, "redis did not answer in time");
+        return Error::Timeout {
+            operation,
+            after: limit,
+        };
+    }
+    if e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_unrecoverable_error()
+    {
+        return Error::Unavailable {
+            backend: "redis",
+            message: format!("{operation} on {server}: {e}"),
+            source: Some(e.into()),
+        };
+    }
+    Error::Backend {
+        message: format!("redis {operation} on {server}: {e}"),
+        source: Some(e.into()),
+    }
+}

@@ -1,0 +1,71 @@
+//! The Lua scripts. Each runs atomically on the server, so every
+//! compare-then-act below is one step no other client can interleave with.
+//!
+//! Keys: `KEYS[1]` is the lock key, whose value is only the owner token (so
+//! any client doing `SET key value NX PX` on it excludes us and is excluded);
+//! `KEYS[2]` is the name's fence counter.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// `ARGV`: owner, TTL in ms. Returns the fencing token, or 0 if another
+/// owner holds the lock.
+///
+/// The token is `max(INCR(counter), server time in µs)`: strictly greater
+/// than the last token of this server, and greater than any token issued
+/// before a restart that lost the counter (no persistence) or a failover to a
+/// replica that had not seen the last `INCR`, provided the server's clock has
+/// not gone back past it. When the same owner asks again (its earlier reply
+/// was lost), the lock is its already and the token is the counter as it is.
+const ACQUIRE: &str = r"
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return tonumber(redis.call('GET', KEYS[2]))
+end
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    return 0
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local token = redis.call('INCR', KEYS[2])
+if token < now then
+    redis.call('SET', KEYS[2], string.format('%d', now))
+    token = now
+end
+return token
+";
+
+/// `ARGV`: owner, TTL in ms. Returns 1 if extended, 0 if not ours.
+const RENEW: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+";
+
+/// `KEYS[2]` here is the release channel. `ARGV`: owner, lock name. Deletes
+/// the lock only if it is ours, then announces it. Returns 1 if deleted.
+const RELEASE: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    redis.call('DEL', KEYS[1])
+    redis.call('PUBLISH', KEYS[2], ARGV[2])
+    return 1
+end
+return 0
+";
+
+/// Returns `{owner, remaining ms, counter}` or an empty reply when free.
+const HOLDER: &str = r"
+local owner = redis.call('GET', KEYS[1])
+if not owner then
+    return {}
+end
+return {owner, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]) or '0'}
+";
+
+pub(crate) static ACQUIRE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE));
+pub(crate) static RENEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW));
+pub(crate) static RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE));
+pub(crate) static HOLDER_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(HOLDER));
