@@ -87,6 +87,13 @@ impl UrlTarget {
         let server = crate::servers::redis::Redis::shared().await;
         Self::new("redis", server.url(&format!("prefix={}:", fresh_table())))
     }
+
+    /// A fresh key prefix on five shared independent Redis masters.
+    #[cfg(feature = "redlock")]
+    pub async fn redlock() -> Self {
+        let set = crate::servers::redis::RedisSet::shared().await;
+        Self::new("redlock", set.url(&format!("prefix={}:", fresh_table())))
+    }
 }
 
 /// A table name no other test uses, so each test also exercises creating

@@ -8,3 +8,4 @@ conformance_suite!(sqlite, async { UrlTarget::sqlite() });
 conformance_suite!(postgres, UrlTarget::postgres());
 conformance_suite!(mariadb, UrlTarget::mariadb());
 conformance_suite!(redis, UrlTarget::redis());
+conformance_suite!(redlock, UrlTarget::redlock());

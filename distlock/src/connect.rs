@@ -38,6 +38,8 @@ pub const SCHEMES: &[&str] = &[
     "redis",
     #[cfg(feature = "redis")]
     "rediss",
+    #[cfg(feature = "redlock")]
+    "redlock",
 ];
 
 /// Query options every URL accepts, read by distlock itself rather than by
@@ -87,6 +89,8 @@ pub async fn connect_backend(url: &str) -> Result<Arc<dyn LockBackend>> {
         "mysql" | "mariadb" => Ok(Arc::new(lock_sql::SqlBackend::connect(url).await?)),
         #[cfg(feature = "redis")]
         "redis" | "rediss" => Ok(Arc::new(lock_redis::RedisBackend::connect(url).await?)),
+        #[cfg(feature = "redlock")]
+        "redlock" => Ok(Arc::new(lock_redlock::RedlockBackend::connect(url).await?)),
         _ => Err(unsupported(scheme)),
     }
 }

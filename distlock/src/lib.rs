@@ -14,3 +14,7 @@ pub use lock_sql;
 /// The single-Redis backend.
 #[cfg(feature = "redis")]
 pub use lock_redis;
+
+/// The Redlock backend.
+#[cfg(feature = "redlock")]
+pub use lock_redlock;

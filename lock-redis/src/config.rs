@@ -88,8 +88,9 @@ impl CommonOptions {
     pub const NAMES: &'static [&'static str] = &["prefix", "timeout", "connect_timeout"];
     const DEFAULT_PREFIX: &'static str = "distlock:";
 
-    /// Takes the common options out of `q`.
-    pub fn take(q: &mut QueryOptions, url: &str) -> Result<Self> {
+    /// Takes the common options out of `q`; `default_timeout` is the
+    /// command timeout when the URL gives none.
+    pub fn take(q: &mut QueryOptions, url: &str, default_timeout: Duration) -> Result<Self> {
         let prefix = q
             .take("prefix")
             .unwrap_or_else(|| Self::DEFAULT_PREFIX.to_owned());
@@ -107,11 +108,7 @@ impl CommonOptions {
             )),
             d => Ok(d.unwrap_or(default)),
         };
-        let timeout = positive(
-            "timeout",
-            q.take_duration("timeout")?,
-            NodeConfig::DEFAULT_TIMEOUT,
-        )?;
+        let timeout = positive("timeout", q.take_duration("timeout")?, default_timeout)?;
         let connect_timeout = positive(
             "connect_timeout",
             q.take_duration("connect_timeout")?,
@@ -149,7 +146,7 @@ impl RedisConfig {
     /// Parses `redis[s]://[user:password@]host[:port][/db][?options]`.
     pub fn parse(url: &str) -> Result<Self> {
         let mut q = QueryOptions::parse(url)?;
-        let common = CommonOptions::take(&mut q, url)?;
+        let common = CommonOptions::take(&mut q, url, NodeConfig::DEFAULT_TIMEOUT)?;
         let replicas = q.take_parsed::<u32>("wait_replicas", "a whole number")?;
         let wait_timeout = q.take_duration("wait_timeout")?;
         q.finish(&[CommonOptions::NAMES, &["wait_replicas", "wait_timeout"]].concat())?;

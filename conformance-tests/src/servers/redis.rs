@@ -120,6 +120,11 @@ impl Redis {
         .await;
     }
 
+    /// This server's entry in a `redlock://` host list.
+    pub fn redlock_host(&self) -> String {
+        format!("{USER}:{PASSWORD}@127.0.0.1:{}", self.port)
+    }
+
     /// Runs `redis-cli` against this server as the test user; `None` if it
     /// failed.
     pub fn cli(&self, args: &[&str]) -> Option<String> {
@@ -142,5 +147,40 @@ impl Redis {
         out.status
             .success()
             .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+/// Independent masters for Redlock: no replication between them.
+#[derive(Debug)]
+pub struct RedisSet {
+    /// The masters.
+    pub nodes: Vec<Redis>,
+}
+
+impl RedisSet {
+    /// Starts `n` independent servers.
+    pub async fn start(n: usize) -> Self {
+        let mut nodes = Vec::with_capacity(n);
+        for _ in 0..n {
+            nodes.push(Redis::start().await);
+        }
+        Self { nodes }
+    }
+
+    /// Five masters shared by every test in this test binary.
+    pub async fn shared() -> &'static Self {
+        static SHARED: OnceCell<RedisSet> = OnceCell::const_new();
+        SHARED.get_or_init(|| Self::start(5)).await
+    }
+
+    /// A `redlock://` URL for every node, with the given query string.
+    pub fn url(&self, query: &str) -> String {
+        let hosts: Vec<String> = self.nodes.iter().map(Redis::redlock_host).collect();
+        let base = format!("redlock://{}", hosts.join(","));
+        if query.is_empty() {
+            base
+        } else {
+            format!("{base}?{query}")
+        }
     }
 }

@@ -1,0 +1,156 @@
+//! Redlock's failure modes on real, independent `redis-server` masters.
+
+use std::time::Duration;
+
+use conformance_tests::servers::redis::RedisSet;
+use conformance_tests::targets::fresh_table;
+use lock_core::{AcquireOptions, Error, Locker, Wait};
+use tokio::time::{Instant, sleep};
+
+async fn locker(url: &str) -> Locker {
+    Locker::from_arc(distlock::connect_backend(url).await.expect("connect"))
+}
+
+fn opts(ttl: Duration) -> AcquireOptions {
+    AcquireOptions::with_ttl(ttl).wait(Wait::No)
+}
+
+/// Lock keys (not fence counters) left under `prefix` on any node.
+fn lock_keys(set: &RedisSet, prefix: &str) -> Vec<String> {
+    set.nodes
+        .iter()
+        .flat_map(|n| {
+            let keys = n
+                .cli(&["--scan", "--pattern", &format!("{prefix}*")])
+                .unwrap_or_default();
+            keys.lines()
+                .filter(|k| !k.ends_with("#fence"))
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// One master of five is down: the majority still grants and releases.
+/// Three are down, then three are frozen: the acquire fails within its
+/// budget, says how many answered, and leaves no lock behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_majority_is_needed_and_enough() {
+    let set = RedisSet::start(5).await;
+    let prefix = format!("{}:", fresh_table());
+    let l = locker(&set.url(&format!("prefix={prefix}&timeout=100ms"))).await;
+    let ttl = Duration::from_secs(5);
+
+    set.nodes[0].process().stop();
+    let g = l
+        .lock_with("quorum", opts(ttl))
+        .await
+        .expect("4 of 5 is a majority");
+    g.release().await.expect("release on the majority");
+
+    set.nodes[1].process().stop();
+    set.nodes[2].process().stop();
+    let started = Instant::now();
+    match l.lock_with("quorum", opts(ttl)).await {
+        Err(Error::Unavailable { message, .. }) => {
+            assert!(message.contains("only 2 of 5 nodes answered"), "{message}")
+        }
+        other => panic!("expected Unavailable with 3 of 5 down, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "within the budget: {:?}",
+        started.elapsed()
+    );
+    for n in &set.nodes[..3] {
+        n.process().restart();
+        n.wait_ready().await;
+    }
+
+    for n in &set.nodes[..3] {
+        n.process().pause();
+    }
+    let started = Instant::now();
+    let outcome = l.lock_with("frozen", opts(ttl)).await;
+    let took = started.elapsed();
+    for n in &set.nodes[..3] {
+        n.process().resume();
+    }
+    match outcome {
+        Err(Error::Unavailable { message, .. }) => {
+            assert!(message.contains("only 2 of 5"), "{message}")
+        }
+        other => panic!("expected Unavailable with 3 of 5 frozen, got {other:?}"),
+    }
+    assert!(took < Duration::from_secs(3), "within the budget: {took:?}");
+    // The frozen nodes run the queued acquire when they thaw, then the
+    // release queued behind it on the same connection.
+    sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        lock_keys(&set, &prefix),
+        Vec::<String>::new(),
+        "no partial lock left behind"
+    );
+}
+
+/// A master that restarts without persistence forgets the locks it held.
+/// Restarted at once, it lets a second client build a majority while the
+/// first lease is still valid; kept down longer than the TTL (the "delayed
+/// restart" rule), it does not. Counts double grants both ways.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delayed_restart_prevents_double_grants() {
+    const TRIALS: usize = 2;
+    let set = RedisSet::start(5).await;
+    let ttl = Duration::from_secs(2);
+    let mut double = [0usize; 2];
+    for (mode, delayed) in [(0, false), (1, true)] {
+        for _ in 0..TRIALS {
+            let prefix = format!("{}:", fresh_table());
+            let url = set.url(&format!("prefix={prefix}&timeout=50ms"));
+            let a = locker(&url).await;
+            // The first grant lands on exactly nodes 0, 1 and 2: 3 and 4 are
+            // down (frozen nodes would apply the queued request on thawing).
+            set.nodes[3].process().stop();
+            set.nodes[4].process().stop();
+            let first = a.acquire_lease("restart", opts(ttl)).await.expect("3 of 5");
+            for n in &set.nodes[3..] {
+                n.process().restart();
+                n.wait_ready().await;
+            }
+            // Node 0 crashes and forgets the lock.
+            set.nodes[0].process().kill();
+            if !delayed {
+                set.nodes[0].process().restart();
+                set.nodes[0].wait_ready().await;
+            }
+            // Another client, arriving now.
+            let b = locker(&url).await;
+            while !first.is_expired() {
+                if let Ok(Some(second)) = b.try_lock("restart").await {
+                    if !first.is_expired() {
+                        double[mode] += 1;
+                    }
+                    second.release().await.ok();
+                    break;
+                }
+                sleep(Duration::from_millis(20)).await;
+            }
+            if delayed {
+                // Down for longer than the TTL: every lock it held is gone
+                // from the other nodes too before it comes back.
+                sleep(ttl).await;
+                set.nodes[0].process().restart();
+                set.nodes[0].wait_ready().await;
+            }
+        }
+    }
+    println!(
+        "redlock restart without persistence, {TRIALS} trials each: double grants with immediate restart {}, with delayed restart {}",
+        double[0], double[1]
+    );
+    assert_eq!(
+        double[0], TRIALS,
+        "an immediate restart lets a second holder in (the failure reproduced)"
+    );
+    assert_eq!(double[1], 0, "a delayed restart does not");
+}
