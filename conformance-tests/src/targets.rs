@@ -88,6 +88,13 @@ impl UrlTarget {
         Self::new("redis", server.url(&format!("prefix={}:", fresh_table())))
     }
 
+    /// A fresh key prefix on the shared one-member etcd cluster.
+    #[cfg(feature = "etcd")]
+    pub async fn etcd() -> Self {
+        let server = crate::servers::etcd::Etcd::shared().await;
+        Self::new("etcd", server.url(&fresh_table(), ""))
+    }
+
     /// A fresh key prefix on five shared independent Redis masters.
     #[cfg(feature = "redlock")]
     pub async fn redlock() -> Self {

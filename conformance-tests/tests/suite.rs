@@ -9,3 +9,4 @@ conformance_suite!(postgres, UrlTarget::postgres());
 conformance_suite!(mariadb, UrlTarget::mariadb());
 conformance_suite!(redis, UrlTarget::redis());
 conformance_suite!(redlock, UrlTarget::redlock());
+conformance_suite!(etcd, UrlTarget::etcd());

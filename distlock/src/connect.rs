@@ -40,6 +40,8 @@ pub const SCHEMES: &[&str] = &[
     "rediss",
     #[cfg(feature = "redlock")]
     "redlock",
+    #[cfg(feature = "etcd")]
+    "etcd",
 ];
 
 /// Query options every URL accepts, read by distlock itself rather than by
@@ -91,6 +93,8 @@ pub async fn connect_backend(url: &str) -> Result<Arc<dyn LockBackend>> {
         "redis" | "rediss" => Ok(Arc::new(lock_redis::RedisBackend::connect(url).await?)),
         #[cfg(feature = "redlock")]
         "redlock" => Ok(Arc::new(lock_redlock::RedlockBackend::connect(url).await?)),
+        #[cfg(feature = "etcd")]
+        "etcd" => Ok(Arc::new(lock_etcd::EtcdBackend::connect(url).await?)),
         _ => Err(unsupported(scheme)),
     }
 }

@@ -18,3 +18,7 @@ pub use lock_redis;
 /// The Redlock backend.
 #[cfg(feature = "redlock")]
 pub use lock_redlock;
+
+/// The etcd backend.
+#[cfg(feature = "etcd")]
+pub use lock_etcd;

@@ -188,9 +188,7 @@ impl LockGuard {
     async fn stop_renewing(&mut self) -> Lease {
         self.stop.cancel();
         if let Some(task) = self.renewer.take() {
-            // The task only ends by itself or at `stop`; a panic in it is
-            // already reported by the runtime.
-            let _ = task.await;
+            task.abort();
         }
         self.lease()
     }

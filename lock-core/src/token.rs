@@ -61,6 +61,12 @@ impl OwnerToken {
             .map_err(|_| Error::backend("stored owner token is not hexadecimal"))
     }
 
+    /// The token's 128 bits, for backends that derive an identifier from it
+    /// (an etcd lease ID, say).
+    pub fn to_u128(self) -> u128 {
+        self.0
+    }
+
     /// The first 8 hex digits: safe to log, useful to tell holders apart.
     pub fn short(self) -> String {
         format!("{:08x}", self.0 >> 96)

@@ -8,6 +8,8 @@
 //! ended — stops the server and deletes its directory. No server outlives
 //! the tests that started it.
 
+#[cfg(feature = "etcd")]
+pub mod etcd;
 #[cfg(feature = "mysql")]
 pub mod mariadb;
 #[cfg(feature = "postgres")]
@@ -84,6 +86,9 @@ impl Supervised {
             .args(command)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
+            // Only job-control chatter ("Terminated"); the server's own
+            // output is in server.log.
+            .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot run sh to supervise {}: {e}", command[0]));
         let stdin = watchdog.stdin.take().expect("piped stdin");

@@ -1,0 +1,151 @@
+//! `etcd://h1:p1,h2:p2,h3:p3[/prefix][?options]` URLs.
+
+use std::fmt;
+use std::time::Duration;
+
+use lock_core::url::QueryOptions;
+use lock_core::{Error, Result};
+
+/// A parsed `etcd://` URL. `Debug` never shows the password.
+#[derive(Clone)]
+pub struct EtcdConfig {
+    /// `http://host:port` (or `https://`) for each member.
+    pub endpoints: Vec<String>,
+    /// Put before every lock name; empty, or ending in `/`.
+    pub prefix: String,
+    /// User name and password, if the cluster has authentication on.
+    pub credentials: Option<(String, String)>,
+    /// Whether to connect with TLS.
+    pub tls: bool,
+    /// The longest one request may take.
+    pub timeout: Duration,
+    /// The longest wait for a connection.
+    pub connect_timeout: Duration,
+}
+
+impl EtcdConfig {
+    const OPTIONS: &'static [&'static str] =
+        &["user", "password", "tls", "timeout", "connect_timeout"];
+    const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
+
+    /// Parses `etcd://host:port,host:port[/prefix][?user=…&password=…&tls=true&timeout=…]`.
+    pub fn parse(url: &str) -> Result<Self> {
+        let rest = url
+            .strip_prefix("etcd://")
+            .ok_or_else(|| Error::invalid_url(url, "expected etcd://HOST:PORT,HOST:PORT,…"))?;
+        let without_query = rest.split_once('?').map_or(rest, |(r, _)| r);
+        let (hosts, path) = without_query.split_once('/').unwrap_or((without_query, ""));
+        let mut q = QueryOptions::parse(url)?;
+        let user = q.take("user");
+        let password = q.take("password");
+        let tls = match q.take("tls").as_deref() {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(other) => {
+                return Err(Error::invalid_url(
+                    url,
+                    format!("option \"tls\" must be true or false, got \"{other}\""),
+                ));
+            }
+        };
+        let duration = |q: &mut QueryOptions, key: &str| -> Result<Duration> {
+            match q.take_duration(key)? {
+                Some(d) if d.is_zero() => Err(Error::invalid_url(
+                    url,
+                    format!("option \"{key}\" must be more than zero"),
+                )),
+                d => Ok(d.unwrap_or(Self::DEFAULT_TIMEOUT)),
+            }
+        };
+        let timeout = duration(&mut q, "timeout")?;
+        let connect_timeout = duration(&mut q, "connect_timeout")?;
+        q.finish(Self::OPTIONS)?;
+        let credentials = match (user, password) {
+            (Some(u), Some(p)) => Some((u, p)),
+            (None, None) => None,
+            _ => {
+                return Err(Error::invalid_url(
+                    url,
+                    "options \"user\" and \"password\" go together",
+                ));
+            }
+        };
+        let scheme = if tls { "https" } else { "http" };
+        let endpoints = hosts
+            .split(',')
+            .map(|h| match h {
+                "" => Err(Error::invalid_url(url, "an empty host in the member list")),
+                h if h.contains('@') => Err(Error::invalid_url(
+                    url,
+                    "give credentials as ?user=…&password=…",
+                )),
+                h => Ok(format!("{scheme}://{h}")),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let prefix = path.trim_matches('/');
+        if prefix.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(Error::invalid_url(
+                url,
+                "the key prefix must not contain spaces or control characters",
+            ));
+        }
+        Ok(Self {
+            endpoints,
+            prefix: if prefix.is_empty() {
+                String::new()
+            } else {
+                format!("{prefix}/")
+            },
+            credentials,
+            tls,
+            timeout,
+            connect_timeout,
+        })
+    }
+}
+
+impl fmt::Debug for EtcdConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdConfig")
+            .field("endpoints", &self.endpoints)
+            .field("prefix", &self.prefix)
+            .field("user", &self.credentials.as_ref().map(|(u, _)| u))
+            .field("tls", &self.tls)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_members_prefix_and_credentials() {
+        let c = EtcdConfig::parse(
+            "etcd://127.0.0.1:2379,127.0.0.2:2379/app/locks?user=u&password=hunter2",
+        )
+        .unwrap();
+        assert_eq!(
+            c.endpoints,
+            ["http://127.0.0.1:2379", "http://127.0.0.2:2379"]
+        );
+        assert_eq!(c.prefix, "app/locks/");
+        assert!(!format!("{c:?}").contains("hunter2"));
+        assert_eq!(EtcdConfig::parse("etcd://h:1").unwrap().prefix, "");
+    }
+
+    #[test]
+    fn bad_urls_say_what_is_wrong() {
+        for (url, why) in [
+            ("etcd://h:1?user=u", "go together"),
+            ("etcd://u:p@h:1", "?user="),
+            ("etcd://h:1,,h:2", "empty host"),
+            ("etcd://h:1?tls=yes", "true or false"),
+            ("etcd://h:1?bogus=1", "accepted options"),
+        ] {
+            let err = EtcdConfig::parse(url).unwrap_err().to_string();
+            assert!(err.contains(why), "{url}: {err}");
+        }
+    }
+}
