@@ -95,6 +95,16 @@ impl UrlTarget {
         Self::new("etcd", server.url(&fresh_table(), ""))
     }
 
+    /// A fresh key prefix on the shared memcached.
+    #[cfg(feature = "memcache")]
+    pub async fn memcache() -> Self {
+        let server = crate::servers::memcached::Memcached::shared().await;
+        Self::new(
+            "memcache",
+            server.url(&format!("prefix={}:", fresh_table())),
+        )
+    }
+
     /// A fresh key prefix on five shared independent Redis masters.
     #[cfg(feature = "redlock")]
     pub async fn redlock() -> Self {

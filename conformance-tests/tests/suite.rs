@@ -10,3 +10,4 @@ conformance_suite!(mariadb, UrlTarget::mariadb());
 conformance_suite!(redis, UrlTarget::redis());
 conformance_suite!(redlock, UrlTarget::redlock());
 conformance_suite!(etcd, UrlTarget::etcd());
+conformance_suite!(memcache, UrlTarget::memcache());

@@ -42,6 +42,8 @@ pub const SCHEMES: &[&str] = &[
     "redlock",
     #[cfg(feature = "etcd")]
     "etcd",
+    #[cfg(feature = "memcache")]
+    "memcache",
 ];
 
 /// Query options every URL accepts, read by distlock itself rather than by
@@ -95,6 +97,10 @@ pub async fn connect_backend(url: &str) -> Result<Arc<dyn LockBackend>> {
         "redlock" => Ok(Arc::new(lock_redlock::RedlockBackend::connect(url).await?)),
         #[cfg(feature = "etcd")]
         "etcd" => Ok(Arc::new(lock_etcd::EtcdBackend::connect(url).await?)),
+        #[cfg(feature = "memcache")]
+        "memcache" => Ok(Arc::new(
+            lock_memcache::MemcacheBackend::connect(url).await?,
+        )),
         _ => Err(unsupported(scheme)),
     }
 }

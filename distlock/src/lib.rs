@@ -22,3 +22,7 @@ pub use lock_redlock;
 /// The etcd backend.
 #[cfg(feature = "etcd")]
 pub use lock_etcd;
+
+/// The memcache backend.
+#[cfg(feature = "memcache")]
+pub use lock_memcache;

@@ -12,6 +12,8 @@
 pub mod etcd;
 #[cfg(feature = "mysql")]
 pub mod mariadb;
+#[cfg(feature = "memcache")]
+pub mod memcached;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "redis")]

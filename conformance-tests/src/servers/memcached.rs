@@ -1,0 +1,114 @@
+//! memcached from the `memcached` package, on a free loopback port.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::sync::OnceCell;
+
+use super::{Supervised, data_dir, find_binary, free_port, wait_until_ready};
+
+/// A running memcached.
+#[derive(Debug)]
+pub struct Memcached {
+    port: u16,
+    process: Supervised,
+}
+
+impl Memcached {
+    /// Starts a server with 64 MB of memory.
+    pub async fn start() -> Self {
+        Self::start_with_memory(64).await
+    }
+
+    /// Starts a server with `megabytes` of item memory (small values make it
+    /// evict).
+    pub async fn start_with_memory(megabytes: u32) -> Self {
+        let memcached = find_binary("memcached", &["/usr/bin"], "memcached")
+            .to_string_lossy()
+            .into_owned();
+        let dir = data_dir("root");
+        let port = free_port();
+        let (port_arg, memory) = (port.to_string(), megabytes.to_string());
+        let mut command = vec![
+            memcached.as_str(),
+            "-l",
+            "127.0.0.1",
+            "-p",
+            &port_arg,
+            "-U",
+            "0",
+            "-m",
+            &memory,
+        ];
+        if nix::unistd::geteuid().is_root() {
+            // memcached will not run as root without being told whom to be.
+            command.extend(["-u", "memcache"]);
+        }
+        let server = Self {
+            port,
+            process: Supervised::start(&dir, "TERM", &command),
+        };
+        server.wait_ready().await;
+        server
+    }
+
+    /// Waits until it accepts connections (after a start or restart).
+    pub async fn wait_ready(&self) {
+        let addr = self.addr();
+        wait_until_ready(
+            "memcached",
+            Duration::from_secs(30),
+            || self.process.log(),
+            || async { TcpStream::connect(&addr).await.is_ok() },
+        )
+        .await;
+    }
+
+    /// One server shared by every test in this test binary.
+    pub async fn shared() -> &'static Self {
+        static SHARED: OnceCell<Memcached> = OnceCell::const_new();
+        SHARED.get_or_init(Self::start).await
+    }
+
+    /// `127.0.0.1:port`.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// A `memcache://` URL with the given query string.
+    pub fn url(&self, query: &str) -> String {
+        let base = format!("memcache://{}", self.addr());
+        if query.is_empty() {
+            base
+        } else {
+            format!("{base}?{query}")
+        }
+    }
+
+    /// The process, to stop or restart it.
+    pub fn process(&self) -> &Supervised {
+        &self.process
+    }
+
+    /// Stores `count` filler items of `size` bytes (classic `set`, no reply
+    /// awaited per item), to push the server into evicting.
+    pub async fn fill(&self, count: usize, size: usize) {
+        let mut conn = BufReader::new(
+            TcpStream::connect(self.addr())
+                .await
+                .expect("connect to memcached"),
+        );
+        let value = "x".repeat(size);
+        for i in 0..count {
+            let cmd = format!("set filler-{i} 0 0 {size} noreply\r\n{value}\r\n");
+            conn.get_mut()
+                .write_all(cmd.as_bytes())
+                .await
+                .expect("write filler");
+        }
+        conn.get_mut().write_all(b"mn\r\n").await.expect("write mn");
+        let mut line = String::new();
+        conn.read_line(&mut line).await.expect("read MN");
+    }
+}

@@ -1,0 +1,162 @@
+//! memcached beyond the conformance suite: a stale owner's compare-and-delete
+//! and compare-and-set against a new holder, eviction of a held lock, a
+//! restart that loses the fence counter, TTL limits, an unreachable server.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use conformance_tests::servers::memcached::Memcached;
+use conformance_tests::targets::fresh_table;
+use distlock::lock_memcache::MemcacheBackend;
+use lock_core::{AcquireOptions, Error, LockBackend, LockName, LockState, Locker, Wait};
+use tokio::time::{Instant, timeout};
+
+fn opts(ttl: Duration) -> AcquireOptions {
+    AcquireOptions::with_ttl(ttl).wait(Wait::No)
+}
+
+async fn backend(url: &str) -> Arc<MemcacheBackend> {
+    Arc::new(MemcacheBackend::connect(url).await.expect("connect"))
+}
+
+/// A stale owner read the item (and its CAS) while it held the lock; the
+/// lock then went away (expired or evicted) and a new holder took it. The
+/// stale owner's compare-and-delete and compare-and-set must both miss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_owner_never_deletes_or_extends_a_new_holders_lock() {
+    let server = Memcached::shared().await;
+    let url = server.url(&format!("prefix={}:", fresh_table()));
+    let (a, b) = (backend(&url).await, backend(&url).await);
+    let name = LockName::new("stale").expect("name");
+    let key = a.lock_key(&name);
+    let first = Locker::from_arc(a.clone() as Arc<dyn LockBackend>)
+        .acquire_lease("stale", opts(Duration::from_secs(30)))
+        .await
+        .expect("free");
+    // Step 1 of the stale owner's release or renewal: read the item.
+    let seen = a.client().get(&key).await.expect("get").expect("held");
+    assert_eq!(seen.value, first.owner().to_hex());
+    // The lock vanishes (as on expiry or eviction) and somebody else takes it.
+    assert!(a.client().delete_if(&key, seen.cas).await.expect("delete"));
+    let second = Locker::from_arc(b.clone() as Arc<dyn LockBackend>)
+        .acquire_lease("stale", opts(Duration::from_secs(30)))
+        .await
+        .expect("taken over");
+    // Step 2, with the stale CAS: neither may touch the new holder's item.
+    assert!(
+        !a.client().delete_if(&key, seen.cas).await.expect("md"),
+        "stale compare-and-delete applied"
+    );
+    assert!(
+        !a.client()
+            .set_if(&key, &seen.value, 30, seen.cas)
+            .await
+            .expect("ms"),
+        "stale compare-and-set applied"
+    );
+    let now = b
+        .client()
+        .get(&key)
+        .await
+        .expect("get")
+        .expect("still held");
+    assert_eq!(
+        now.value,
+        second.owner().to_hex(),
+        "the new holder's lock is intact"
+    );
+    assert!(matches!(
+        a.release(&first).await,
+        Err(Error::NotHeld { .. })
+    ));
+    assert!(matches!(
+        a.renew(&first, Duration::from_secs(30)).await,
+        Err(Error::NotHeld { .. })
+    ));
+    assert!(second.token() > first.token());
+    b.release(&second).await.expect("release");
+}
+
+/// Under memory pressure memcached evicts a held lock: a second client gets
+/// it while the first still believes it holds it, until its next renewal
+/// reports the loss. This is why the backend is for efficiency locks only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eviction_drops_a_held_lock() {
+    let server = Memcached::start_with_memory(2).await;
+    let url = server.url(&format!("prefix={}:", fresh_table()));
+    let (a, b) = (
+        Locker::from_arc(backend(&url).await),
+        Locker::from_arc(backend(&url).await),
+    );
+    let guard = a
+        .lock_with("evicted", opts(Duration::from_secs(9)))
+        .await
+        .expect("free");
+    assert!(b.try_lock("evicted").await.expect("try_lock").is_none());
+    // Items the size of the lock's, in its slab class, far more than fit.
+    server.fill(100_000, 32).await;
+    let second = b
+        .try_lock("evicted")
+        .await
+        .expect("try_lock")
+        .expect("the evicted lock is free again");
+    timeout(Duration::from_secs(20), guard.lost())
+        .await
+        .expect("the first holder's renewal notices the loss");
+    assert_eq!(guard.state(), LockState::Lost);
+    second.release().await.expect("release");
+}
+
+/// A restart loses the fence counter with everything else; the counter is
+/// seeded again from the clock, so tokens still go up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_survives_a_restart() {
+    let server = Memcached::start().await;
+    let url = server.url("");
+    let before = {
+        let l = Locker::from_arc(backend(&url).await);
+        let g = l.try_lock("fence").await.expect("try_lock").expect("free");
+        let t = g.token();
+        g.release().await.expect("release");
+        t
+    };
+    server.process().stop();
+    server.process().restart();
+    server.wait_ready().await;
+    let l = Locker::from_arc(backend(&url).await);
+    let g = timeout(Duration::from_secs(20), async {
+        loop {
+            if let Ok(Some(g)) = l.try_lock("fence").await {
+                return g;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("memcached is back");
+    assert!(g.token() > before, "{:?} after {before:?}", g.token());
+    g.release().await.expect("release");
+}
+
+/// TTLs memcached cannot keep as asked are refused, and nothing listening
+/// is an error within the connect timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_ttls_and_unreachable_servers_are_clear_errors() {
+    let server = Memcached::shared().await;
+    let l = Locker::from_arc(backend(&server.url("")).await);
+    match l
+        .lock_with("short", opts(Duration::from_millis(1500)))
+        .await
+    {
+        Err(e @ Error::InvalidTtl { .. }) => assert!(e.to_string().contains("2s"), "{e}"),
+        other => panic!("expected InvalidTtl, got {other:?}"),
+    }
+    let closed = conformance_tests::servers::free_port();
+    let started = Instant::now();
+    let err =
+        MemcacheBackend::connect(&format!("memcache://127.0.0.1:{closed}?connect_timeout=1s"))
+            .await
+            .expect_err("nothing listens");
+    assert!(err.is_retryable(), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}

@@ -1,0 +1,253 @@
+//! [`MemcacheBackend`]: `add` to acquire, compare-and-set to renew,
+//! compare-and-delete to release.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use lock_core::url::QueryOptions;
+use lock_core::wait::{ReleaseSignals, poll_acquire};
+use lock_core::{
+    AcquireRequest, Capabilities, Error, Fencing, FencingToken, Holder, Lease, LockBackend,
+    LockName, OwnerToken, Result, WaitBudget, async_trait,
+};
+use tokio::time::Instant;
+
+use crate::meta::MetaClient;
+
+/// memcached counts expiry in whole seconds and ticks its clock once a
+/// second, so an item stored with `T<n>` may expire up to a second early.
+const GRANULARITY: Duration = Duration::from_secs(1);
+
+/// The shortest TTL that leaves a lease after the granularity is taken off.
+pub const MIN_TTL: Duration = Duration::from_secs(2);
+
+/// Past 30 days memcached reads an expiry as an absolute Unix time; well
+/// below that, the default maximum of a day applies.
+const CAPABILITIES: Capabilities = Capabilities::new("memcache", Fencing::BestEffort)
+    .with_ttl_range(MIN_TTL, Capabilities::DEFAULT_MAX_TTL);
+
+/// A lock backend on one memcached (see the crate docs).
+#[derive(Debug)]
+pub struct MemcacheBackend {
+    client: MetaClient,
+    prefix: String,
+    signals: ReleaseSignals,
+}
+
+impl MemcacheBackend {
+    const OPTIONS: &'static [&'static str] = &["prefix", "timeout", "connect_timeout", "pool_size"];
+    const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
+
+    /// Reaches the memcached a `memcache://host:port[?options]` URL names.
+    /// Connections are made on first use; this checks the server answers.
+    pub async fn connect(url: &str) -> Result<Self> {
+        let rest = url
+            .strip_prefix("memcache://")
+            .ok_or_else(|| Error::invalid_url(url, "expected memcache://HOST:PORT"))?;
+        let addr = rest.split(['?', '/']).next().unwrap_or_default();
+        if addr.is_empty() {
+            return Err(Error::invalid_url(
+                url,
+                "no host; write memcache://HOST:PORT",
+            ));
+        }
+        let addr = if addr.contains(':') {
+            addr.to_owned()
+        } else {
+            format!("{addr}:11211")
+        };
+        let mut q = QueryOptions::parse(url)?;
+        let prefix = q.take("prefix").unwrap_or_else(|| "distlock:".into());
+        if prefix.len() > 64 || !prefix.chars().all(|c| c.is_ascii_graphic() && c != '#') {
+            return Err(Error::invalid_url(
+                url,
+                "option \"prefix\" must be at most 64 printable ASCII characters, without spaces or '#'",
+            ));
+        }
+        let positive = |q: &mut QueryOptions, key: &str| -> Result<Duration> {
+            match q.take_duration(key)? {
+                Some(d) if d.is_zero() => Err(Error::invalid_url(
+                    url,
+                    format!("option \"{key}\" must be more than zero"),
+                )),
+                d => Ok(d.unwrap_or(Self::DEFAULT_TIMEOUT)),
+            }
+        };
+        let timeout = positive(&mut q, "timeout")?;
+        let connect_timeout = positive(&mut q, "connect_timeout")?;
+        let pool_size = q
+            .take_parsed::<usize>("pool_size", "a whole number from 1 to 64")?
+            .unwrap_or(4);
+        if !(1..=64).contains(&pool_size) {
+            return Err(Error::invalid_url(
+                url,
+                "option \"pool_size\" must be from 1 to 64",
+            ));
+        }
+        q.finish(Self::OPTIONS)?;
+        let backend = Self {
+            client: MetaClient::new(addr, pool_size, timeout, connect_timeout),
+            prefix,
+            signals: ReleaseSignals::new(),
+        };
+        backend
+            .client
+            .get(&format!("{}distlock-ping", backend.prefix))
+            .await?;
+        Ok(backend)
+    }
+
+    /// The meta-protocol client, for tests that replay an interleaving.
+    pub fn client(&self) -> &MetaClient {
+        &self.client
+    }
+
+    /// The key holding `name`'s owner token.
+    pub fn lock_key(&self, name: &LockName) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
+    /// The key of `name`'s fence counter (`#` is not allowed in lock names).
+    fn fence_key(&self, name: &LockName) -> String {
+        format!("{}{name}#fence", self.prefix)
+    }
+
+    /// The next fencing token: the counter, seeded from the clock whenever
+    /// it is missing (evicted, or the server restarted), so it never goes
+    /// back while clocks do not.
+    async fn next_token(&self, name: &LockName) -> Result<FencingToken> {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let seed = u64::try_from(now.as_micros()).unwrap_or(u64::MAX);
+        Ok(FencingToken(
+            self.client
+                .increment_or_seed(&self.fence_key(name), seed)
+                .await?,
+        ))
+    }
+
+    async fn current_token(&self, name: &LockName) -> Result<FencingToken> {
+        let item = self.client.get(&self.fence_key(name)).await?;
+        Ok(FencingToken(
+            item.and_then(|i| i.value.trim().parse().ok()).unwrap_or(0),
+        ))
+    }
+
+    /// Deletes `name` only if `owner` holds it. `true` if deleted.
+    async fn delete_if_owner(&self, name: &LockName, owner: OwnerToken) -> Result<bool> {
+        let key = self.lock_key(name);
+        match self.client.get(&key).await? {
+            Some(item) if item.value == owner.to_hex() => {
+                self.client.delete_if(&key, item.cas).await
+            }
+            _ => Ok(false),
+        }
+    }
+}
+
+/// Whole seconds, rounded up.
+fn exptime(ttl: Duration) -> u64 {
+    ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0)
+}
+
+/// A lease for a grant sent at `sent`, a granularity tick early.
+fn lease(
+    name: &LockName,
+    owner: OwnerToken,
+    token: FencingToken,
+    ttl: Duration,
+    sent: Instant,
+) -> Lease {
+    Lease::new(
+        name.clone(),
+        owner,
+        token,
+        ttl,
+        sent.checked_sub(GRANULARITY).unwrap_or(sent),
+    )
+}
+
+#[async_trait]
+impl LockBackend for MemcacheBackend {
+    fn capabilities(&self) -> Capabilities {
+        CAPABILITIES
+    }
+
+    async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {
+        let sent = Instant::now();
+        let owner = req.owner.to_hex();
+        let key = self.lock_key(&req.name);
+        let token = if self.client.add(&key, &owner, exptime(req.ttl)).await? {
+            self.next_token(&req.name).await?
+        } else {
+            match self.client.get(&key).await? {
+                // Ours already: an earlier attempt's reply was lost.
+                Some(item) if item.value == owner => self.current_token(&req.name).await?,
+                _ => return Ok(None),
+            }
+        };
+        Ok(Some(lease(&req.name, req.owner, token, req.ttl, sent)))
+    }
+
+    async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
+        poll_acquire(self, req, budget, Some(&self.signals)).await
+    }
+
+    async fn renew(&self, lease_now: &Lease, ttl: Duration) -> Result<Lease> {
+        let sent = Instant::now();
+        let key = self.lock_key(lease_now.name());
+        let owner = lease_now.owner().to_hex();
+        let extended = match self.client.get(&key).await? {
+            // The CAS makes the extension conditional on nobody having
+            // written the key since we read it.
+            Some(item) if item.value == owner => {
+                self.client
+                    .set_if(&key, &owner, exptime(ttl), item.cas)
+                    .await?
+            }
+            _ => false,
+        };
+        if extended {
+            Ok(lease(
+                lease_now.name(),
+                lease_now.owner(),
+                lease_now.token(),
+                ttl,
+                sent,
+            ))
+        } else {
+            Err(Error::NotHeld {
+                name: lease_now.name().to_string(),
+            })
+        }
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        let deleted = self.delete_if_owner(lease.name(), lease.owner()).await?;
+        self.signals.notify(lease.name());
+        if deleted {
+            Ok(())
+        } else {
+            Err(Error::NotHeld {
+                name: lease.name().to_string(),
+            })
+        }
+    }
+
+    async fn abandon(&self, req: &AcquireRequest) -> Result<()> {
+        self.delete_if_owner(&req.name, req.owner).await?;
+        self.signals.notify(&req.name);
+        Ok(())
+    }
+
+    async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
+        let Some(item) = self.client.get(&self.lock_key(name)).await? else {
+            return Ok(None);
+        };
+        Ok(Some(Holder {
+            owner: item.value.chars().take(8).collect(),
+            token: self.current_token(name).await?,
+            expires_in: item.ttl.map(Duration::from_secs),
+        }))
+    }
+}
