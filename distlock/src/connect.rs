@@ -42,6 +42,8 @@ pub const SCHEMES: &[&str] = &[
     "redlock",
     #[cfg(feature = "etcd")]
     "etcd",
+    #[cfg(feature = "zk")]
+    "zk",
     #[cfg(feature = "memcache")]
     "memcache",
 ];
@@ -97,6 +99,8 @@ pub async fn connect_backend(url: &str) -> Result<Arc<dyn LockBackend>> {
         "redlock" => Ok(Arc::new(lock_redlock::RedlockBackend::connect(url).await?)),
         #[cfg(feature = "etcd")]
         "etcd" => Ok(Arc::new(lock_etcd::EtcdBackend::connect(url).await?)),
+        #[cfg(feature = "zk")]
+        "zk" => Ok(Arc::new(lock_zk::ZkBackend::connect(url).await?)),
         #[cfg(feature = "memcache")]
         "memcache" => Ok(Arc::new(
             lock_memcache::MemcacheBackend::connect(url).await?,
@@ -183,16 +187,24 @@ mod tests {
     async fn unknown_and_missing_schemes_name_what_is_compiled_in() {
         let unknown = connect("gopher://h").await.unwrap_err();
         assert!(matches!(unknown, Error::UnknownScheme { .. }), "{unknown}");
-        let disabled = connect("etcd://127.0.0.1:2379")
-            .await
-            .unwrap_err()
-            .to_string();
-        assert!(
-            disabled.contains("\"etcd\" feature") && disabled.contains("memory"),
-            "{disabled}"
-        );
         let no_scheme = connect("just-a-path.db").await.unwrap_err().to_string();
         assert!(no_scheme.contains("starts with a scheme"), "{no_scheme}");
+        // Whatever this build lacks is named with the feature that adds it.
+        for (scheme, feature) in KNOWN.iter().filter(|(s, _)| !SCHEMES.contains(s)) {
+            let err = connect(&format!("{scheme}://127.0.0.1:1"))
+                .await
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(&format!("\"{feature}\" feature")) && err.contains("memory"),
+                "{err}"
+            );
+        }
+        let disabled = unsupported("etcd").to_string();
+        assert!(
+            disabled.contains("\"etcd\" feature") && disabled.contains("this build supports"),
+            "{disabled}"
+        );
     }
 
     #[tokio::test]
