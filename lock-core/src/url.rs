@@ -137,6 +137,33 @@ impl QueryOptions {
     }
 }
 
+/// A URL whose authority is a comma-separated host list
+/// (`scheme://h1:p1,h2:p2/path?query`), which the `url` crate cannot parse.
+#[derive(Debug, PartialEq, Eq)]
+pub struct HostList<'a> {
+    /// Each host as written, credentials included.
+    pub hosts: Vec<&'a str>,
+    /// What follows the first `/` after the hosts, without it; may be empty.
+    pub path: &'a str,
+}
+
+impl<'a> HostList<'a> {
+    /// Splits `url`, which must start with `scheme://`.
+    pub fn parse(url: &'a str, scheme: &str) -> Result<Self> {
+        let rest = url
+            .strip_prefix(scheme)
+            .and_then(|r| r.strip_prefix("://"))
+            .ok_or_else(|| Error::invalid_url(url, format!("expected {scheme}://HOST:PORT,HOST:PORT,…")))?;
+        let without_query = rest.split_once('?').map_or(rest, |(r, _)| r);
+        let (hosts, path) = without_query.split_once('/').unwrap_or((without_query, ""));
+        let hosts: Vec<&str> = hosts.split(',').collect();
+        if hosts.iter().any(|h| h.is_empty()) {
+            return Err(Error::invalid_url(url, "an empty host in the host list"));
+        }
+        Ok(Self { hosts, path })
+    }
+}
+
 /// Parses a duration written as a number and a unit: `ms`, `s`, `m` or `h`
 /// (`250ms`, `30s`, `1.5s`, `2m`). A bare number is refused, since seconds and
 /// milliseconds are both common and a wrong guess is a silent bug.
@@ -205,6 +232,16 @@ mod tests {
     #[test]
     fn duplicate_options_are_rejected() {
         assert!(QueryOptions::parse("x://h?a=1&a=2").is_err());
+    }
+
+    #[test]
+    fn host_lists_split_hosts_and_path() {
+        let l = HostList::parse("etcd://a:1,u:p@b:2/x/y?q=1", "etcd").unwrap();
+        assert_eq!(l.hosts, ["a:1", "u:p@b:2"]);
+        assert_eq!(l.path, "x/y");
+        assert_eq!(HostList::parse("zk://a:1", "zk").unwrap().path, "");
+        assert!(HostList::parse("zk://a:1,,b:2", "zk").is_err());
+        assert!(HostList::parse("etcd://a:1", "zk").is_err());
     }
 
     #[test]

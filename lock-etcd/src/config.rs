@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use lock_core::url::QueryOptions;
+use lock_core::url::{HostList, QueryOptions};
 use lock_core::{Error, Result};
 
 /// A parsed `etcd://` URL. `Debug` never shows the password.
@@ -30,11 +30,7 @@ impl EtcdConfig {
 
     /// Parses `etcd://host:port,host:port[/prefix][?user=…&password=…&tls=true&timeout=…]`.
     pub fn parse(url: &str) -> Result<Self> {
-        let rest = url
-            .strip_prefix("etcd://")
-            .ok_or_else(|| Error::invalid_url(url, "expected etcd://HOST:PORT,HOST:PORT,…"))?;
-        let without_query = rest.split_once('?').map_or(rest, |(r, _)| r);
-        let (hosts, path) = without_query.split_once('/').unwrap_or((without_query, ""));
+        let HostList { hosts, path } = HostList::parse(url, "etcd")?;
         let mut q = QueryOptions::parse(url)?;
         let user = q.take("user");
         let password = q.take("password");
@@ -72,13 +68,9 @@ impl EtcdConfig {
         };
         let scheme = if tls { "https" } else { "http" };
         let endpoints = hosts
-            .split(',')
+            .iter()
             .map(|h| match h {
-                "" => Err(Error::invalid_url(url, "an empty host in the member list")),
-                h if h.contains('@') => Err(Error::invalid_url(
-                    url,
-                    "give credentials as ?user=…&password=…",
-                )),
+                h if h.contains('@') => Err(Error::invalid_url(url, "give credentials as ?user=…&password=…")),
                 h => Ok(format!("{scheme}://{h}")),
             })
             .collect::<Result<Vec<_>>>()?;

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use lock_core::url::QueryOptions;
+use lock_core::url::{HostList, QueryOptions};
 use lock_core::{Error, Result};
 use lock_redis::config::{CommonOptions, NodeConfig};
 
@@ -28,14 +28,8 @@ impl RedlockConfig {
     /// Each host may carry its own credentials; `tls=true` connects to every
     /// node with TLS (`rediss`).
     pub fn parse(url: &str) -> Result<Self> {
-        let rest = url
-            .strip_prefix("redlock://")
-            .ok_or_else(|| Error::invalid_url(url, "expected redlock://HOST:PORT,HOST:PORT,…"))?;
-        let without_query = rest.split_once('?').map_or(rest, |(r, _)| r);
-        let (hosts, db) = match without_query.split_once('/') {
-            Some((hosts, db)) => (hosts, Some(db)),
-            None => (without_query, None),
-        };
+        let HostList { hosts, path } = HostList::parse(url, "redlock")?;
+        let db = Some(path).filter(|p| !p.is_empty());
         let mut q = QueryOptions::parse(url)?;
         let common = CommonOptions::take(&mut q, url, Self::DEFAULT_NODE_TIMEOUT)?;
         let retry_delay = q
@@ -55,17 +49,10 @@ impl RedlockConfig {
 
         let scheme = if tls { "rediss" } else { "redis" };
         let nodes = hosts
-            .split(',')
+            .iter()
             .map(|host| {
-                if host.is_empty() {
-                    return Err(Error::invalid_url(url, "an empty host in the node list"));
-                }
                 let db = db.map(|d| format!("/{d}")).unwrap_or_default();
-                NodeConfig::new(
-                    &format!("{scheme}://{host}{db}"),
-                    common.timeout,
-                    common.connect_timeout,
-                )
+                NodeConfig::new(&format!("{scheme}://{host}{db}"), common.timeout, common.connect_timeout)
             })
             .collect::<Result<Vec<_>>>()?;
         if nodes.len() < 3 || nodes.len() % 2 == 0 {

@@ -7,25 +7,20 @@ use std::time::Duration;
 
 use tokio::sync::OnceCell;
 
-use lock_core::async_trait;
-
-use super::{SqlServer, Supervised, data_dir, find_binary, free_port, run_as, wait_until_ready};
+use super::{SqlInstance, SqlServer, Supervised, data_dir, find_binary, free_port, run_as, wait_until_ready};
 
 const USER: &str = "distlock";
 const PASSWORD: &str = "maria-test-secret";
 const DATABASE: &str = "distlock";
 const SBIN: &[&str] = &["/usr/sbin", "/usr/bin"];
 
-/// A running MariaDB server with a database and user for the tests.
+/// Starts mariadb servers.
 #[derive(Debug)]
-pub struct Mariadb {
-    port: u16,
-    process: Supervised,
-}
+pub struct Mariadb;
 
 impl Mariadb {
     /// Starts a new server of its own (for tests that stop or restart it).
-    pub async fn start() -> Self {
+    pub async fn start() -> SqlInstance {
         let install = find_binary("mariadb-install-db", SBIN, "mariadb-server");
         let mariadbd = find_binary("mariadbd", SBIN, "mariadb-server");
         let client = find_binary("mariadb", SBIN, "mariadb-client");
@@ -76,58 +71,21 @@ impl Mariadb {
             || async { root_sql(&client, &socket, &setup) },
         )
         .await;
-        let server = Self { port, process };
+        let server = SqlInstance {
+            label: "mariadb",
+            port,
+            password: PASSWORD,
+            base_url: |port| format!("mariadb://{USER}:{PASSWORD}@127.0.0.1:{port}/{DATABASE}"),
+            process,
+        };
         server.wait_ready().await;
         server
     }
 
     /// One server shared by every test in this test binary.
-    pub async fn shared() -> &'static Self {
-        static SHARED: OnceCell<Mariadb> = OnceCell::const_new();
+    pub async fn shared() -> &'static SqlInstance {
+        static SHARED: OnceCell<SqlInstance> = OnceCell::const_new();
         SHARED.get_or_init(Self::start).await
-    }
-}
-
-#[async_trait]
-impl SqlServer for Mariadb {
-    fn label(&self) -> &'static str {
-        "mariadb"
-    }
-
-    fn url(&self, query: &str) -> String {
-        self.url_via(self.port, query)
-    }
-
-    fn url_via(&self, port: u16, query: &str) -> String {
-        let base = format!("mariadb://{USER}:{PASSWORD}@127.0.0.1:{port}/{DATABASE}");
-        if query.is_empty() {
-            base
-        } else {
-            format!("{base}?{query}")
-        }
-    }
-
-    fn port(&self) -> u16 {
-        self.port
-    }
-
-    fn password(&self) -> &'static str {
-        PASSWORD
-    }
-
-    fn process(&self) -> &Supervised {
-        &self.process
-    }
-
-    async fn wait_ready(&self) {
-        let url = self.url("table=distlock_ready&connect_timeout=1s");
-        wait_until_ready(
-            "mariadb",
-            Duration::from_secs(60),
-            || self.process.log(),
-            || async { distlock::connect_backend(&url).await.is_ok() },
-        )
-        .await;
     }
 }
 

@@ -69,6 +69,53 @@ pub trait SqlServer: Send + Sync {
     async fn wait_ready(&self);
 }
 
+/// A running SQL server: its port, credentials and process.
+#[derive(Debug)]
+pub struct SqlInstance {
+    label: &'static str,
+    port: u16,
+    password: &'static str,
+    /// The URL (no query) for a port: this server's, or a proxy's in front.
+    base_url: fn(u16) -> String,
+    process: Supervised,
+}
+
+#[async_trait]
+impl SqlServer for SqlInstance {
+    fn label(&self) -> &'static str {
+        self.label
+    }
+
+    fn url(&self, query: &str) -> String {
+        self.url_via(self.port, query)
+    }
+
+    fn url_via(&self, port: u16, query: &str) -> String {
+        let base = (self.base_url)(port);
+        if query.is_empty() { base } else { format!("{base}?{query}") }
+    }
+
+    fn port(&self) -> u16 {
+        self.port
+    }
+
+    fn password(&self) -> &'static str {
+        self.password
+    }
+
+    fn process(&self) -> &Supervised {
+        &self.process
+    }
+
+    async fn wait_ready(&self) {
+        let url = self.url("table=distlock_ready&connect_timeout=1s");
+        wait_until_ready(self.label, Duration::from_secs(60), || self.process.log(), || async {
+            distlock::connect_backend(&url).await.is_ok()
+        })
+        .await;
+    }
+}
+
 /// A server process under its watchdog.
 #[derive(Debug)]
 pub struct Supervised {

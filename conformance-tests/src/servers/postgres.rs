@@ -2,30 +2,24 @@
 //! user, then `postgres` on a free loopback port.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use tokio::sync::OnceCell;
 
-use lock_core::async_trait;
-
 use super::{
-    SqlServer, Supervised, as_user_args, data_dir, find_binary, free_port, run_as, wait_until_ready,
+    SqlInstance, SqlServer, Supervised, as_user_args, data_dir, find_binary, free_port, run_as,
 };
 
 const USER: &str = "distlock";
 const PASSWORD: &str = "pg-test-secret";
 const BIN_DIRS: &[&str] = &["/usr/lib/postgresql/*/bin"];
 
-/// A running PostgreSQL server with a password-protected superuser.
+/// Starts postgres servers.
 #[derive(Debug)]
-pub struct Postgres {
-    port: u16,
-    process: Supervised,
-}
+pub struct Postgres;
 
 impl Postgres {
     /// Starts a new server of its own (for tests that stop or restart it).
-    pub async fn start() -> Self {
+    pub async fn start() -> SqlInstance {
         let initdb = find_binary("initdb", BIN_DIRS, "postgresql");
         let postgres = find_binary("postgres", BIN_DIRS, "postgresql");
         let dir = data_dir("postgres");
@@ -68,8 +62,11 @@ impl Postgres {
         );
         let command: Vec<&str> = command.iter().map(String::as_str).collect();
         // SIGINT is PostgreSQL's fast shutdown: it does not wait for clients.
-        let server = Self {
+        let server = SqlInstance {
+            label: "postgres",
             port,
+            password: PASSWORD,
+            base_url: |port| format!("postgres://{USER}:{PASSWORD}@127.0.0.1:{port}/postgres"),
             process: Supervised::start(&dir, "INT", &command),
         };
         server.wait_ready().await;
@@ -77,51 +74,8 @@ impl Postgres {
     }
 
     /// One server shared by every test in this test binary.
-    pub async fn shared() -> &'static Self {
-        static SHARED: OnceCell<Postgres> = OnceCell::const_new();
+    pub async fn shared() -> &'static SqlInstance {
+        static SHARED: OnceCell<SqlInstance> = OnceCell::const_new();
         SHARED.get_or_init(Self::start).await
-    }
-}
-
-#[async_trait]
-impl SqlServer for Postgres {
-    fn label(&self) -> &'static str {
-        "postgres"
-    }
-
-    fn url(&self, query: &str) -> String {
-        self.url_via(self.port, query)
-    }
-
-    fn url_via(&self, port: u16, query: &str) -> String {
-        let base = format!("postgres://{USER}:{PASSWORD}@127.0.0.1:{port}/postgres");
-        if query.is_empty() {
-            base
-        } else {
-            format!("{base}?{query}")
-        }
-    }
-
-    fn port(&self) -> u16 {
-        self.port
-    }
-
-    fn password(&self) -> &'static str {
-        PASSWORD
-    }
-
-    fn process(&self) -> &Supervised {
-        &self.process
-    }
-
-    async fn wait_ready(&self) {
-        let url = self.url("table=distlock_ready&connect_timeout=1s");
-        wait_until_ready(
-            "postgres",
-            Duration::from_secs(60),
-            || self.process.log(),
-            || async { distlock::connect_backend(&url).await.is_ok() },
-        )
-        .await;
     }
 }
