@@ -1,6 +1,7 @@
 //! The command line.
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
@@ -40,6 +41,17 @@ pub(crate) enum Command {
 
     /// Show who holds a lock. Exits 0 if it is free, 75 if it is held.
     Status(StatusArgs),
+
+    /// Measure a backend: the library against the backend's raw primitive.
+    ///
+    /// Runs five workloads (uncontended, contended, hand-off, wake-ups per
+    /// release, many names) for --duration each, with the library and with
+    /// the backend's bare acquire and release (the floor) taking turns, and
+    /// reports every library result as a ratio to the floor. Prints a
+    /// table and writes bench-BACKEND.json and bench-BACKEND.svg to --out.
+    /// Lock names are unique to each run, so it can share a database with
+    /// real locks, but it adds a few rows to it.
+    Bench(BenchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -86,6 +98,39 @@ pub(crate) struct RunArgs {
 pub(crate) struct StatusArgs {
     #[command(flatten)]
     pub(crate) backend: Backend,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct BenchArgs {
+    /// The backend to measure: sqlite://PATH, memory://, … Query options
+    /// such as ?ttl=10s or ?synchronous=normal apply to the floor too.
+    #[arg(long, env = "DISTLOCK_URL", hide_env_values = true)]
+    pub(crate) url: String,
+
+    /// Clients in the contended, hand-off, wake-ups and many-names
+    /// workloads.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(2..=256))]
+    pub(crate) clients: u16,
+
+    /// How long each workload runs. The contenders (library, floor, any
+    /// peers) share it, taking turns in slices of about 100 ms.
+    #[arg(long, value_parser = positive_duration, default_value = "5s")]
+    pub(crate) duration: Duration,
+
+    /// Distinct lock names in the many-names workload (default: --clients).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub(crate) names: Option<u16>,
+
+    /// Where the JSON data file and the SVG chart go; created if missing.
+    #[arg(long, default_value = "bench-results")]
+    pub(crate) out: PathBuf,
+}
+
+fn positive_duration(text: &str) -> Result<Duration, String> {
+    match duration(text)? {
+        Duration::ZERO => Err("must be more than zero".to_owned()),
+        d => Ok(d),
+    }
 }
 
 fn duration(text: &str) -> Result<Duration, String> {

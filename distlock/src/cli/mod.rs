@@ -1,6 +1,7 @@
 //! The `distlock` command-line tool.
 
 mod args;
+mod bench;
 mod exit;
 mod run;
 mod status;
@@ -40,6 +41,7 @@ pub(crate) fn main() -> ExitCode {
         match cli.command {
             Command::Run(args) => run::run(args).await,
             Command::Status(args) => status::status(args).await,
+            Command::Bench(args) => bench::bench(args).await,
         }
     });
     // A command's status can be any byte; ours are the constants in `exit`.

@@ -1,0 +1,207 @@
+//! What a workload drives: anything that can wait for a named lock and give
+//! it back. The library, each backend's floor and each peer are one of these,
+//! so every workload is written once and runs the same way on all of them.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use distlock::{AcquireOptions, Error, LockGuard, Locker, OwnerToken, Result, Wait, async_trait};
+use serde::Serialize;
+
+use super::counting::Counting;
+use super::floor::Floor;
+
+/// Which side of the comparison a contender is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Role {
+    /// distlock itself: `Locker::lock_with` and `LockGuard::release`.
+    Library,
+    /// The backend's bare primitive with a naive retry loop.
+    Floor,
+    /// Another crate's lock, measured for comparison.
+    Peer,
+}
+
+/// A contender as the report names it.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct Subject {
+    pub(crate) role: Role,
+    /// A short column heading: `library`, `floor`, or the peer's name.
+    pub(crate) name: String,
+    /// What exactly runs, in a sentence.
+    pub(crate) detail: String,
+}
+
+/// What a contender's waiters did, where it can count it.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Wakeups {
+    /// Attempts that found the lock held.
+    pub(crate) busy_attempts: Option<u64>,
+    /// Release notices delivered to waiters in this process.
+    pub(crate) notices: Option<u64>,
+}
+
+/// A lock that a contender holds.
+#[async_trait]
+pub(crate) trait Held: Send {
+    /// Gives the lock back.
+    async fn release(self: Box<Self>) -> Result<()>;
+}
+
+/// Waits for named locks and gives them back.
+#[async_trait]
+pub(crate) trait Contender: Send + Sync {
+    /// Who this is.
+    fn subject(&self) -> Subject;
+
+    /// Waits for `name` until `until`; `Ok(None)` if it was not granted by
+    /// then.
+    async fn acquire(&self, name: &str, until: Instant) -> Result<Option<Box<dyn Held>>>;
+
+    /// Counters of the waiting done so far; the workloads take differences.
+    fn wakeups(&self) -> Wakeups {
+        Wakeups::default()
+    }
+}
+
+/// The library as an application uses it.
+pub(crate) struct Library {
+    locker: Locker,
+    counting: Option<Arc<Counting>>,
+}
+
+impl Library {
+    pub(crate) fn new(locker: Locker) -> Self {
+        Self {
+            locker,
+            counting: None,
+        }
+    }
+
+    /// The same library over a [`Counting`] wrapper of its backend, for the
+    /// wake-ups workload only: the wrapper costs a little on every call.
+    pub(crate) fn counted(locker: &Locker) -> Self {
+        let counting = Arc::new(Counting::new(locker.backend().clone()));
+        Self {
+            locker: Locker::from_arc(counting.clone()).with_defaults(locker.defaults()),
+            counting: Some(counting),
+        }
+    }
+
+    fn options(&self, wait: Duration) -> AcquireOptions {
+        self.locker.defaults().wait(Wait::For(wait))
+    }
+}
+
+#[async_trait]
+impl Contender for Library {
+    fn subject(&self) -> Subject {
+        Subject {
+            role: Role::Library,
+            name: "library".to_owned(),
+            detail: "distlock: Locker::lock_with (waits by polling with backoff, woken by \
+                     in-process releases), a renewing LockGuard, then LockGuard::release"
+                .to_owned(),
+        }
+    }
+
+    async fn acquire(&self, name: &str, until: Instant) -> Result<Option<Box<dyn Held>>> {
+        let wait = until.saturating_duration_since(Instant::now());
+        match self.locker.lock_with(name, self.options(wait)).await {
+            Ok(guard) => Ok(Some(Box::new(guard))),
+            Err(Error::WaitTimeout { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn wakeups(&self) -> Wakeups {
+        self.counting
+            .as_ref()
+            .map_or_else(Wakeups::default, |c| Wakeups {
+                busy_attempts: Some(c.busy_attempts()),
+                notices: Some(c.notices()),
+            })
+    }
+}
+
+#[async_trait]
+impl Held for LockGuard {
+    async fn release(self: Box<Self>) -> Result<()> {
+        LockGuard::release(*self).await
+    }
+}
+
+/// A [`Floor`] driven the naive way: retry at once (yielding to the
+/// scheduler, so the holder can run) until granted or out of time.
+pub(crate) struct Spinning<F> {
+    floor: Arc<F>,
+    ttl: Duration,
+    busy: AtomicU64,
+}
+
+impl<F: Floor> Spinning<F> {
+    pub(crate) fn new(floor: F, ttl: Duration) -> Self {
+        Self {
+            floor: Arc::new(floor),
+            ttl,
+            busy: AtomicU64::new(0),
+        }
+    }
+}
+
+#[async_trait]
+impl<F: Floor> Contender for Spinning<F> {
+    fn subject(&self) -> Subject {
+        Subject {
+            role: Role::Floor,
+            name: "floor".to_owned(),
+            detail: format!("{}, retried at once while held", self.floor.describe()),
+        }
+    }
+
+    async fn acquire(&self, name: &str, until: Instant) -> Result<Option<Box<dyn Held>>> {
+        // One owner for the whole wait, as a client of the raw primitive
+        // would pick one random value per acquisition.
+        let owner = OwnerToken::random();
+        loop {
+            match self.floor.try_acquire(name, owner, self.ttl).await {
+                Ok(Some(grant)) => {
+                    return Ok(Some(Box::new(FloorHeld {
+                        floor: self.floor.clone(),
+                        grant,
+                    })));
+                }
+                Ok(None) => {
+                    self.busy.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) if e.is_retryable() => {}
+                Err(e) => return Err(e),
+            }
+            if Instant::now() >= until {
+                return Ok(None);
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+
+    fn wakeups(&self) -> Wakeups {
+        Wakeups {
+            busy_attempts: Some(self.busy.load(Ordering::Relaxed)),
+            notices: None,
+        }
+    }
+}
+
+struct FloorHeld<F: Floor> {
+    floor: Arc<F>,
+    grant: F::Grant,
+}
+
+#[async_trait]
+impl<F: Floor> Held for FloorHeld<F> {
+    async fn release(self: Box<Self>) -> Result<()> {
+        self.floor.release(&self.grant).await
+    }
+}

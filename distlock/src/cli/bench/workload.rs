@@ -1,0 +1,380 @@
+//! The five workloads, each written once against [`Contender`] and bounded
+//! by a deadline, so every run stops by itself.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use distlock::{Error, OwnerToken, Result};
+use serde::Serialize;
+use tokio::sync::watch;
+
+use super::contender::Contender;
+use super::stats::Distribution;
+
+/// How long a holder keeps the lock in the hand-off and wake-ups workloads,
+/// so that the other clients are surely waiting when it lets go.
+pub(crate) const HOLD: Duration = Duration::from_millis(2);
+
+/// One workload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum Workload {
+    /// One client, acquire + release pairs on one name.
+    Uncontended,
+    /// Every client on one name, releasing at once.
+    Contended,
+    /// Every client on one name, each release passed to a waiter.
+    HandOff,
+    /// Every client on one name, holding [`HOLD`], counting waiters' attempts.
+    #[serde(rename = "wake-ups")]
+    Wakeups,
+    /// Every client on its share of several names.
+    ManyNames,
+}
+
+/// The parameters every workload shares.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    pub(crate) clients: usize,
+    pub(crate) names: usize,
+    /// The wall time of each workload, shared by the contenders.
+    pub(crate) duration: Duration,
+    /// Each contender runs each workload in this many slices, taking turns
+    /// with the others, so that a machine that slows down or speeds up
+    /// during the run (disk flushes, the WAL growing, other load) weighs on
+    /// every contender alike instead of on whichever ran at that moment.
+    pub(crate) slices: u32,
+    pub(crate) slice: Duration,
+    /// Keeps this run's lock names apart from earlier runs' (a run that was
+    /// killed may have left a name held until its TTL).
+    pub(crate) run_id: String,
+}
+
+impl Plan {
+    /// Slices of about this long.
+    const SLICE: Duration = Duration::from_millis(100);
+
+    pub(crate) fn new(clients: usize, names: usize, duration: Duration, contenders: usize) -> Self {
+        let share = duration / u32::try_from(contenders.max(1)).unwrap_or(u32::MAX);
+        let slices = (share.as_secs_f64() / Self::SLICE.as_secs_f64())
+            .round()
+            .max(1.0) as u32;
+        Self {
+            clients,
+            names,
+            duration,
+            slices,
+            slice: share / slices,
+            run_id: OwnerToken::random().short(),
+        }
+    }
+
+    /// Each contender's time in each workload.
+    pub(crate) fn share(&self) -> Duration {
+        self.slice * self.slices
+    }
+
+    fn name(&self, workload: Workload, index: usize) -> String {
+        format!("bench.{}.{}.{index}", self.run_id, workload.id())
+    }
+}
+
+/// What one contender did in one workload.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct Run {
+    /// The contender's column name.
+    pub(crate) subject: String,
+    pub(crate) elapsed_ms: f64,
+    /// Grants, each released before the next acquire of the same client.
+    pub(crate) acquisitions: u64,
+    pub(crate) per_client: Vec<u64>,
+    /// The workload's latency (see [`Workload::latency`]).
+    pub(crate) latency: Option<Distribution>,
+    /// Attempts that found the lock held, where the contender counts them.
+    pub(crate) busy_attempts: Option<u64>,
+    /// Release notices to local waiters, where the contender counts them.
+    pub(crate) notices: Option<u64>,
+}
+
+impl Run {
+    /// Acquisitions per second.
+    pub(crate) fn rate(&self) -> f64 {
+        self.acquisitions as f64 / (self.elapsed_ms / 1e3)
+    }
+
+    /// `count` per acquisition (each acquisition is released once).
+    pub(crate) fn per_release(&self, count: Option<u64>) -> Option<f64> {
+        count
+            .filter(|_| self.acquisitions > 0)
+            .map(|c| c as f64 / self.acquisitions as f64)
+    }
+
+    /// The most acquisitions of one client over the fewest; `None` if a
+    /// client got none.
+    pub(crate) fn fairness(&self) -> Option<f64> {
+        let most = *self.per_client.iter().max()?;
+        let fewest = *self.per_client.iter().min()?;
+        (fewest > 0).then(|| most as f64 / fewest as f64)
+    }
+}
+
+/// One client's share of a run.
+#[derive(Default)]
+struct Tally {
+    acquisitions: u64,
+    latencies: Vec<Duration>,
+}
+
+impl Workload {
+    /// In the order they run.
+    pub(crate) const ALL: [Workload; 5] = [
+        Workload::Uncontended,
+        Workload::Contended,
+        Workload::HandOff,
+        Workload::Wakeups,
+        Workload::ManyNames,
+    ];
+
+    pub(crate) fn id(self) -> &'static str {
+        match self {
+            Workload::Uncontended => "uncontended",
+            Workload::Contended => "contended",
+            Workload::HandOff => "hand-off",
+            Workload::Wakeups => "wake-ups",
+            Workload::ManyNames => "many-names",
+        }
+    }
+
+    /// What the workload does, for the report.
+    pub(crate) fn describe(self, plan: &Plan) -> String {
+        let (n, k, hold) = (plan.clients, plan.names, HOLD.as_millis());
+        match self {
+            Workload::Uncontended => "1 client: acquire + release pairs on one name".to_owned(),
+            Workload::Contended => {
+                format!("{n} clients on one name, each releasing as soon as it holds")
+            }
+            Workload::HandOff => format!(
+                "{n} clients on one name; a holder keeps the lock {hold} ms, releases, and sits \
+                 out until another client holds it"
+            ),
+            Workload::Wakeups => format!(
+                "{n} clients on one name, each holding {hold} ms; counts the waiters' attempts \
+                 that find the lock held"
+            ),
+            Workload::ManyNames => {
+                format!("{n} clients on {k} names (client i on name i mod {k}): acquire + release")
+            }
+        }
+    }
+
+    /// What the latency distribution of this workload measures.
+    pub(crate) fn latency(self) -> &'static str {
+        match self {
+            Workload::Uncontended | Workload::ManyNames => "acquire + release pair",
+            Workload::Contended | Workload::Wakeups => "acquire wait",
+            Workload::HandOff => "release call → next holder",
+        }
+    }
+
+    /// Runs one slice of the workload on `contender`, for `plan.slice`.
+    pub(crate) async fn slice(self, contender: &Arc<dyn Contender>, plan: &Plan) -> Result<Slice> {
+        let before = contender.wakeups();
+        let started = Instant::now();
+        let until = started + plan.slice;
+        let one_name = plan.name(self, 0);
+        let tallies = match self {
+            Workload::Uncontended => {
+                clients(1, |_| pairs(contender.clone(), one_name.clone(), until)).await
+            }
+            Workload::Contended => {
+                clients(plan.clients, |_| {
+                    waits(contender.clone(), one_name.clone(), until, Duration::ZERO)
+                })
+                .await
+            }
+            Workload::HandOff => {
+                let relay = Arc::new(Relay::default());
+                clients(plan.clients, |me| {
+                    hand_offs(
+                        contender.clone(),
+                        one_name.clone(),
+                        until,
+                        relay.clone(),
+                        me,
+                    )
+                })
+                .await
+            }
+            Workload::Wakeups => {
+                clients(plan.clients, |_| {
+                    waits(contender.clone(), one_name.clone(), until, HOLD)
+                })
+                .await
+            }
+            Workload::ManyNames => {
+                clients(plan.clients, |i| {
+                    pairs(contender.clone(), plan.name(self, i % plan.names), until)
+                })
+                .await
+            }
+        }?;
+        let elapsed = started.elapsed();
+        let after = contender.wakeups();
+        let since = |a: Option<u64>, b: Option<u64>| Some(a? - b?);
+        Ok(Slice {
+            elapsed,
+            per_client: tallies.iter().map(|t| t.acquisitions).collect(),
+            latencies: tallies.into_iter().flat_map(|t| t.latencies).collect(),
+            busy_attempts: since(after.busy_attempts, before.busy_attempts),
+            notices: since(after.notices, before.notices),
+        })
+    }
+}
+
+/// What one contender did in one or more slices of a workload.
+#[derive(Debug, Default)]
+pub(crate) struct Slice {
+    elapsed: Duration,
+    per_client: Vec<u64>,
+    latencies: Vec<Duration>,
+    busy_attempts: Option<u64>,
+    notices: Option<u64>,
+}
+
+impl Slice {
+    /// Adds a later slice of the same contender to this one.
+    pub(crate) fn merge(&mut self, next: Slice) {
+        self.elapsed += next.elapsed;
+        if self.per_client.len() < next.per_client.len() {
+            self.per_client.resize(next.per_client.len(), 0);
+        }
+        for (total, more) in self.per_client.iter_mut().zip(next.per_client) {
+            *total += more;
+        }
+        self.latencies.extend(next.latencies);
+        let add = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+        self.busy_attempts = add(self.busy_attempts, next.busy_attempts);
+        self.notices = add(self.notices, next.notices);
+    }
+
+    /// The summary of all the slices, under the contender's column name.
+    pub(crate) fn into_run(self, subject: String) -> Run {
+        Run {
+            subject,
+            elapsed_ms: self.elapsed.as_secs_f64() * 1e3,
+            acquisitions: self.per_client.iter().sum(),
+            per_client: self.per_client,
+            latency: Distribution::of(self.latencies),
+            busy_attempts: self.busy_attempts,
+            notices: self.notices,
+        }
+    }
+}
+
+/// Runs `n` clients as tasks, so that every contender is driven from the
+/// runtime's worker threads the same way, and collects their tallies.
+async fn clients<F, Fut>(n: usize, client: F) -> Result<Vec<Tally>>
+where
+    F: Fn(usize) -> Fut,
+    Fut: Future<Output = Result<Tally>> + Send + 'static,
+{
+    let tasks: Vec<_> = (0..n).map(|i| tokio::spawn(client(i))).collect();
+    let mut tallies = Vec::with_capacity(n);
+    for task in tasks {
+        let tally = task
+            .await
+            .map_err(|e| Error::backend(format!("a benchmark client failed: {e}")))??;
+        tallies.push(tally);
+    }
+    Ok(tallies)
+}
+
+/// Acquire + release pairs, timing each pair.
+async fn pairs(c: Arc<dyn Contender>, name: String, until: Instant) -> Result<Tally> {
+    let mut tally = Tally::default();
+    while Instant::now() < until {
+        let start = Instant::now();
+        let Some(held) = c.acquire(&name, until).await? else {
+            break;
+        };
+        held.release().await?;
+        tally.latencies.push(start.elapsed());
+        tally.acquisitions += 1;
+    }
+    Ok(tally)
+}
+
+/// Waits for the lock, holds it for `hold`, releases it; times each wait.
+async fn waits(
+    c: Arc<dyn Contender>,
+    name: String,
+    until: Instant,
+    hold: Duration,
+) -> Result<Tally> {
+    let mut tally = Tally::default();
+    while Instant::now() < until {
+        let start = Instant::now();
+        let Some(held) = c.acquire(&name, until).await? else {
+            break;
+        };
+        tally.latencies.push(start.elapsed());
+        tally.acquisitions += 1;
+        if !hold.is_zero() {
+            tokio::time::sleep(hold).await;
+        }
+        held.release().await?;
+    }
+    Ok(tally)
+}
+
+/// What the hand-off clients share: who released last and when, on this
+/// process's monotonic clock, and a count of grants.
+#[derive(Default)]
+struct Relay {
+    baton: Mutex<Option<(usize, Instant)>>,
+    grants: watch::Sender<u64>,
+}
+
+/// Holds, releases, and sits out until another client holds the lock, so
+/// every release is a hand-off to a client that was already waiting, never
+/// a re-grab by the releaser. The latency is from the moment the releaser
+/// calls release to the moment the next holder's acquire returns: the lock
+/// becomes free somewhere inside the release call, so starting the clock at
+/// its return could make a hand-off look shorter than it was.
+async fn hand_offs(
+    c: Arc<dyn Contender>,
+    name: String,
+    until: Instant,
+    relay: Arc<Relay>,
+    me: usize,
+) -> Result<Tally> {
+    let mut tally = Tally::default();
+    let mut grants = relay.grants.subscribe();
+    while Instant::now() < until {
+        let Some(held) = c.acquire(&name, until).await? else {
+            break;
+        };
+        let held_at = Instant::now();
+        let passed = relay.baton.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some((_, released_at)) = passed.filter(|(from, _)| *from != me) {
+            tally.latencies.push(held_at - released_at);
+        }
+        let mut mine = 0;
+        relay.grants.send_modify(|n| {
+            *n += 1;
+            mine = *n;
+        });
+        tally.acquisitions += 1;
+        tokio::time::sleep(HOLD).await;
+        *relay.baton.lock().unwrap_or_else(|p| p.into_inner()) = Some((me, Instant::now()));
+        held.release().await?;
+        let next_holder = grants.wait_for(|n| *n > mine);
+        // Out of time or nobody left waiting: the loop ends either way.
+        let _ = tokio::time::timeout_at(until.into(), next_holder).await;
+    }
+    Ok(tally)
+}

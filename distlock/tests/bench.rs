@@ -1,0 +1,111 @@
+//! `distlock bench` end to end, with workloads so short that the whole run
+//! takes about a second: it must measure every workload against the floor
+//! and write its table, data file and chart. Nothing here asserts speed.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_distlock");
+const WORKLOADS: [&str; 5] = [
+    "uncontended",
+    "contended",
+    "hand-off",
+    "wake-ups",
+    "many-names",
+];
+
+fn bench(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("bench")
+        .args(args)
+        .env_remove("DISTLOCK_URL")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap()
+}
+
+/// Runs a short bench on `url` and checks everything it wrote to `out`.
+fn bench_writes_everything(url: &str, backend: &str, out: &Path) {
+    let run = bench(&[
+        "--url",
+        url,
+        "--duration",
+        "200ms",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let table = String::from_utf8_lossy(&run.stdout);
+    assert!(table.contains("library ÷ floor"), "{table}");
+    for workload in WORKLOADS {
+        assert!(table.contains(workload), "{workload} missing from\n{table}");
+        assert!(
+            stderr.contains(workload),
+            "no progress for {workload}: {stderr}"
+        );
+    }
+
+    let svg = std::fs::read_to_string(out.join(format!("bench-{backend}.svg"))).unwrap();
+    assert!(svg.starts_with("<?xml") && svg.trim_end().ends_with("</svg>"));
+    assert!(svg.contains("<polyline"), "the chart has no latency lines");
+
+    let data = std::fs::read_to_string(out.join(format!("bench-{backend}.json"))).unwrap();
+    let report: Value = serde_json::from_str(&data).unwrap();
+    assert_eq!(report["backend"], backend);
+    let workloads = report["workloads"].as_array().unwrap();
+    let ids: Vec<&str> = workloads
+        .iter()
+        .map(|w| w["workload"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, WORKLOADS);
+    for w in workloads {
+        let metrics = w["metrics"].as_array().unwrap();
+        let headline = metrics.iter().find(|m| m["headline"] == true).unwrap();
+        assert!(
+            headline["ratio_to_floor"]["library"].is_f64(),
+            "{} has no library ÷ floor ratio: {headline}",
+            w["workload"]
+        );
+        let subjects: Vec<&str> = w["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["subject"].as_str().unwrap())
+            .collect();
+        assert!(subjects.contains(&"library") && subjects.contains(&"floor"));
+    }
+}
+
+#[test]
+fn sqlite_is_measured_against_its_floor() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/bench.db", dir.path().display());
+    bench_writes_everything(&url, "sqlite", &dir.path().join("results"));
+}
+
+#[test]
+fn memory_is_measured_against_its_floor_and_a_peer() {
+    let dir = tempfile::tempdir().unwrap();
+    bench_writes_everything("memory://", "memory", dir.path());
+    let data = std::fs::read_to_string(dir.path().join("bench-memory.json")).unwrap();
+    let report: Value = serde_json::from_str(&data).unwrap();
+    let uncontended = &report["workloads"][0]["metrics"][0]["ratio_to_floor"];
+    assert!(uncontended["tokio-mutex"].is_f64(), "{uncontended}");
+}
+
+#[test]
+fn bad_input_is_usage_and_an_unusable_backend_is_unavailable() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let zero = bench(&["--url", "memory://", "--duration", "0s", "--out", out]);
+    assert_eq!(zero.status.code(), Some(64));
+    let one = bench(&["--url", "memory://", "--clients", "1", "--out", out]);
+    assert_eq!(one.status.code(), Some(64), "hand-off needs a waiter");
+    let missing = format!("sqlite://{}/no/such/dir/x.db", dir.path().display());
+    let unreachable = bench(&["--url", &missing, "--out", out]);
+    assert_eq!(unreachable.status.code(), Some(69));
+    assert!(String::from_utf8_lossy(&unreachable.stderr).contains("does not exist"));
+}
