@@ -17,6 +17,8 @@ const HEALTHY: u8 = 0;
 const FAILING: u8 = 1;
 const HANGING: u8 = 2;
 const REFUSED: u8 = 3;
+/// Not a renewal mode: acquires take a while to answer.
+const SLOW_ACQUIRE: u8 = 4;
 
 /// A memory backend whose renewals can be made to fail, hang or be refused.
 #[derive(Debug, Clone, Default)]
@@ -37,10 +39,13 @@ impl LockBackend for Flaky {
         self.inner.capabilities()
     }
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {
+        if self.renewals.load(Ordering::SeqCst) == SLOW_ACQUIRE {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
         self.inner.try_acquire(req).await
     }
     async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
-        self.inner.acquire(req, budget).await
+        lock_core::wait::poll_acquire(self, req, budget, None).await
     }
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         match self.renewals.load(Ordering::SeqCst) {
@@ -173,25 +178,33 @@ fn dropping_a_guard_without_a_runtime_does_not_block_or_panic() {
     drop(guard);
 }
 
-/// The grant arrives while nobody polls the acquire, then the caller drops
-/// it: the lease sitting unread in the channel must be released.
+/// The caller drops an acquire while its request is in flight: the request
+/// still finishes, and what it was granted is released, not left held by
+/// nobody for its (long) TTL.
 #[tokio::test]
-async fn a_grant_nobody_reads_is_released() {
-    let locker = Locker::new(MemoryBackend::new());
+async fn an_acquire_dropped_mid_request_leaves_nothing_held() {
+    let backend = Flaky::default();
+    backend.set(SLOW_ACQUIRE);
+    let locker = Locker::new(backend.clone());
     let mut acquire = Box::pin(locker.acquire_lease("a", opts(60_000)));
     std::future::poll_fn(|cx| {
-        assert!(acquire.as_mut().poll(cx).is_pending());
+        assert!(
+            acquire.as_mut().poll(cx).is_pending(),
+            "the request is in flight"
+        );
         Poll::Ready(())
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
     drop(acquire);
+    // Let the request that was in flight finish and be given back.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    backend.set(HEALTHY);
     let free = locker.lock_with(
         "a",
         AcquireOptions::default().wait(Wait::For(Duration::from_secs(5))),
     );
     free.await
-        .expect("the unread grant was released")
+        .expect("the grant of the dropped acquire was released")
         .release()
         .await
         .unwrap();
