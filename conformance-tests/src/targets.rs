@@ -95,6 +95,20 @@ impl UrlTarget {
         Self::new("etcd", server.url(&fresh_table(), ""))
     }
 
+    /// A fresh chroot on the shared standalone ZooKeeper server.
+    #[cfg(feature = "zk")]
+    pub async fn zk() -> Self {
+        let server = crate::servers::zookeeper::ZooKeeper::shared().await;
+        Self::new("zk", server.url(&fresh_table(), ""))
+    }
+
+    /// A fresh chroot on the shared three-server ZooKeeper ensemble.
+    #[cfg(feature = "zk")]
+    pub async fn zk_ensemble() -> Self {
+        let ensemble = crate::servers::zookeeper::ZooKeeper::shared_ensemble().await;
+        Self::new("zk_ensemble", ensemble.url(&fresh_table(), ""))
+    }
+
     /// A fresh key prefix on the shared memcached.
     #[cfg(feature = "memcache")]
     pub async fn memcache() -> Self {

@@ -11,3 +11,5 @@ conformance_suite!(redis, UrlTarget::redis());
 conformance_suite!(redlock, UrlTarget::redlock());
 conformance_suite!(etcd, UrlTarget::etcd());
 conformance_suite!(memcache, UrlTarget::memcache());
+conformance_suite!(zk, UrlTarget::zk());
+conformance_suite!(zk_ensemble, UrlTarget::zk_ensemble());

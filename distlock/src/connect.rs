@@ -42,6 +42,8 @@ pub const SCHEMES: &[&str] = &[
     "redlock",
     #[cfg(feature = "etcd")]
     "etcd",
+    #[cfg(feature = "zk")]
+    "zk",
     #[cfg(feature = "memcache")]
     "memcache",
 ];
@@ -97,6 +99,8 @@ pub async fn connect_backend(url: &str) -> Result<Arc<dyn LockBackend>> {
         "redlock" => Ok(Arc::new(lock_redlock::RedlockBackend::connect(url).await?)),
         #[cfg(feature = "etcd")]
         "etcd" => Ok(Arc::new(lock_etcd::EtcdBackend::connect(url).await?)),
+        #[cfg(feature = "zk")]
+        "zk" => Ok(Arc::new(lock_zk::ZkBackend::connect(url).await?)),
         #[cfg(feature = "memcache")]
         "memcache" => Ok(Arc::new(
             lock_memcache::MemcacheBackend::connect(url).await?,

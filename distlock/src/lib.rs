@@ -23,6 +23,10 @@ pub use lock_redlock;
 #[cfg(feature = "etcd")]
 pub use lock_etcd;
 
+/// The ZooKeeper backend.
+#[cfg(feature = "zk")]
+pub use lock_zk;
+
 /// The memcache backend.
 #[cfg(feature = "memcache")]
 pub use lock_memcache;

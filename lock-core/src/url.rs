@@ -104,6 +104,18 @@ impl QueryOptions {
             .transpose()
     }
 
+    /// Removes `key` and parses it as a duration that must be more than
+    /// zero; `default` when the URL does not give it.
+    pub fn take_positive_duration(&mut self, key: &str, default: Duration) -> Result<Duration> {
+        match self.take_duration(key)? {
+            Some(d) if d.is_zero() => Err(Error::invalid_url(
+                &self.url,
+                format!("option \"{key}\" must be more than zero"),
+            )),
+            d => Ok(d.unwrap_or(default)),
+        }
+    }
+
     /// Removes `key` and parses it with `FromStr`, naming `expected` on failure.
     pub fn take_parsed<T: std::str::FromStr>(
         &mut self,
@@ -153,7 +165,9 @@ impl<'a> HostList<'a> {
         let rest = url
             .strip_prefix(scheme)
             .and_then(|r| r.strip_prefix("://"))
-            .ok_or_else(|| Error::invalid_url(url, format!("expected {scheme}://HOST:PORT,HOST:PORT,…")))?;
+            .ok_or_else(|| {
+                Error::invalid_url(url, format!("expected {scheme}://HOST:PORT,HOST:PORT,…"))
+            })?;
         let without_query = rest.split_once('?').map_or(rest, |(r, _)| r);
         let (hosts, path) = without_query.split_once('/').unwrap_or((without_query, ""));
         let hosts: Vec<&str> = hosts.split(',').collect();

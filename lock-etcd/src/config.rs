@@ -44,17 +44,8 @@ impl EtcdConfig {
                 ));
             }
         };
-        let duration = |q: &mut QueryOptions, key: &str| -> Result<Duration> {
-            match q.take_duration(key)? {
-                Some(d) if d.is_zero() => Err(Error::invalid_url(
-                    url,
-                    format!("option \"{key}\" must be more than zero"),
-                )),
-                d => Ok(d.unwrap_or(Self::DEFAULT_TIMEOUT)),
-            }
-        };
-        let timeout = duration(&mut q, "timeout")?;
-        let connect_timeout = duration(&mut q, "connect_timeout")?;
+        let timeout = q.take_positive_duration("timeout", Self::DEFAULT_TIMEOUT)?;
+        let connect_timeout = q.take_positive_duration("connect_timeout", Self::DEFAULT_TIMEOUT)?;
         q.finish(Self::OPTIONS)?;
         let credentials = match (user, password) {
             (Some(u), Some(p)) => Some((u, p)),
@@ -70,7 +61,10 @@ impl EtcdConfig {
         let endpoints = hosts
             .iter()
             .map(|h| match h {
-                h if h.contains('@') => Err(Error::invalid_url(url, "give credentials as ?user=…&password=…")),
+                h if h.contains('@') => Err(Error::invalid_url(
+                    url,
+                    "give credentials as ?user=…&password=…",
+                )),
                 h => Ok(format!("{scheme}://{h}")),
             })
             .collect::<Result<Vec<_>>>()?;

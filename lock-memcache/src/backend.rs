@@ -63,17 +63,8 @@ impl MemcacheBackend {
                 "option \"prefix\" must be at most 64 printable ASCII characters, without spaces or '#'",
             ));
         }
-        let positive = |q: &mut QueryOptions, key: &str| -> Result<Duration> {
-            match q.take_duration(key)? {
-                Some(d) if d.is_zero() => Err(Error::invalid_url(
-                    url,
-                    format!("option \"{key}\" must be more than zero"),
-                )),
-                d => Ok(d.unwrap_or(Self::DEFAULT_TIMEOUT)),
-            }
-        };
-        let timeout = positive(&mut q, "timeout")?;
-        let connect_timeout = positive(&mut q, "connect_timeout")?;
+        let timeout = q.take_positive_duration("timeout", Self::DEFAULT_TIMEOUT)?;
+        let connect_timeout = q.take_positive_duration("connect_timeout", Self::DEFAULT_TIMEOUT)?;
         let pool_size = q
             .take_parsed::<usize>("pool_size", "a whole number from 1 to 64")?
             .unwrap_or(4);

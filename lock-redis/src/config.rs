@@ -101,19 +101,9 @@ impl CommonOptions {
                 "option \"prefix\" must be at most 64 printable ASCII characters, without spaces or '#'",
             ));
         }
-        let positive = |key: &str, d: Option<Duration>, default: Duration| match d {
-            Some(d) if d.is_zero() => Err(Error::invalid_url(
-                url,
-                format!("option \"{key}\" must be more than zero"),
-            )),
-            d => Ok(d.unwrap_or(default)),
-        };
-        let timeout = positive("timeout", q.take_duration("timeout")?, default_timeout)?;
-        let connect_timeout = positive(
-            "connect_timeout",
-            q.take_duration("connect_timeout")?,
-            NodeConfig::DEFAULT_TIMEOUT,
-        )?;
+        let timeout = q.take_positive_duration("timeout", default_timeout)?;
+        let connect_timeout =
+            q.take_positive_duration("connect_timeout", NodeConfig::DEFAULT_TIMEOUT)?;
         Ok(Self {
             prefix,
             timeout,

@@ -42,16 +42,8 @@ impl CommonOptions {
                 "option \"pool_size\" must be from 1 to 64",
             ));
         }
-        let positive = |key: &str, d: Option<Duration>| match d {
-            Some(d) if d.is_zero() => Err(Error::invalid_url(
-                url,
-                format!("option \"{key}\" must be more than zero"),
-            )),
-            Some(d) => Ok(d),
-            None => Ok(Self::DEFAULT_TIMEOUT),
-        };
-        let timeout = positive("timeout", q.take_duration("timeout")?)?;
-        let connect_timeout = positive("connect_timeout", q.take_duration("connect_timeout")?)?;
+        let timeout = q.take_positive_duration("timeout", Self::DEFAULT_TIMEOUT)?;
+        let connect_timeout = q.take_positive_duration("connect_timeout", Self::DEFAULT_TIMEOUT)?;
         Ok(Self {
             table,
             pool_size,

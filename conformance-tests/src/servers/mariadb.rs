@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use tokio::sync::OnceCell;
 
-use super::{SqlInstance, SqlServer, Supervised, data_dir, find_binary, free_port, run_as, wait_until_ready};
+use super::{
+    SqlInstance, SqlServer, Supervised, data_dir, find_binary, free_port, run_as, wait_until_ready,
+};
 
 const USER: &str = "distlock";
 const PASSWORD: &str = "maria-test-secret";

@@ -18,6 +18,8 @@ pub mod memcached;
 pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(feature = "zk")]
+pub mod zookeeper;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
@@ -92,7 +94,11 @@ impl SqlServer for SqlInstance {
 
     fn url_via(&self, port: u16, query: &str) -> String {
         let base = (self.base_url)(port);
-        if query.is_empty() { base } else { format!("{base}?{query}") }
+        if query.is_empty() {
+            base
+        } else {
+            format!("{base}?{query}")
+        }
     }
 
     fn port(&self) -> u16 {
@@ -109,9 +115,12 @@ impl SqlServer for SqlInstance {
 
     async fn wait_ready(&self) {
         let url = self.url("table=distlock_ready&connect_timeout=1s");
-        wait_until_ready(self.label, Duration::from_secs(60), || self.process.log(), || async {
-            distlock::connect_backend(&url).await.is_ok()
-        })
+        wait_until_ready(
+            self.label,
+            Duration::from_secs(60),
+            || self.process.log(),
+            || async { distlock::connect_backend(&url).await.is_ok() },
+        )
         .await;
     }
 }

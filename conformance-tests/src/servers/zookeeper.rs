@@ -1,0 +1,245 @@
+//! ZooKeeper 3.8 from the `zookeeper` package: one standalone server, or a
+//! three-server ensemble on 127.0.0.1, 127.0.0.2 and 127.0.0.3, with data in
+//! temporary directories.
+//!
+//! The servers tick every 200 ms (sessions from 400 ms to 60 s, elections
+//! in a second or two) and look for empty container nodes every 500 ms, so
+//! the session-expiry and cleanup tests run in seconds.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::sync::OnceCell;
+
+use super::{Supervised, data_dir, find_binary, free_port, wait_until_ready};
+
+/// Milliseconds per ZooKeeper tick on the test servers.
+pub const TICK_MS: u64 = 200;
+
+/// One ZooKeeper server.
+#[derive(Debug)]
+pub struct ZkServer {
+    /// `myid`, from 1.
+    pub id: u32,
+    /// `host:port` clients connect to.
+    pub client_addr: String,
+    process: Supervised,
+}
+
+impl ZkServer {
+    /// The process, to stop, kill, pause or restart it.
+    pub fn process(&self) -> &Supervised {
+        &self.process
+    }
+
+    /// The port clients connect to.
+    pub fn port(&self) -> u16 {
+        self.client_addr
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse().ok())
+            .expect("host:port")
+    }
+
+    /// The answer to the `srvr` four-letter command, if the server answers.
+    pub fn srvr(&self) -> Option<String> {
+        four_letter(&self.client_addr, "srvr")
+    }
+
+    /// `standalone`, `leader` or `follower` while the server serves.
+    pub fn mode(&self) -> Option<String> {
+        let srvr = self.srvr()?;
+        srvr.lines()
+            .find_map(|l| l.strip_prefix("Mode: "))
+            .map(|m| m.trim().to_owned())
+    }
+}
+
+/// Sends a four-letter command and reads the whole answer.
+fn four_letter(addr: &str, command: &str) -> Option<String> {
+    let addr = addr.parse().ok()?;
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    stream.write_all(command.as_bytes()).ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    Some(answer)
+}
+
+/// A running standalone server or ensemble.
+#[derive(Debug)]
+pub struct ZooKeeper {
+    /// The servers.
+    pub servers: Vec<ZkServer>,
+}
+
+impl ZooKeeper {
+    /// Starts one standalone server on 127.0.0.1.
+    pub async fn start() -> Self {
+        Self::start_on(&["127.0.0.1"]).await
+    }
+
+    /// Starts a three-server ensemble on 127.0.0.1, .2 and .3.
+    pub async fn start_ensemble() -> Self {
+        Self::start_on(&["127.0.0.1", "127.0.0.2", "127.0.0.3"]).await
+    }
+
+    async fn start_on(hosts: &[&str]) -> Self {
+        let java = find_binary("java", &[], "zookeeper")
+            .to_string_lossy()
+            .into_owned();
+        let jar = find_binary("zookeeper.jar", &["/usr/share/java"], "zookeeper");
+        // A logger for the server's log, if the package that has it is there.
+        let mut classpath = jar.to_string_lossy().into_owned();
+        let simple = Path::new("/usr/share/java/slf4j-simple.jar");
+        if simple.is_file() {
+            classpath = format!("{classpath}:{}", simple.display());
+        }
+        let peers: Vec<(String, u16, u16, u16)> = hosts
+            .iter()
+            .map(|h| ((*h).to_owned(), free_port(), free_port(), free_port()))
+            .collect();
+        let ensemble: Vec<String> = peers
+            .iter()
+            .enumerate()
+            .map(|(i, (host, _, quorum, election))| {
+                format!("server.{}={host}:{quorum}:{election}", i + 1)
+            })
+            .collect();
+        let servers = peers
+            .iter()
+            .enumerate()
+            .map(|(i, (host, client, _, _))| {
+                let id = u32::try_from(i + 1).expect("few servers");
+                let dir = data_dir("root");
+                let config = write_config(&dir, id, host, *client, &ensemble);
+                let args = [
+                    java.clone(),
+                    "-Xmx256m".into(),
+                    "-XX:+UseSerialGC".into(),
+                    "-XX:TieredStopAtLevel=1".into(),
+                    "-Dznode.container.checkIntervalMs=500".into(),
+                    "-Dzookeeper.admin.enableServer=false".into(),
+                    "-cp".into(),
+                    classpath.clone(),
+                    "org.apache.zookeeper.server.quorum.QuorumPeerMain".into(),
+                    config.to_string_lossy().into_owned(),
+                ];
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                ZkServer {
+                    id,
+                    client_addr: format!("{host}:{client}"),
+                    process: Supervised::start(&dir, "TERM", &args),
+                }
+            })
+            .collect();
+        let zk = Self { servers };
+        zk.wait_ready().await;
+        zk
+    }
+
+    /// A standalone server shared by every test in this test binary.
+    pub async fn shared() -> &'static Self {
+        static SHARED: OnceCell<ZooKeeper> = OnceCell::const_new();
+        SHARED.get_or_init(Self::start).await
+    }
+
+    /// A three-server ensemble shared by every test in this test binary
+    /// that leaves it whole.
+    pub async fn shared_ensemble() -> &'static Self {
+        static SHARED: OnceCell<ZooKeeper> = OnceCell::const_new();
+        SHARED.get_or_init(Self::start_ensemble).await
+    }
+
+    /// Every server's client address, comma-separated.
+    pub fn connect_string(&self) -> String {
+        let addrs: Vec<&str> = self
+            .servers
+            .iter()
+            .map(|s| s.client_addr.as_str())
+            .collect();
+        addrs.join(",")
+    }
+
+    /// A `zk://` URL for the ensemble with a chroot (without its leading
+    /// `/`) and a query string.
+    pub fn url(&self, chroot: &str, query: &str) -> String {
+        let base = format!("zk://{}/{chroot}", self.connect_string());
+        if query.is_empty() {
+            base
+        } else {
+            format!("{base}?{query}")
+        }
+    }
+
+    /// Waits until every server serves: standalone, or leader and followers.
+    pub async fn wait_ready(&self) {
+        wait_until_ready(
+            "zookeeper",
+            Duration::from_secs(60),
+            || self.logs(),
+            || async { self.servers.iter().all(|s| s.mode().is_some()) },
+        )
+        .await;
+    }
+
+    /// Waits until the servers that are running have a leader, or serve
+    /// standalone.
+    pub async fn wait_serving(&self, servers: &[&ZkServer]) {
+        wait_until_ready(
+            "zookeeper quorum",
+            Duration::from_secs(60),
+            || self.logs(),
+            || async { servers.iter().all(|s| s.mode().is_some()) },
+        )
+        .await;
+    }
+
+    /// The server that leads now, if one does.
+    pub fn leader(&self) -> Option<&ZkServer> {
+        self.servers
+            .iter()
+            .find(|s| s.mode().as_deref() == Some("leader"))
+    }
+
+    /// Every server's log, for failure messages.
+    pub fn logs(&self) -> String {
+        self.servers
+            .iter()
+            .map(|s| s.process.log())
+            .collect::<Vec<_>>()
+            .join("\n---\n")
+    }
+}
+
+/// Writes `zoo.cfg` (and `myid` for an ensemble) into `dir`.
+fn write_config(dir: &Path, id: u32, host: &str, client_port: u16, ensemble: &[String]) -> PathBuf {
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).expect("create the data directory");
+    let mut config = format!(
+        "tickTime={TICK_MS}\n\
+         initLimit=20\n\
+         syncLimit=10\n\
+         dataDir={}\n\
+         clientPort={client_port}\n\
+         clientPortAddress={host}\n\
+         minSessionTimeout={}\n\
+         maxSessionTimeout=60000\n\
+         maxClientCnxns=0\n\
+         4lw.commands.whitelist=srvr\n\
+         admin.enableServer=false\n",
+        data.display(),
+        2 * TICK_MS,
+    );
+    if ensemble.len() > 1 {
+        std::fs::write(data.join("myid"), format!("{id}\n")).expect("write myid");
+        for line in ensemble {
+            config.push_str(line);
+            config.push('\n');
+        }
+    }
+    let path = dir.join("zoo.cfg");
+    std::fs::write(&path, config).expect("write zoo.cfg");
+    path
+}
