@@ -53,18 +53,21 @@ impl SqlBackend {
 
     /// Limits names to what the table's `name` column holds, when a table
     /// made by somebody else has a narrower column than ours.
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
     pub(crate) fn with_name_limit(mut self, max_len: usize) -> Self {
         self.max_name_len = max_len.min(LockName::MAX_LEN);
         self
     }
 
     /// The registry a server-side notification listener feeds.
+    #[cfg(feature = "postgres")]
     pub(crate) fn signals(&self) -> Arc<ReleaseSignals> {
         self.signals.clone()
     }
 
     /// Keeps `listener` (a task feeding [`Self::signals`]) alive as long as
     /// the backend, and lets waiters poll rarely, as a safety net only.
+    #[cfg(feature = "postgres")]
     pub(crate) fn with_listener(mut self, listener: JoinHandle<()>, poll_cap: Duration) -> Self {
         self.listener = Some(listener);
         self.poll_cap = poll_cap;

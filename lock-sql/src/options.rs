@@ -55,6 +55,7 @@ impl CommonOptions {
 
 /// Splits `url` into the part before `?` and the query pairs whose keys are
 /// in `passthrough`, rebuilt for the driver (its TLS options, say).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) fn driver_url(url: &str, q: &mut QueryOptions, passthrough: &[&str]) -> String {
     let base = url.split_once('?').map_or(url, |(b, _)| b);
     let mut forwarded = form_urlencoded::Serializer::new(String::new());

@@ -70,13 +70,38 @@ pub(crate) trait Contender: Send + Sync {
 pub(crate) struct Library {
     locker: Locker,
     counting: Option<Arc<Counting>>,
+    notices: Option<Notices>,
 }
+
+/// Reads a backend's own count of waiters it woke (`wakeups()`), for
+/// backends that wait on the server and so cannot be wrapped in
+/// [`Counting`].
+pub(crate) type Notices = Box<dyn Fn() -> u64 + Send + Sync>;
 
 impl Library {
     pub(crate) fn new(locker: Locker) -> Self {
         Self {
             locker,
             counting: None,
+            notices: None,
+        }
+    }
+
+    /// The library on a backend that counts its own wake-ups.
+    #[cfg_attr(
+        not(any(
+            feature = "postgres",
+            feature = "redis",
+            feature = "etcd",
+            feature = "zk"
+        )),
+        allow(dead_code)
+    )]
+    pub(crate) fn with_notices(locker: Locker, notices: Notices) -> Self {
+        Self {
+            locker,
+            counting: None,
+            notices: Some(notices),
         }
     }
 
@@ -87,6 +112,7 @@ impl Library {
         Self {
             locker: Locker::from_arc(counting.clone()).with_defaults(locker.defaults()),
             counting: Some(counting),
+            notices: None,
         }
     }
 
@@ -101,9 +127,14 @@ impl Contender for Library {
         Subject {
             role: Role::Library,
             name: "library".to_owned(),
-            detail: "distlock: Locker::lock_with (waits by polling with backoff, woken by \
-                     in-process releases), a renewing LockGuard, then LockGuard::release"
-                .to_owned(),
+            detail: if self.notices.is_some() {
+                "distlock: Locker::lock_with (waits the backend's way: woken by the server's \
+                 notifications or watches), a renewing LockGuard, then LockGuard::release"
+            } else {
+                "distlock: Locker::lock_with (waits by polling with backoff, woken by \
+                 in-process releases), a renewing LockGuard, then LockGuard::release"
+            }
+            .to_owned(),
         }
     }
 
@@ -117,6 +148,12 @@ impl Contender for Library {
     }
 
     fn wakeups(&self) -> Wakeups {
+        if let Some(notices) = &self.notices {
+            return Wakeups {
+                busy_attempts: None,
+                notices: Some(notices()),
+            };
+        }
         self.counting
             .as_ref()
             .map_or_else(Wakeups::default, |c| Wakeups {

@@ -11,7 +11,7 @@ use distlock::{
 };
 
 /// Wraps a backend whose waiting is [`poll_acquire`] woken by in-process
-/// release signals (memory and SQL today) and counts every attempt that
+/// release signals (memory, SQLite, MySQL, memcache) and counts every attempt that
 /// finds the lock held.
 ///
 /// The inner backend's own `acquire` would call its own `try_acquire`, out of
@@ -31,7 +31,9 @@ impl Counting {
     /// Whether `backend` (as its capabilities name it) waits the way this
     /// wrapper reproduces. Others are measured unwrapped, without counts.
     pub(crate) fn fits(backend: &str) -> bool {
-        matches!(backend, "memory" | "sqlite")
+        // MySQL and memcache wait with the same `poll_acquire` (MySQL with
+        // a 100 ms backoff cap, the same as `poll_acquire`'s own).
+        matches!(backend, "memory" | "sqlite" | "mysql" | "memcache")
     }
 
     pub(crate) fn new(inner: Arc<dyn LockBackend>) -> Self {

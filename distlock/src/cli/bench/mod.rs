@@ -8,6 +8,7 @@ mod contender;
 mod counting;
 mod date;
 mod floor;
+mod notices;
 mod peer;
 mod progress;
 mod report;
@@ -38,14 +39,22 @@ pub(crate) async fn bench(args: BenchArgs) -> Result<u8> {
     let locker = distlock::connect(&args.url).await?;
     let backend = locker.capabilities().backend;
     let ttl = locker.defaults().ttl;
-    let library: Arc<dyn Contender> = Arc::new(Library::new(locker.clone()));
-    let counted: Arc<dyn Contender> = if Counting::fits(backend) {
-        Arc::new(Library::counted(&locker))
-    } else {
-        library.clone()
-    };
+    let (library, counted): (Arc<dyn Contender>, Arc<dyn Contender>) =
+        if let Some(own) = notices::library(backend, &args.url, &locker).await? {
+            // Counts its wake-ups itself, in every workload.
+            let own: Arc<dyn Contender> = Arc::new(own);
+            (own.clone(), own)
+        } else if Counting::fits(backend) {
+            (
+                Arc::new(Library::new(locker.clone())),
+                Arc::new(Library::counted(&locker)),
+            )
+        } else {
+            let plain: Arc<dyn Contender> = Arc::new(Library::new(locker.clone()));
+            (plain.clone(), plain)
+        };
     let floor = floor::connect(backend, &args.url, ttl).await?;
-    let peers = peer::for_backend(backend);
+    let peers = peer::for_backend(backend, &args.url, ttl).await?;
     let mut contenders = vec![floor.clone(), library.clone()];
     contenders.extend(peers.iter().cloned());
     let clients = usize::from(args.clients);

@@ -5,9 +5,25 @@
 //! A backend adds its floor with one [`Floor`] impl in a module here and one
 //! arm in [`connect`].
 
+#[cfg(feature = "etcd")]
+pub(crate) mod etcd;
+#[cfg(feature = "memcache")]
+mod memcache;
 mod memory;
+#[cfg(feature = "mysql")]
+mod mysql;
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "redis")]
+mod redis;
+#[cfg(any(feature = "redis", feature = "redlock"))]
+mod redis_ops;
+#[cfg(feature = "redlock")]
+mod redlock;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+#[cfg(feature = "zk")]
+pub(crate) mod zk;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,7 +58,19 @@ pub(crate) trait Floor: Send + Sync + 'static {
 
 /// The floor of `backend` (as its capabilities name it), opened on the same
 /// store as `url`.
-#[cfg_attr(not(feature = "sqlite"), allow(unused_variables))]
+#[cfg_attr(
+    not(any(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "mysql",
+        feature = "redis",
+        feature = "redlock",
+        feature = "etcd",
+        feature = "zk",
+        feature = "memcache"
+    )),
+    allow(unused_variables)
+)]
 pub(crate) async fn connect(
     backend: &'static str,
     url: &str,
@@ -55,9 +83,82 @@ pub(crate) async fn connect(
             sqlite::SqliteFloor::open(url).await?,
             ttl,
         ))),
+        #[cfg(feature = "postgres")]
+        "postgres" => Ok(Arc::new(Spinning::new(
+            postgres::PostgresFloor::open(url).await?,
+            ttl,
+        ))),
+        #[cfg(feature = "mysql")]
+        "mysql" => Ok(Arc::new(Spinning::new(
+            mysql::MySqlFloor::open(url).await?,
+            ttl,
+        ))),
+        #[cfg(feature = "redis")]
+        "redis" => Ok(Arc::new(Spinning::new(
+            redis::RedisFloor::open(url).await?,
+            ttl,
+        ))),
+        #[cfg(feature = "redlock")]
+        "redlock" => Ok(Arc::new(Spinning::new(
+            redlock::RedlockFloor::open(url).await?,
+            ttl,
+        ))),
+        #[cfg(feature = "etcd")]
+        "etcd" => Ok(Arc::new(Spinning::new(
+            etcd::EtcdFloor::open(url).await?,
+            ttl,
+        ))),
+        #[cfg(feature = "zk")]
+        "zookeeper" => Ok(Arc::new(Spinning::new(zk::ZkFloor::open(url).await?, ttl))),
+        #[cfg(feature = "memcache")]
+        "memcache" => Ok(Arc::new(Spinning::new(
+            memcache::MemcacheFloor::open(url)?,
+            ttl,
+        ))),
         _ => Err(Error::Unsupported {
             backend,
             operation: "benchmarking, as it has no floor yet (docs/BENCHMARKS.md says how to add one)",
         }),
+    }
+}
+
+/// `url` without its query string: what the floors hand their drivers.
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "redis"))]
+fn base_url(url: &str) -> &str {
+    url.split_once('?').map_or(url, |(base, _)| base)
+}
+
+/// `url` without the options distlock reads itself (`ttl`), for the
+/// backends' own URL parsers, which refuse options they do not know.
+pub(crate) fn without_common_options(url: &str) -> String {
+    let Some((base, query)) = url.split_once('?') else {
+        return url.to_owned();
+    };
+    let rest: Vec<&str> = query
+        .split('&')
+        .filter(|pair| !pair.is_empty() && pair.split_once('=').map_or(*pair, |(k, _)| k) != "ttl")
+        .collect();
+    if rest.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", rest.join("&"))
+    }
+}
+
+/// A floor's SQL error: retryable if `transient`, else the end of the run.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+fn sql_error(backend: &'static str, operation: &str, transient: bool, e: sqlx::Error) -> Error {
+    let message = format!("floor {operation}: {e}");
+    if transient {
+        Error::Unavailable {
+            backend,
+            message,
+            source: Some(e.into()),
+        }
+    } else {
+        Error::Backend {
+            message,
+            source: Some(e.into()),
+        }
     }
 }

@@ -2,16 +2,38 @@
 //! the floor. A peer is a [`Contender`] that waits its own way; a backend
 //! adds one with one impl in a module here and one entry in [`for_backend`].
 
+#[cfg(feature = "etcd")]
+mod etcd_lock;
+#[cfg(feature = "redlock")]
+mod rslock;
 mod tokio_mutex;
+#[cfg(feature = "zk")]
+mod zk_lock;
 
 use std::sync::Arc;
+use std::time::Duration;
+
+use distlock::Result;
 
 use super::contender::Contender;
 
-/// The peers worth comparing with `backend` (as its capabilities name it).
-pub(crate) fn for_backend(backend: &str) -> Vec<Arc<dyn Contender>> {
-    match backend {
+/// The peers worth comparing with `backend` (as its capabilities name it),
+/// on the same store as `url`.
+pub(crate) async fn for_backend(
+    backend: &str,
+    url: &str,
+    ttl: Duration,
+) -> Result<Vec<Arc<dyn Contender>>> {
+    // Not every build has a peer that needs them.
+    let _ = (url, ttl);
+    Ok(match backend {
         "memory" => vec![Arc::new(tokio_mutex::TokioMutex::default())],
+        #[cfg(feature = "etcd")]
+        "etcd" => vec![Arc::new(etcd_lock::EtcdLock::open(url, ttl).await?)],
+        #[cfg(feature = "zk")]
+        "zookeeper" => vec![Arc::new(zk_lock::ZkLock::open(url).await?)],
+        #[cfg(feature = "redlock")]
+        "redlock" => vec![Arc::new(rslock::Rslock::open(url, ttl)?)],
         _ => Vec::new(),
-    }
+    })
 }

@@ -1,0 +1,141 @@
+//! The floor of `etcd://`: grant a lease, then one transaction that puts the
+//! key with that lease if its create revision is 0; release revokes the
+//! lease (which deletes the key). A failed attempt revokes its lease too, so
+//! spinning does not pile up leases. Same client options as lock-etcd. No
+//! queue, no watch.
+
+use std::time::Duration;
+
+use distlock::lock_etcd::config::EtcdConfig;
+use distlock::{Error, OwnerToken, Result, async_trait};
+use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
+
+use super::{Floor, without_common_options};
+
+/// A client of the library's cluster.
+pub(super) struct EtcdFloor {
+    client: Client,
+}
+
+/// A key held under a lease.
+pub(super) struct EtcdGrant {
+    key: String,
+    lease: i64,
+}
+
+/// The client lock-etcd's `EtcdBackend::connect` makes for the same URL.
+pub(crate) async fn client(url: &str) -> Result<Client> {
+    let config = EtcdConfig::parse(&without_common_options(url))?;
+    let mut options = etcd_client::ConnectOptions::new()
+        .with_timeout(config.timeout)
+        .with_connect_timeout(config.connect_timeout)
+        .with_keep_alive(Duration::from_secs(5), config.timeout);
+    if let Some((user, password)) = &config.credentials {
+        options = options.with_user(user.clone(), password.clone());
+    }
+    if config.tls {
+        options = options.with_tls(etcd_client::TlsOptions::new());
+    }
+    tokio::time::timeout(
+        config.connect_timeout,
+        Client::connect(config.endpoints.clone(), Some(options)),
+    )
+    .await
+    .map_err(|_| Error::Timeout {
+        operation: "connecting to etcd",
+        after: config.connect_timeout,
+    })?
+    .map_err(|e| convert("connect", e))
+}
+
+/// Whole seconds, rounded up, as etcd leases take them.
+pub(crate) fn lease_seconds(ttl: Duration) -> i64 {
+    i64::try_from(ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0)).unwrap_or(i64::MAX)
+}
+
+impl EtcdFloor {
+    pub(super) async fn open(url: &str) -> Result<Self> {
+        Ok(Self {
+            client: client(url).await?,
+        })
+    }
+}
+
+#[async_trait]
+impl Floor for EtcdFloor {
+    type Grant = EtcdGrant;
+
+    fn describe(&self) -> String {
+        "etcd-client as lock-etcd connects: LeaseGrant, then Txn(create_revision == 0 → put \
+         with the lease) (LeaseRevoke if it failed), then LeaseRevoke"
+            .to_owned()
+    }
+
+    async fn try_acquire(
+        &self,
+        name: &str,
+        owner: OwnerToken,
+        ttl: Duration,
+    ) -> Result<Option<EtcdGrant>> {
+        let mut c = self.client.clone();
+        let lease = c
+            .lease_grant(lease_seconds(ttl), None)
+            .await
+            .map_err(|e| convert("grant a lease", e))?
+            .id();
+        let key = format!("/distlock-bench-floor/{name}");
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key.clone(),
+                owner.to_hex(),
+                Some(PutOptions::new().with_lease(lease)),
+            )]);
+        let put = c.txn(txn).await.map_err(|e| convert("put", e));
+        match put {
+            Ok(r) if r.succeeded() => Ok(Some(EtcdGrant { key, lease })),
+            other => {
+                c.lease_revoke(lease)
+                    .await
+                    .map_err(|e| convert("revoke a lease", e))?;
+                other.map(|_| None)
+            }
+        }
+    }
+
+    async fn release(&self, grant: &EtcdGrant) -> Result<()> {
+        match self.client.clone().lease_revoke(grant.lease).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.to_string().contains("not found") => Err(Error::NotHeld {
+                name: grant.key.clone(),
+            }),
+            Err(e) => Err(convert("revoke a lease", e)),
+        }
+    }
+}
+
+/// Unavailable members, deadlines and transport trouble are worth retrying;
+/// anything else ends the run.
+pub(crate) fn convert(operation: &str, e: etcd_client::Error) -> Error {
+    use etcd_client::Error as E;
+    // gRPC codes: 2 unknown, 4 deadline exceeded, 8 resource exhausted,
+    // 10 aborted, 14 unavailable (tonic's `Code` is not re-exported).
+    let transient = match &e {
+        E::GRpcStatus(status) => matches!(status.code() as i32, 2 | 4 | 8 | 10 | 14),
+        E::TransportError(_) | E::IoError(_) | E::EndpointError(_) => true,
+        _ => false,
+    };
+    let message = format!("floor {operation}: {e}");
+    if transient {
+        Error::Unavailable {
+            backend: "etcd",
+            message,
+            source: Some(e.into()),
+        }
+    } else {
+        Error::Backend {
+            message,
+            source: Some(e.into()),
+        }
+    }
+}

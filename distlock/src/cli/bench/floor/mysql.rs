@@ -1,0 +1,152 @@
+//! The floor of `mysql://` and `mariadb://`: the bare
+//! `INSERT … ON DUPLICATE KEY UPDATE` that takes a free or expired row and
+//! reports the new version through `LAST_INSERT_ID(expr)` (as lock-sql's
+//! `mysql.rs` does, there being no `RETURNING`), and the bare update that
+//! frees it, with the same pool settings, in a table of its own.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use distlock::url::QueryOptions;
+use distlock::{Error, OwnerToken, Result, async_trait};
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+
+use super::{Floor, base_url};
+
+// lock-sql's defaults (its `options.rs`) for the options the URL leaves out.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+const DEFAULT_POOL_SIZE: u32 = 4;
+
+const CREATE: &str = "CREATE TABLE IF NOT EXISTS distlock_bench_floor (
+    name VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,
+    owner CHAR(32) CHARACTER SET ascii COLLATE ascii_bin NULL,
+    version BIGINT NOT NULL,
+    expires_at BIGINT NOT NULL
+) ENGINE = InnoDB";
+
+// The database's clock in milliseconds, as lock-sql reads it. `SET`
+// assignments run left to right, each seeing the ones before: `version` and
+// `owner` test the old row; `expires_at` then sees our owner exactly when
+// the row was takeable (owners are random per acquisition).
+const ACQUIRE: &str = "INSERT INTO distlock_bench_floor (name, owner, version, expires_at)
+    VALUES (?, ?, LAST_INSERT_ID(1), CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) + ?)
+    ON DUPLICATE KEY UPDATE
+        version = IF(owner IS NULL OR expires_at <= CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED),
+                     LAST_INSERT_ID(version + 1), version + LAST_INSERT_ID(0)),
+        owner = IF(owner IS NULL OR expires_at <= CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED),
+                   VALUES(owner), owner),
+        expires_at = IF(owner = VALUES(owner), VALUES(expires_at), expires_at)";
+
+const RELEASE: &str = "UPDATE distlock_bench_floor SET owner = NULL
+    WHERE name = ? AND owner = ? AND version = ?";
+
+/// A pool on the library's database.
+pub(super) struct MySqlFloor {
+    pool: MySqlPool,
+}
+
+/// A row taken by an owner at a version.
+pub(super) struct MySqlGrant {
+    name: String,
+    owner: String,
+    version: i64,
+}
+
+impl MySqlFloor {
+    /// Connects as lock-sql connects for the same URL.
+    pub(super) async fn open(url: &str) -> Result<Self> {
+        let mut query = QueryOptions::parse(url)?;
+        let connect_timeout = query
+            .take_duration("connect_timeout")?
+            .unwrap_or(DEFAULT_TIMEOUT);
+        let pool_size = query
+            .take_parsed("pool_size", "a whole number")?
+            .unwrap_or(DEFAULT_POOL_SIZE);
+        // sqlx knows the `mysql` scheme only; both name the same protocol.
+        let base = base_url(url);
+        let base = base
+            .strip_prefix("mariadb:")
+            .map_or_else(|| base.to_owned(), |rest| format!("mysql:{rest}"));
+        let options = MySqlConnectOptions::from_str(&base)
+            .map_err(|e| Error::invalid_url(url, e.to_string()))?;
+        let pool = MySqlPoolOptions::new()
+            .max_connections(pool_size)
+            .test_before_acquire(false)
+            .acquire_timeout(connect_timeout)
+            .connect_with(options)
+            .await
+            .map_err(|e| convert("open the floor's pool", e))?;
+        sqlx::query(CREATE)
+            .execute(&pool)
+            .await
+            .map_err(|e| convert("create the floor's table", e))?;
+        Ok(Self { pool })
+    }
+}
+
+#[async_trait]
+impl Floor for MySqlFloor {
+    type Grant = MySqlGrant;
+
+    fn describe(&self) -> String {
+        "sqlx MySqlPool as lock-sql opens it: INSERT … ON DUPLICATE KEY UPDATE … \
+         LAST_INSERT_ID(version + 1) if free or expired, then UPDATE … SET owner = NULL WHERE \
+         owner and version match"
+            .to_owned()
+    }
+
+    async fn try_acquire(
+        &self,
+        name: &str,
+        owner: OwnerToken,
+        ttl: Duration,
+    ) -> Result<Option<MySqlGrant>> {
+        let owner = owner.to_hex();
+        let done = sqlx::query(ACQUIRE)
+            .bind(name)
+            .bind(&owner)
+            .bind(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX))
+            .execute(&self.pool)
+            .await
+            .map_err(|e| convert("acquire", e))?;
+        let version = done.last_insert_id();
+        Ok((version > 0).then(|| MySqlGrant {
+            name: name.to_owned(),
+            owner,
+            version: i64::try_from(version).unwrap_or(i64::MAX),
+        }))
+    }
+
+    async fn release(&self, grant: &MySqlGrant) -> Result<()> {
+        let done = sqlx::query(RELEASE)
+            .bind(&grant.name)
+            .bind(&grant.owner)
+            .bind(grant.version)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| convert("release", e))?;
+        if done.rows_affected() == 1 {
+            Ok(())
+        } else {
+            Err(Error::NotHeld {
+                name: grant.name.clone(),
+            })
+        }
+    }
+}
+
+/// Lock wait timeouts, deadlocks and connection trouble are worth retrying,
+/// as lock-sql retries them; anything else ends the run.
+fn convert(operation: &str, e: sqlx::Error) -> Error {
+    // 1205 lock wait timeout, 1213 deadlock, 1040 too many connections,
+    // 1053 server shutdown, 2006/2013 server gone / lost connection.
+    const CODES: &[u16] = &[1205, 1213, 1040, 1053, 2006, 2013];
+    let transient = match &e {
+        sqlx::Error::Database(db) => db
+            .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+            .is_some_and(|m| CODES.contains(&m.number())),
+        sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) => true,
+        _ => false,
+    };
+    super::sql_error("mysql", operation, transient, e)
+}

@@ -1,0 +1,144 @@
+//! The floor of `postgres://`: the bare upsert that takes a free or expired
+//! row and the bare update that frees it, on the same database, with the
+//! same pool settings lock-sql's `postgres.rs` uses (pool size, no ping
+//! before each statement, `statement_timeout`), in a table of its own. No
+//! `LISTEN`, no `pg_notify`.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use distlock::url::QueryOptions;
+use distlock::{Error, OwnerToken, Result, async_trait};
+use sqlx::Row as _;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+
+use super::{Floor, base_url};
+
+// lock-sql's defaults (its `options.rs`) for the options the URL leaves out.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+const DEFAULT_POOL_SIZE: u32 = 4;
+
+const CREATE: &str = "CREATE TABLE IF NOT EXISTS distlock_bench_floor (
+    name VARCHAR(255) NOT NULL PRIMARY KEY,
+    owner CHAR(32),
+    version BIGINT NOT NULL,
+    expires_at TIMESTAMPTZ NOT NULL
+)";
+
+const ACQUIRE: &str = "INSERT INTO distlock_bench_floor AS l (name, owner, version, expires_at)
+    VALUES ($1, $2, 1, now() + $3::BIGINT * INTERVAL '1 millisecond')
+    ON CONFLICT (name) DO UPDATE SET
+        version = l.version + 1,
+        owner = EXCLUDED.owner,
+        expires_at = EXCLUDED.expires_at
+    WHERE l.owner IS NULL OR l.expires_at <= now()
+    RETURNING version";
+
+const RELEASE: &str = "UPDATE distlock_bench_floor SET owner = NULL
+    WHERE name = $1 AND owner = $2 AND version = $3";
+
+/// A pool on the library's database.
+pub(super) struct PostgresFloor {
+    pool: PgPool,
+}
+
+/// A row taken by an owner at a version.
+pub(super) struct PostgresGrant {
+    name: String,
+    owner: String,
+    version: i64,
+}
+
+impl PostgresFloor {
+    /// Connects as lock-sql connects for the same URL.
+    pub(super) async fn open(url: &str) -> Result<Self> {
+        let mut query = QueryOptions::parse(url)?;
+        let timeout = query.take_duration("timeout")?.unwrap_or(DEFAULT_TIMEOUT);
+        let connect_timeout = query
+            .take_duration("connect_timeout")?
+            .unwrap_or(DEFAULT_TIMEOUT);
+        let pool_size = query
+            .take_parsed("pool_size", "a whole number")?
+            .unwrap_or(DEFAULT_POOL_SIZE);
+        let options = PgConnectOptions::from_str(base_url(url))
+            .map_err(|e| Error::invalid_url(url, e.to_string()))?
+            .options([("statement_timeout", format!("{}", timeout.as_millis()))]);
+        let pool = PgPoolOptions::new()
+            .max_connections(pool_size)
+            .test_before_acquire(false)
+            .acquire_timeout(connect_timeout)
+            .connect_with(options)
+            .await
+            .map_err(|e| convert("open the floor's pool", e))?;
+        sqlx::query(CREATE)
+            .execute(&pool)
+            .await
+            .map_err(|e| convert("create the floor's table", e))?;
+        Ok(Self { pool })
+    }
+}
+
+#[async_trait]
+impl Floor for PostgresFloor {
+    type Grant = PostgresGrant;
+
+    fn describe(&self) -> String {
+        "sqlx PgPool as lock-sql opens it: INSERT … ON CONFLICT DO UPDATE … WHERE free or \
+         expired (now()) RETURNING version, then UPDATE … SET owner = NULL WHERE owner and \
+         version match"
+            .to_owned()
+    }
+
+    async fn try_acquire(
+        &self,
+        name: &str,
+        owner: OwnerToken,
+        ttl: Duration,
+    ) -> Result<Option<PostgresGrant>> {
+        let owner = owner.to_hex();
+        let row = sqlx::query(ACQUIRE)
+            .bind(name)
+            .bind(&owner)
+            .bind(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| convert("acquire", e))?;
+        Ok(row.map(|row| PostgresGrant {
+            name: name.to_owned(),
+            owner,
+            version: row.get(0),
+        }))
+    }
+
+    async fn release(&self, grant: &PostgresGrant) -> Result<()> {
+        let done = sqlx::query(RELEASE)
+            .bind(&grant.name)
+            .bind(&grant.owner)
+            .bind(grant.version)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| convert("release", e))?;
+        if done.rows_affected() == 1 {
+            Ok(())
+        } else {
+            Err(Error::NotHeld {
+                name: grant.name.clone(),
+            })
+        }
+    }
+}
+
+/// Connection, serialization, resource and operator errors are worth
+/// retrying, as lock-sql retries them; anything else ends the run.
+fn convert(operation: &str, e: sqlx::Error) -> Error {
+    let transient = match &e {
+        sqlx::Error::Database(db) => db.code().is_some_and(|c| {
+            ["08", "40", "53", "57"]
+                .iter()
+                .any(|class| c.starts_with(class))
+        }),
+        sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) => true,
+        _ => false,
+    };
+    super::sql_error("postgres", operation, transient, e)
+}

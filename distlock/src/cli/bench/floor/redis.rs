@@ -1,0 +1,77 @@
+//! The floor of `redis://`: `SET key owner NX PX ttl`, then `EVALSHA` of a
+//! compare-and-delete script, on one `ConnectionManager` configured as
+//! lock-redis configures its own. No fence counter, no pub/sub notice.
+
+use std::time::Duration;
+
+use distlock::lock_redis::config::RedisConfig;
+use distlock::{Error, OwnerToken, Result, async_trait};
+
+use super::redis_ops::RawNode;
+use super::{Floor, base_url, without_common_options};
+
+/// A connection to the library's server.
+pub(super) struct RedisFloor {
+    node: RawNode,
+}
+
+/// A key set to an owner.
+pub(super) struct RedisGrant {
+    key: String,
+    owner: String,
+}
+
+impl RedisFloor {
+    /// Connects as lock-redis connects for the same URL (its timeouts).
+    pub(super) async fn open(url: &str) -> Result<Self> {
+        let config = RedisConfig::parse(&without_common_options(url))?;
+        let node = RawNode::connect(
+            base_url(url),
+            &config.node.label,
+            config.node.timeout,
+            config.node.connect_timeout,
+        )
+        .await?;
+        Ok(Self { node })
+    }
+}
+
+#[async_trait]
+impl Floor for RedisFloor {
+    type Grant = RedisGrant;
+
+    fn describe(&self) -> String {
+        "redis-rs ConnectionManager as lock-redis opens it: SET key owner NX PX ttl, then \
+         EVALSHA compare-and-delete"
+            .to_owned()
+    }
+
+    async fn try_acquire(
+        &self,
+        name: &str,
+        owner: OwnerToken,
+        ttl: Duration,
+    ) -> Result<Option<RedisGrant>> {
+        let key = format!("distlock-bench-floor:{name}");
+        let owner = owner.to_hex();
+        Ok(self
+            .node
+            .set_nx_px(&key, &owner, ttl)
+            .await?
+            .then_some(RedisGrant { key, owner }))
+    }
+
+    async fn release(&self, grant: &RedisGrant) -> Result<()> {
+        if self
+            .node
+            .compare_and_delete(&grant.key, &grant.owner)
+            .await?
+        {
+            Ok(())
+        } else {
+            Err(Error::NotHeld {
+                name: grant.key.clone(),
+            })
+        }
+    }
+}

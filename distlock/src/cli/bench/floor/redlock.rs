@@ -1,0 +1,103 @@
+//! The floor of `redlock://`: `SET key owner NX PX ttl` on every master at
+//! once, granted on a majority (what was set is deleted again otherwise),
+//! then `EVALSHA` compare-and-delete on every master at once. No clock-drift
+//! allowance, no fence counter, no retry delay.
+
+use std::time::Duration;
+
+use distlock::lock_redlock::config::RedlockConfig;
+use distlock::{Error, OwnerToken, Result, async_trait};
+use futures_util::future::join_all;
+
+use super::redis_ops::RawNode;
+use super::{Floor, without_common_options};
+
+/// A connection to each master.
+pub(super) struct RedlockFloor {
+    nodes: Vec<RawNode>,
+    quorum: usize,
+}
+
+/// A key set to an owner on a majority.
+pub(super) struct RedlockGrant {
+    key: String,
+    owner: String,
+}
+
+impl RedlockFloor {
+    /// Connects to every master the URL names, with lock-redlock's per-node
+    /// timeouts.
+    pub(super) async fn open(url: &str) -> Result<Self> {
+        let config = RedlockConfig::parse(&without_common_options(url))?;
+        let mut nodes = Vec::new();
+        for node in &config.nodes {
+            let url = format!("redis://{}", node.label);
+            nodes.push(
+                RawNode::connect(&url, &node.label, node.timeout, node.connect_timeout).await?,
+            );
+        }
+        Ok(Self {
+            nodes,
+            quorum: config.quorum(),
+        })
+    }
+
+    async fn delete_everywhere(&self, key: &str, owner: &str) -> usize {
+        join_all(self.nodes.iter().map(|n| n.compare_and_delete(key, owner)))
+            .await
+            .into_iter()
+            .filter(|r| matches!(r, Ok(true)))
+            .count()
+    }
+}
+
+#[async_trait]
+impl Floor for RedlockFloor {
+    type Grant = RedlockGrant;
+
+    fn describe(&self) -> String {
+        format!(
+            "redis-rs on {} masters at once: SET key owner NX PX ttl, granted on {} (else \
+             compare-and-delete where set), then EVALSHA compare-and-delete on all",
+            self.nodes.len(),
+            self.quorum
+        )
+    }
+
+    async fn try_acquire(
+        &self,
+        name: &str,
+        owner: OwnerToken,
+        ttl: Duration,
+    ) -> Result<Option<RedlockGrant>> {
+        let key = format!("distlock-bench-floor:{name}");
+        let owner = owner.to_hex();
+        let results = join_all(self.nodes.iter().map(|n| n.set_nx_px(&key, &owner, ttl))).await;
+        let set = results.iter().filter(|r| matches!(r, Ok(true))).count();
+        if set >= self.quorum {
+            return Ok(Some(RedlockGrant { key, owner }));
+        }
+        if set > 0 {
+            self.delete_everywhere(&key, &owner).await;
+        }
+        let errors = results.iter().filter(|r| r.is_err()).count();
+        if errors > self.nodes.len() - self.quorum {
+            // Not enough masters answered to tell "held" from "down".
+            return Err(results
+                .into_iter()
+                .find_map(std::result::Result::err)
+                .unwrap_or_else(|| Error::backend("no quorum")));
+        }
+        Ok(None)
+    }
+
+    async fn release(&self, grant: &RedlockGrant) -> Result<()> {
+        if self.delete_everywhere(&grant.key, &grant.owner).await >= self.quorum {
+            Ok(())
+        } else {
+            Err(Error::NotHeld {
+                name: grant.key.clone(),
+            })
+        }
+    }
+}
