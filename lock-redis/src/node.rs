@@ -36,6 +36,17 @@ impl Keys {
         format!("{}{name}#fence", self.prefix)
     }
 
+    /// Set by a failed attempt, for as long as [`Keys::WAITING_MARK`]: while
+    /// it exists, a release of the name is announced. Uncontended locks so
+    /// publish nothing.
+    pub fn waiting(&self, name: &LockName) -> String {
+        format!("{}{name}#waiting", self.prefix)
+    }
+
+    /// How long one failed attempt marks a name as waited on: longer than a
+    /// waiter's longest pause between attempts, which renews it.
+    pub const WAITING_MARK: Duration = Duration::from_secs(2);
+
     /// The pub/sub channel on which releases are announced, name as payload.
     pub fn channel(&self) -> String {
         format!("{}released", self.prefix)
@@ -115,8 +126,10 @@ impl Node {
         let token: u64 = ACQUIRE_SCRIPT
             .key(self.keys.lock(name))
             .key(self.keys.fence(name))
+            .key(self.keys.waiting(name))
             .arg(owner.to_hex())
             .arg(millis(ttl))
+            .arg(millis(Keys::WAITING_MARK))
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(|e| self.fail("acquire", e))?;
@@ -140,6 +153,7 @@ impl Node {
         let done: i64 = RELEASE_SCRIPT
             .key(self.keys.lock(name))
             .key(self.keys.channel())
+            .key(self.keys.waiting(name))
             .arg(owner.to_hex())
             .arg(name.as_str())
             .invoke_async(&mut self.conn.clone())

@@ -3,14 +3,17 @@
 //!
 //! Keys: `KEYS[1]` is the lock key, whose value is only the owner token (so
 //! any client doing `SET key value NX PX` on it excludes us and is excluded);
-//! `KEYS[2]` is the name's fence counter.
+//! `KEYS[2]` is the name's fence counter; `KEYS[3]` marks that somebody
+//! waits for the name.
 
 use std::sync::LazyLock;
 
 use redis::Script;
 
-/// `ARGV`: owner, TTL in ms. Returns the fencing token, or 0 if another
-/// owner holds the lock.
+/// `ARGV`: owner, TTL in ms, how long a failed attempt marks the name as
+/// waited on (ms). Returns the fencing token, or 0 if another owner holds the
+/// lock — and then marks the name, in the same atomic step, so the release
+/// that frees it announces it.
 ///
 /// The token is `max(INCR(counter), server time in µs)`: strictly greater
 /// than the last token of this server, and greater than any token issued
@@ -25,6 +28,7 @@ if holder == ARGV[1] then
     return tonumber(redis.call('GET', KEYS[2]))
 end
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
     return 0
 end
 local t = redis.call('TIME')
@@ -45,12 +49,15 @@ end
 return 0
 ";
 
-/// `KEYS[2]` here is the release channel. `ARGV`: owner, lock name. Deletes
-/// the lock only if it is ours, then announces it. Returns 1 if deleted.
+/// `KEYS[2]` here is the release channel, `KEYS[3]` the waiting mark.
+/// `ARGV`: owner, lock name. Deletes the lock only if it is ours, then
+/// announces it if anybody waits. Returns 1 if deleted.
 const RELEASE: &str = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
     redis.call('DEL', KEYS[1])
-    redis.call('PUBLISH', KEYS[2], ARGV[2])
+    if redis.call('EXISTS', KEYS[3]) == 1 then
+        redis.call('PUBLISH', KEYS[2], ARGV[2])
+    end
     return 1
 end
 return 0
