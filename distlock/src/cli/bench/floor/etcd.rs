@@ -4,6 +4,7 @@
 //! spinning does not pile up leases. Same client options as lock-etcd. No
 //! queue, no watch.
 
+use super::floor_error;
 use std::time::Duration;
 
 use distlock::lock_etcd::config::EtcdConfig;
@@ -125,17 +126,5 @@ pub(crate) fn convert(operation: &str, e: etcd_client::Error) -> Error {
         E::TransportError(_) | E::IoError(_) | E::EndpointError(_) => true,
         _ => false,
     };
-    let message = format!("floor {operation}: {e}");
-    if transient {
-        Error::Unavailable {
-            backend: "etcd",
-            message,
-            source: Some(e.into()),
-        }
-    } else {
-        Error::Backend {
-            message,
-            source: Some(e.into()),
-        }
-    }
+    floor_error("etcd", operation, transient, e)
 }

@@ -2,6 +2,7 @@
 //! owner NX PX ttl`, and `EVALSHA` of a compare-and-delete script, on a
 //! `ConnectionManager` configured as lock-redis's `node.rs` configures it.
 
+use super::floor_error;
 use std::time::Duration;
 
 use distlock::{Error, Result};
@@ -82,17 +83,7 @@ impl RawNode {
 /// Connection trouble and timeouts are worth retrying; anything else ends
 /// the run.
 fn convert(label: &str, operation: &str, e: redis::RedisError) -> Error {
-    let message = format!("floor {operation} on {label}: {e}");
-    if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal() {
-        Error::Unavailable {
-            backend: "redis",
-            message,
-            source: Some(e.into()),
-        }
-    } else {
-        Error::Backend {
-            message,
-            source: Some(e.into()),
-        }
-    }
+    let transient =
+        e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal();
+    floor_error("redis", &format!("{operation} on {label}"), transient, e)
 }

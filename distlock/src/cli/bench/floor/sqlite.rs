@@ -3,6 +3,7 @@
 //! pragmas and pool size that lock-sql's `sqlite.rs` uses, in a table of
 //! its own.
 
+use super::floor_error;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
@@ -163,17 +164,5 @@ fn convert(operation: &str, e: sqlx::Error) -> Error {
         sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) => true,
         _ => false,
     };
-    let message = format!("floor {operation}: {e}");
-    if transient {
-        Error::Unavailable {
-            backend: "sqlite",
-            message,
-            source: Some(e.into()),
-        }
-    } else {
-        Error::Backend {
-            message,
-            source: Some(e.into()),
-        }
-    }
+    floor_error("sqlite", operation, transient, e)
 }

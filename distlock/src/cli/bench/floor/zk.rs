@@ -2,6 +2,7 @@
 //! `NodeExists` while somebody holds it), then `delete` it, on a session
 //! opened as lock-zk opens its own. No sequence numbers, no queue, no watch.
 
+use super::floor_error;
 use std::future::Future;
 use std::time::Duration;
 
@@ -127,17 +128,6 @@ impl Floor for ZkFloor {
 
 /// Connection loss is worth retrying; anything else ends the run.
 fn convert(operation: &str, e: zk::Error) -> Error {
-    let message = format!("floor {operation}: {e}");
-    if matches!(e, zk::Error::ConnectionLoss) {
-        Error::Unavailable {
-            backend: "zk",
-            message,
-            source: Some(e.into()),
-        }
-    } else {
-        Error::Backend {
-            message,
-            source: Some(e.into()),
-        }
-    }
+    let transient = matches!(e, zk::Error::ConnectionLoss);
+    floor_error("zk", operation, transient, e)
 }
