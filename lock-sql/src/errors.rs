@@ -5,14 +5,53 @@ use std::time::Duration;
 use lock_core::Error;
 use sqlx::error::DatabaseError;
 
+/// Whether a retry may get past `e`: a dropped or refused connection, an
+/// exhausted pool, or a database error its dialect calls transient (lock
+/// contention, a deadlock, a server shutting down). Every error
+/// [`SqlBackend`](crate::SqlBackend) reports as retryable is one of these;
+/// code that drives sqlx beside it (the benchmark's floors) judges errors
+/// the same way with this.
+pub fn is_transient(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => transient_database_error(&**db),
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::PoolTimedOut => true,
+        _ => false,
+    }
+}
+
+/// The transient rule of the dialect `db` comes from.
+fn transient_database_error(db: &dyn DatabaseError) -> bool {
+    #[cfg(feature = "sqlite")]
+    if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+        return crate::sqlite::transient(db);
+    }
+    #[cfg(feature = "postgres")]
+    if db
+        .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+        .is_some()
+    {
+        return crate::postgres::transient(db);
+    }
+    #[cfg(feature = "mysql")]
+    if db
+        .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+        .is_some()
+    {
+        return crate::mysql::transient(db);
+    }
+    false
+}
+
 /// How one dialect reads `sqlx` errors.
 #[derive(Debug)]
 pub(crate) struct ErrorMap {
     /// The backend's name in messages.
     pub(crate) backend: &'static str,
-    /// Whether a database error is a transient condition (lock contention,
-    /// a server shutting down) that a retry may get past.
-    pub(crate) transient: fn(&dyn DatabaseError) -> bool,
     /// How long a statement waits for a free pooled connection.
     pub(crate) pool_timeout: Duration,
 }
@@ -21,7 +60,7 @@ impl ErrorMap {
     /// Converts an error from `operation`.
     pub(crate) fn convert(&self, operation: &'static str, e: sqlx::Error) -> Error {
         match e {
-            sqlx::Error::Database(db) if (self.transient)(&*db) => Error::Unavailable {
+            sqlx::Error::Database(db) if transient_database_error(&*db) => Error::Unavailable {
                 backend: self.backend,
                 message: format!("{operation}: {db}"),
                 source: Some(db.into()),

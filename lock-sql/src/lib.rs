@@ -10,12 +10,14 @@ mod mysql;
 mod options;
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod returning;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod table;
 
 pub use backend::SqlBackend;
+pub use errors::is_transient;
 pub use table::TableName;
 
 /// The URL schemes this build of lock-sql accepts.

@@ -33,7 +33,7 @@ const NOW_MS: &str = "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)";
 /// the row as it is when the expression runs (see [`Statements::acquire`]).
 const TAKEABLE: &str = "(owner IS NULL OR expires_at <= NOW_MS OR owner = VALUES(owner))";
 
-fn transient(e: &dyn DatabaseError) -> bool {
+pub(crate) fn transient(e: &dyn DatabaseError) -> bool {
     // 1205 lock wait timeout, 1213 deadlock, 1040 too many connections,
     // 1053 server shutdown, 2006/2013 server gone / lost connection.
     const CODES: &[&str] = &["1205", "1213", "1040", "1053", "2006", "2013"];
@@ -58,7 +58,6 @@ pub(crate) async fn connect(url: &str) -> Result<SqlBackend> {
         .map_err(|e| Error::invalid_url(url, e.to_string()))?;
     let errors = ErrorMap {
         backend: "mysql",
-        transient,
         pool_timeout: common.connect_timeout,
     };
     let pool = MySqlPoolOptions::new()

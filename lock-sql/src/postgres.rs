@@ -62,7 +62,7 @@ impl Location {
     }
 }
 
-fn transient(e: &dyn DatabaseError) -> bool {
+pub(crate) fn transient(e: &dyn DatabaseError) -> bool {
     // Class 08 (connection), 40 (serialization/deadlock), 53 (resources),
     // 57 (operator intervention: shutdown, statement timeout).
     e.code().is_some_and(|c| {
@@ -95,7 +95,6 @@ pub(crate) async fn connect(url: &str) -> Result<SqlBackend> {
         )]);
     let errors = ErrorMap {
         backend: "postgres",
-        transient,
         pool_timeout: common.connect_timeout,
     };
     let pool = PgPoolOptions::new()

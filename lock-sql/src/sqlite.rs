@@ -115,7 +115,7 @@ fn check_directory(path: &Path) -> Result<()> {
     }
 }
 
-fn transient(e: &dyn DatabaseError) -> bool {
+pub(crate) fn transient(e: &dyn DatabaseError) -> bool {
     const BUSY: i64 = 5;
     const LOCKED: i64 = 6;
     let primary = e
@@ -132,7 +132,6 @@ pub(crate) async fn connect(url: &str) -> Result<SqlBackend> {
     let common = &config.common;
     let errors = ErrorMap {
         backend: "sqlite",
-        transient,
         pool_timeout: common.connect_timeout,
     };
     let options = SqliteConnectOptions::new()

@@ -145,12 +145,6 @@ pub(crate) fn without_common_options(url: &str) -> String {
     }
 }
 
-/// A floor's SQL error: retryable if `transient`, else the end of the run.
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-fn sql_error(backend: &'static str, operation: &str, transient: bool, e: sqlx::Error) -> Error {
-    floor_error(backend, operation, transient, e)
-}
-
 /// A floor's failure as the library would report it: retryable when the
 /// backend's own error is transient, so the bench retries it alike.
 #[cfg(any(

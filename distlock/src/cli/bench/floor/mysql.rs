@@ -11,7 +11,7 @@ use distlock::url::QueryOptions;
 use distlock::{Error, OwnerToken, Result, async_trait};
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 
-use super::{Floor, base_url};
+use super::{Floor, base_url, floor_error};
 
 // lock-sql's defaults (its `options.rs`) for the options the URL leaves out.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -135,18 +135,8 @@ impl Floor for MySqlFloor {
     }
 }
 
-/// Lock wait timeouts, deadlocks and connection trouble are worth retrying,
-/// as lock-sql retries them; anything else ends the run.
+/// Errors lock-sql would retry are retried here too; anything else ends
+/// the run.
 fn convert(operation: &str, e: sqlx::Error) -> Error {
-    // 1205 lock wait timeout, 1213 deadlock, 1040 too many connections,
-    // 1053 server shutdown, 2006/2013 server gone / lost connection.
-    const CODES: &[u16] = &[1205, 1213, 1040, 1053, 2006, 2013];
-    let transient = match &e {
-        sqlx::Error::Database(db) => db
-            .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-            .is_some_and(|m| CODES.contains(&m.number())),
-        sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) => true,
-        _ => false,
-    };
-    super::sql_error("mysql", operation, transient, e)
+    floor_error("mysql", operation, lock_sql::is_transient(&e), e)
 }

@@ -12,7 +12,7 @@ use distlock::{Error, OwnerToken, Result, async_trait};
 use sqlx::Row as _;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
-use super::{Floor, base_url};
+use super::{Floor, base_url, floor_error};
 
 // lock-sql's defaults (its `options.rs`) for the options the URL leaves out.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -128,17 +128,8 @@ impl Floor for PostgresFloor {
     }
 }
 
-/// Connection, serialization, resource and operator errors are worth
-/// retrying, as lock-sql retries them; anything else ends the run.
+/// Errors lock-sql would retry are retried here too; anything else ends
+/// the run.
 fn convert(operation: &str, e: sqlx::Error) -> Error {
-    let transient = match &e {
-        sqlx::Error::Database(db) => db.code().is_some_and(|c| {
-            ["08", "40", "53", "57"]
-                .iter()
-                .any(|class| c.starts_with(class))
-        }),
-        sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) => true,
-        _ => false,
-    };
-    super::sql_error("postgres", operation, transient, e)
+    floor_error("postgres", operation, lock_sql::is_transient(&e), e)
 }

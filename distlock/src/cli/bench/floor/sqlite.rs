@@ -3,9 +3,7 @@
 //! pragmas and pool size that lock-sql's `sqlite.rs` uses, in a table of
 //! its own.
 
-use super::floor_error;
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::time::Duration;
 
 use distlock::url::QueryOptions;
@@ -16,7 +14,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
-use super::Floor;
+use super::{Floor, floor_error};
 
 // lock-sql's defaults for the options a sqlite:// URL leaves out; the floor
 // must open the file exactly as the library does.
@@ -151,18 +149,8 @@ impl Floor for SqliteFloor {
     }
 }
 
-/// Busy and locked databases are worth retrying, as the library retries
-/// them; anything else ends the run.
+/// Errors lock-sql would retry end up retried here too; anything else ends
+/// the run.
 fn convert(operation: &str, e: sqlx::Error) -> Error {
-    const BUSY: i64 = 5;
-    const LOCKED: i64 = 6;
-    let transient = match &e {
-        sqlx::Error::Database(db) => db
-            .code()
-            .and_then(|c| i64::from_str(&c).ok())
-            .is_some_and(|c| matches!(c & 0xff, BUSY | LOCKED)),
-        sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) => true,
-        _ => false,
-    };
-    floor_error("sqlite", operation, transient, e)
+    floor_error("sqlite", operation, lock_sql::is_transient(&e), e)
 }
