@@ -77,49 +77,33 @@ pub(crate) async fn connect(
     ttl: Duration,
 ) -> Result<Arc<dyn Contender>> {
     match backend {
-        "memory" => Ok(Arc::new(Spinning::new(memory::MemoryFloor::default(), ttl))),
+        "memory" => Ok(spin(memory::MemoryFloor::default(), ttl)),
         #[cfg(feature = "sqlite")]
-        "sqlite" => Ok(Arc::new(Spinning::new(
-            sqlite::SqliteFloor::open(url).await?,
-            ttl,
-        ))),
+        "sqlite" => Ok(spin(sqlite::SqliteFloor::open(url).await?, ttl)),
         #[cfg(feature = "postgres")]
-        "postgres" => Ok(Arc::new(Spinning::new(
-            postgres::PostgresFloor::open(url).await?,
-            ttl,
-        ))),
+        "postgres" => Ok(spin(postgres::PostgresFloor::open(url).await?, ttl)),
         #[cfg(feature = "mysql")]
-        "mysql" => Ok(Arc::new(Spinning::new(
-            mysql::MySqlFloor::open(url).await?,
-            ttl,
-        ))),
+        "mysql" => Ok(spin(mysql::MySqlFloor::open(url).await?, ttl)),
         #[cfg(feature = "redis")]
-        "redis" => Ok(Arc::new(Spinning::new(
-            redis::RedisFloor::open(url).await?,
-            ttl,
-        ))),
+        "redis" => Ok(spin(redis::RedisFloor::open(url).await?, ttl)),
         #[cfg(feature = "redlock")]
-        "redlock" => Ok(Arc::new(Spinning::new(
-            redlock::RedlockFloor::open(url).await?,
-            ttl,
-        ))),
+        "redlock" => Ok(spin(redlock::RedlockFloor::open(url).await?, ttl)),
         #[cfg(feature = "etcd")]
-        "etcd" => Ok(Arc::new(Spinning::new(
-            etcd::EtcdFloor::open(url).await?,
-            ttl,
-        ))),
+        "etcd" => Ok(spin(etcd::EtcdFloor::open(url).await?, ttl)),
         #[cfg(feature = "zk")]
-        "zookeeper" => Ok(Arc::new(Spinning::new(zk::ZkFloor::open(url).await?, ttl))),
+        "zookeeper" => Ok(spin(zk::ZkFloor::open(url).await?, ttl)),
         #[cfg(feature = "memcache")]
-        "memcache" => Ok(Arc::new(Spinning::new(
-            memcache::MemcacheFloor::open(url)?,
-            ttl,
-        ))),
+        "memcache" => Ok(spin(memcache::MemcacheFloor::open(url)?, ttl)),
         _ => Err(Error::Unsupported {
             backend,
             operation: "benchmarking, as it has no floor yet (docs/BENCHMARKS.md says how to add one)",
         }),
     }
+}
+
+/// A floor run by the shared spinning client.
+fn spin<F: Floor>(floor: F, ttl: Duration) -> Arc<dyn Contender> {
+    Arc::new(Spinning::new(floor, ttl))
 }
 
 /// `url` without its query string: what the floors hand their drivers.
