@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use conformance_tests::cases;
 use conformance_tests::servers::etcd::{Etcd, etcdctl};
 use conformance_tests::targets::fresh_table;
 use distlock::lock_etcd::EtcdBackend;
@@ -106,45 +107,19 @@ async fn etcdctl_lock_and_distlock_exclude_each_other() {
 /// exactly one of them: each watches only its predecessor.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_are_served_in_order_one_wake_up_per_release() {
-    const WAITERS: usize = 4;
     let etcd = Etcd::shared().await;
     let prefix = fresh_table();
     let shared = backend(&etcd.url(&prefix, "")).await;
     let l = Locker::from_arc(shared.clone() as Arc<dyn LockBackend>);
-    let holder = l
-        .lock_with("fifo", opts(TTL, Wait::No))
-        .await
-        .expect("free");
-    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let mut tasks = Vec::new();
-    for i in 0..WAITERS {
-        let (l, order) = (l.clone(), order.clone());
-        tasks.push(tokio::spawn(async move {
-            let g = l
-                .lock_with("fifo", opts(TTL, PATIENCE))
-                .await
-                .expect("granted in turn");
-            order.lock().expect("poisoned").push(i);
-            sleep(Duration::from_millis(50)).await;
-            g.release().await.expect("release");
-        }));
-        wait_for_queue(etcd, &format!("{prefix}/fifo/"), i + 2).await;
-    }
-    let woken_before = shared.wakeups();
-    holder.release().await.expect("release");
-    for t in tasks {
-        t.await.expect("waiter");
-    }
-    assert_eq!(
-        *order.lock().expect("poisoned"),
-        (0..WAITERS).collect::<Vec<_>>(),
-        "FIFO"
-    );
-    assert_eq!(
-        shared.wakeups() - woken_before,
-        WAITERS as u64,
-        "one wake-up per release, no herd"
-    );
+    let dir = format!("{prefix}/fifo/");
+    cases::fifo_one_wake_up_per_release(
+        &l,
+        4,
+        TTL,
+        || shared.wakeups(),
+        |n| wait_for_queue(etcd, &dir, n),
+    )
+    .await;
 }
 
 /// A waiter that gives up leaves no key (and no lease) behind.

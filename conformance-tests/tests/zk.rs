@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use conformance_tests::cases;
 use conformance_tests::proxy::{Fault, Proxy};
 use conformance_tests::servers::zookeeper::ZooKeeper;
 use conformance_tests::targets::fresh_table;
@@ -208,46 +209,19 @@ async fn curator_layout_and_mutual_exclusion_with_a_curator_style_locker() {
 /// exactly one of them (one watch event per release: no herd).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_are_served_in_order_one_wake_up_per_release() {
-    const WAITERS: usize = 5;
     let zk = ZooKeeper::shared().await;
     let chroot = fresh_table();
     let shared = backend(&zk.url(&chroot, "")).await;
     let l = Locker::from_arc(shared.clone() as Arc<dyn LockBackend>);
-    let holder = l
-        .lock_with("fifo", opts(TTL, Wait::No))
-        .await
-        .expect("free");
     let client = plain(zk, &chroot).await;
-    let order = Arc::new(Mutex::new(Vec::new()));
-    let mut tasks = Vec::new();
-    for i in 0..WAITERS {
-        let (l, order) = (l.clone(), order.clone());
-        tasks.push(tokio::spawn(async move {
-            let g = l
-                .lock_with("fifo", opts(TTL, PATIENCE))
-                .await
-                .expect("granted in turn");
-            order.lock().expect("poisoned").push(i);
-            sleep(Duration::from_millis(20)).await;
-            g.release().await.expect("release");
-        }));
-        wait_for_children(&client, "/locks/fifo", i + 2).await;
-    }
-    let woken_before = shared.wakeups();
-    holder.release().await.expect("release");
-    for t in tasks {
-        t.await.expect("waiter");
-    }
-    assert_eq!(
-        *order.lock().expect("poisoned"),
-        (0..WAITERS).collect::<Vec<_>>(),
-        "FIFO"
-    );
-    assert_eq!(
-        shared.wakeups() - woken_before,
-        WAITERS as u64,
-        "one wake-up per release, no herd"
-    );
+    cases::fifo_one_wake_up_per_release(
+        &l,
+        5,
+        TTL,
+        || shared.wakeups(),
+        |n| wait_for_children(&client, "/locks/fifo", n),
+    )
+    .await;
 }
 
 /// The reply to the create is lost with the connection: the node exists
