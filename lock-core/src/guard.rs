@@ -5,7 +5,6 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -14,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::lease::Lease;
 use crate::name::LockName;
 use crate::renewal::{KeepAlive, LostSignal};
+use crate::renewal_queue::{RenewalQueue, Ticket};
 use crate::token::FencingToken;
 
 /// How safe it is to act under a lock right now.
@@ -90,7 +90,8 @@ impl fmt::Debug for LockHandle {
 }
 
 /// A held lock, kept alive by a background task that renews the lease at about
-/// a third of its TTL.
+/// a third of its TTL (started only when that first renewal is due, so a lock
+/// held briefly costs no task).
 ///
 /// Release it with [`LockGuard::release`], which reports whether the lock was
 /// still ours. Dropping the guard never blocks: it stops the renewals and, if a
@@ -102,12 +103,19 @@ pub struct LockGuard {
     backend: Arc<dyn LockBackend>,
     lease: Arc<Mutex<Lease>>,
     stop: CancellationToken,
-    renewer: Option<JoinHandle<()>>,
+    renewals: Arc<RenewalQueue>,
+    /// Where the keep-alive is parked; `None` once the guard is released.
+    renewal: Option<Ticket>,
 }
 
 impl LockGuard {
-    /// Starts renewing `lease` in the background. Needs a Tokio runtime.
-    pub fn start(backend: Arc<dyn LockBackend>, lease: Lease) -> Self {
+    /// Keeps `lease` renewed in the background, from a third of its TTL on.
+    /// Needs a Tokio runtime.
+    pub(crate) fn start(
+        backend: Arc<dyn LockBackend>,
+        lease: Lease,
+        renewals: &Arc<RenewalQueue>,
+    ) -> Self {
         let (state_tx, state_rx) = watch::channel(LockState::Held);
         let lost = CancellationToken::new();
         let stop = CancellationToken::new();
@@ -118,6 +126,7 @@ impl LockGuard {
             lost: lost.clone(),
         };
         let span = tracing::info_span!("renewal", lock = %lease.name(), token = %lease.token());
+        let first_renewal = KeepAlive::first_renewal(&lease);
         let shared = Arc::new(Mutex::new(lease));
         let keep_alive = KeepAlive {
             backend: backend.clone(),
@@ -125,13 +134,14 @@ impl LockGuard {
             signal: LostSignal::new(state_tx, lost),
             stop: stop.clone(),
         };
-        let renewer = tokio::spawn(keep_alive.run().instrument(span));
+        let renewal = renewals.park(first_renewal, keep_alive, span);
         Self {
             handle,
             backend,
             lease: shared,
             stop,
-            renewer: Some(renewer),
+            renewals: renewals.clone(),
+            renewal: Some(renewal),
         }
     }
 
@@ -174,7 +184,8 @@ impl LockGuard {
     /// backend, in case the local deadline (which errs early) beat the
     /// server's.
     pub async fn release(mut self) -> Result<()> {
-        let lease = self.stop_renewing();
+        self.stop_renewing();
+        let lease = self.lease();
         let span = tracing::info_span!("release", lock = %lease.name(), token = %lease.token());
         let released = self.backend.release(&lease).instrument(span).await;
         if self.handle.is_lost() {
@@ -185,18 +196,21 @@ impl LockGuard {
         released
     }
 
-    fn stop_renewing(&mut self) -> Lease {
+    /// Stops the keep-alive; `false` if the guard was already stopped.
+    ///
+    /// A keep-alive that has started is not waited for: waiting for its task
+    /// to be scheduled only to see `stop` would cost a task switch. A
+    /// renewal still in flight cannot hurt: it compares owner and token like
+    /// the release does, so it extends the lease before the release or finds
+    /// nothing to extend after it, and a stopped keep-alive raises no lost
+    /// signal.
+    fn stop_renewing(&mut self) -> bool {
+        let Some(renewal) = self.renewal.take() else {
+            return false;
+        };
         self.stop.cancel();
-        if let Some(task) = self.renewer.take() {
-            // Not awaited: waiting for the task to be scheduled only to see
-            // `stop` cost every release a task switch. A renewal still in
-            // flight cannot hurt: it compares owner and token like the
-            // release does, so it extends the lease before the release or
-            // finds nothing to extend after it, and the aborted task raises
-            // no lost signal.
-            task.abort();
-        }
-        self.lease()
+        self.renewals.cancel(renewal);
+        true
     }
 }
 
@@ -211,10 +225,9 @@ impl fmt::Debug for LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        let Some(renewer) = self.renewer.take() else {
+        if !self.stop_renewing() {
             return; // released explicitly
-        };
-        self.stop.cancel();
+        }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return; // no runtime: the TTL frees the lock
         };
@@ -224,7 +237,6 @@ impl Drop for LockGuard {
             tracing::info_span!("release_on_drop", lock = %self.name(), token = %self.token());
         runtime.spawn(
             async move {
-                let _ = renewer.await;
                 let lease = lease.lock().unwrap_or_else(|p| p.into_inner()).clone();
                 if let Err(e) = backend.release(&lease).await {
                     tracing::debug!(error = %e, "best-effort release of a dropped guard failed");

@@ -12,6 +12,7 @@ mod memory;
 mod name;
 mod options;
 mod renewal;
+mod renewal_queue;
 mod token;
 pub mod url;
 pub mod wait;

@@ -16,11 +16,14 @@ use crate::guard::{LockGuard, LockHandle};
 use crate::lease::Lease;
 use crate::name::LockName;
 use crate::options::{AcquireOptions, AcquireRequest, Wait, WaitBudget};
+use crate::renewal_queue::RenewalQueue;
 
 /// Acquires locks from one backend: validates input, keeps leases renewed
 /// through [`LockGuard`], and makes every acquire cancel-safe.
 ///
-/// Cheap to clone; clones share the backend.
+/// Cheap to clone; clones share the backend and the task that starts
+/// renewals. Like the backend's connections, that task lives on the Tokio
+/// runtime where the locker first hands out a guard.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
@@ -37,6 +40,7 @@ use crate::options::{AcquireOptions, AcquireRequest, Wait, WaitBudget};
 pub struct Locker {
     backend: Arc<dyn LockBackend>,
     defaults: AcquireOptions,
+    renewals: Arc<RenewalQueue>,
 }
 
 impl Locker {
@@ -50,6 +54,7 @@ impl Locker {
         Self {
             backend,
             defaults: AcquireOptions::default(),
+            renewals: Arc::default(),
         }
     }
 
@@ -87,7 +92,11 @@ impl Locker {
         opts: AcquireOptions,
     ) -> Result<LockGuard> {
         let lease = self.acquire_lease(name, opts).await?;
-        Ok(LockGuard::start(self.backend.clone(), lease))
+        Ok(LockGuard::start(
+            self.backend.clone(),
+            lease,
+            &self.renewals,
+        ))
     }
 
     /// One attempt with the default TTL; `Ok(None)` if somebody else holds

@@ -64,14 +64,24 @@ impl KeepAlive {
         self.lease.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// When the first renewal is due, a third of the TTL after the grant:
+    /// the guard parks this keep-alive until then.
+    pub(crate) fn first_renewal(lease: &Lease) -> Instant {
+        Instant::now() + lease.ttl() / RENEW_FRACTION
+    }
+
+    /// Renews at once (it is started when the first renewal is due), then
+    /// every third of the TTL, until stopped or lost.
     pub(crate) async fn run(self) {
-        let first = self.current();
-        let ttl = first.ttl();
+        let ttl = self.current().ttl();
         let retry_after = (ttl / 10).clamp(Duration::from_millis(5), Duration::from_secs(1));
-        let mut next_renewal = Instant::now() + ttl / RENEW_FRACTION;
+        let mut next_renewal = Instant::now();
         loop {
             let lease = self.current();
             tokio::select! {
+                // A stopped guard was released: renewing it now would only
+                // find it gone and raise a false lost signal.
+                biased;
                 () = self.stop.cancelled() => return,
                 () = sleep_until(lease.deadline()) => {
                     return self.signal.lost(&lease, "the lease ran out before it could be renewed");
@@ -81,6 +91,7 @@ impl KeepAlive {
             let sent = Instant::now();
             let span = tracing::info_span!("renew", ttl = ?ttl);
             let outcome = tokio::select! {
+                biased;
                 () = self.stop.cancelled() => return,
                 () = sleep_until(lease.deadline()) => {
                     return self.signal.lost(&lease, "the lease ran out while a renewal was pending");

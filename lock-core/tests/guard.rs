@@ -223,3 +223,59 @@ async fn release_of_a_lost_lock_reports_lost() {
         "released on the backend all the same"
     );
 }
+
+/// Renewals start from a queue ordered by when each is first due: a short
+/// lease taken after a long one must not wait for the long one's turn, and
+/// guards outlive the locker that handed them out.
+#[tokio::test(start_paused = true)]
+async fn a_short_lease_after_a_long_one_is_renewed_on_its_own_schedule() {
+    let backend = Flaky::default();
+    let locker = Locker::new(backend.clone());
+    let long = locker.lock_with("long", opts(60_000)).await.unwrap();
+    // Let the renewal queue's task go to sleep until the long lease is due.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let short = locker.lock_with("short", opts(300)).await.unwrap();
+    drop(locker);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(short.state(), LockState::Held);
+    let other = Locker::new(backend.clone());
+    assert!(
+        other.try_lock("short").await.unwrap().is_none(),
+        "the short lease ran out: it was not renewed"
+    );
+    short.release().await.unwrap();
+    long.release().await.unwrap();
+}
+
+/// The task that starts renewals dies with its runtime; a locker used again
+/// on another runtime must start a new one rather than leave its next
+/// guards unrenewed.
+#[test]
+fn renewals_start_again_on_a_new_runtime() {
+    let paused = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap()
+    };
+    let backend = Flaky::default();
+    let locker = Locker::new(backend.clone());
+    let first = paused();
+    first.block_on(async {
+        let guard = locker.lock_with("a", opts(300)).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(guard.state(), LockState::Held);
+        guard.release().await.unwrap();
+    });
+    drop(first);
+    paused().block_on(async {
+        let guard = locker.lock_with("b", opts(300)).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(
+            locker.try_lock("b").await.unwrap().is_none(),
+            "the lease ran out: nothing renewed it"
+        );
+        guard.release().await.unwrap();
+    });
+}
