@@ -77,6 +77,17 @@ fn bench_writes_everything(url: &str, backend: &str, out: &Path) {
             .collect();
         assert!(subjects.contains(&"library") && subjects.contains(&"floor"));
     }
+    let in_commands = &report["hand_off_in_floor_commands"];
+    for subject in ["library", "floor"] {
+        assert!(
+            in_commands[subject].as_f64().is_some_and(|r| r > 0.0),
+            "no hand-off in floor commands for {subject}: {in_commands}"
+        );
+    }
+    assert!(
+        table.contains("hand-off p50 in the floor's single commands"),
+        "{table}"
+    );
 }
 
 #[test]

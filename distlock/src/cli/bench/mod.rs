@@ -123,6 +123,7 @@ pub(crate) async fn bench(args: BenchArgs) -> Result<u8> {
             .chain(&peers)
             .map(|c| c.subject())
             .collect(),
+        hand_off_in_floor_commands: report::hand_off_in_commands(&workloads, &floor.subject().name),
         workloads,
     };
     print!("{}", report.table());

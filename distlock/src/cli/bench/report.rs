@@ -24,6 +24,9 @@ pub(crate) struct Report {
     /// Library first, then the floor, then any peers.
     pub(crate) subjects: Vec<Subject>,
     pub(crate) workloads: Vec<WorkloadReport>,
+    /// Each contender's hand-off p50 over the floor's single command (its
+    /// uncontended acquire p50): how many round trips a hand-off costs.
+    pub(crate) hand_off_in_floor_commands: BTreeMap<String, f64>,
 }
 
 /// Where the numbers come from; they only compare within one machine.
@@ -123,6 +126,9 @@ fn rate(r: &Run) -> Option<f64> {
 fn p50(r: &Run) -> Option<f64> {
     r.latency.as_ref().map(|d| d.p50_us)
 }
+fn acquire_p50(r: &Run) -> Option<f64> {
+    r.acquire_p50_us
+}
 fn p99(r: &Run) -> Option<f64> {
     r.latency.as_ref().map(|d| d.p99_us)
 }
@@ -145,6 +151,7 @@ fn specs(w: Workload) -> Vec<Spec> {
             spec("pairs/s", PerSecond, Higher, rate),
             spec("pair p50", Micros, Lower, p50),
             spec("pair p99", Micros, Lower, p99),
+            spec("acquire p50", Micros, Lower, acquire_p50),
         ],
         Workload::Contended => vec![
             spec("acquisitions/s", PerSecond, Higher, rate),
@@ -189,6 +196,32 @@ pub(crate) fn metrics(workload: Workload, runs: &[Run], floor: &str) -> Vec<Metr
                 ratio_to_floor,
             }
         })
+        .collect()
+}
+
+/// Each contender's hand-off p50 divided by the floor's uncontended acquire
+/// p50, which is one command's round trip.
+pub(crate) fn hand_off_in_commands(
+    workloads: &[WorkloadReport],
+    floor: &str,
+) -> BTreeMap<String, f64> {
+    let runs = |w: Workload| {
+        workloads
+            .iter()
+            .find(|r| r.workload == w)
+            .map_or(&[][..], |r| &r.runs[..])
+    };
+    let Some(command) = runs(Workload::Uncontended)
+        .iter()
+        .find(|r| r.subject == floor)
+        .and_then(acquire_p50)
+        .filter(|c| *c > 0.0)
+    else {
+        return BTreeMap::new();
+    };
+    runs(Workload::HandOff)
+        .iter()
+        .filter_map(|r| Some((r.subject.clone(), p50(r)? / command)))
         .collect()
 }
 
@@ -315,12 +348,30 @@ impl Report {
                 out.push('\n');
             }
         }
+        if !self.hand_off_in_floor_commands.is_empty() {
+            let each: Vec<String> = self
+                .subjects
+                .iter()
+                .filter_map(|s| {
+                    let r = self.hand_off_in_floor_commands.get(&s.name)?;
+                    Some(format!("{} {}", s.name, show_ratio(*r)))
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "\nhand-off p50 in the floor's single commands (its uncontended acquire p50): {}",
+                each.join(", ")
+            );
+        }
         out
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use super::super::stats::Distribution;
     use super::*;
 
     fn run(subject: &str, acquisitions: u64, busy: Option<u64>) -> Run {
@@ -330,6 +381,7 @@ mod tests {
             acquisitions,
             per_client: vec![acquisitions],
             latency: None,
+            acquire_p50_us: None,
             busy_attempts: busy,
             notices: None,
         }
@@ -347,6 +399,33 @@ mod tests {
         );
         assert_eq!(m[2].ratio_to_floor["library"], 0.9);
         assert!(!m[2].ratio_to_floor.contains_key("floor"));
+    }
+
+    #[test]
+    fn hand_off_is_counted_in_the_floors_single_commands() {
+        let mut floor_pairs = run("floor", 100, None);
+        floor_pairs.acquire_p50_us = Some(80.0);
+        let handing = |name: &str, us| Run {
+            latency: Distribution::of(vec![Duration::from_micros(us)]),
+            ..run(name, 10, None)
+        };
+        let report = |workload, runs| WorkloadReport {
+            workload,
+            describe: String::new(),
+            latency: "",
+            runs,
+            metrics: Vec::new(),
+        };
+        let workloads = [
+            report(Workload::Uncontended, vec![floor_pairs]),
+            report(
+                Workload::HandOff,
+                vec![handing("library", 200), handing("floor", 120)],
+            ),
+        ];
+        let x = hand_off_in_commands(&workloads, "floor");
+        assert_eq!((x["library"], x["floor"]), (2.5, 1.5));
+        assert!(hand_off_in_commands(&workloads[1..], "floor").is_empty());
     }
 
     #[test]

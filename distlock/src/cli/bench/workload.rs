@@ -91,6 +91,9 @@ pub(crate) struct Run {
     pub(crate) per_client: Vec<u64>,
     /// The workload's latency (see [`Workload::latency`]).
     pub(crate) latency: Option<Distribution>,
+    /// The acquire call alone, median, in µs (pair workloads only). The
+    /// floor's, uncontended, is one command: its round trip.
+    pub(crate) acquire_p50_us: Option<f64>,
     /// Attempts that found the lock held, where the contender counts them.
     pub(crate) busy_attempts: Option<u64>,
     /// Release notices to local waiters, where the contender counts them.
@@ -124,6 +127,7 @@ impl Run {
 struct Tally {
     acquisitions: u64,
     latencies: Vec<Duration>,
+    acquire_latencies: Vec<Duration>,
 }
 
 impl Workload {
@@ -225,6 +229,10 @@ impl Workload {
         Ok(Slice {
             elapsed,
             per_client: tallies.iter().map(|t| t.acquisitions).collect(),
+            acquire_latencies: tallies
+                .iter()
+                .flat_map(|t| t.acquire_latencies.iter().copied())
+                .collect(),
             latencies: tallies.into_iter().flat_map(|t| t.latencies).collect(),
             busy_attempts: since(after.busy_attempts, before.busy_attempts),
             notices: since(after.notices, before.notices),
@@ -238,6 +246,7 @@ pub(crate) struct Slice {
     elapsed: Duration,
     per_client: Vec<u64>,
     latencies: Vec<Duration>,
+    acquire_latencies: Vec<Duration>,
     busy_attempts: Option<u64>,
     notices: Option<u64>,
 }
@@ -253,6 +262,7 @@ impl Slice {
             *total += more;
         }
         self.latencies.extend(next.latencies);
+        self.acquire_latencies.extend(next.acquire_latencies);
         let add = |a: Option<u64>, b: Option<u64>| match (a, b) {
             (Some(a), Some(b)) => Some(a + b),
             (a, b) => a.or(b),
@@ -269,6 +279,7 @@ impl Slice {
             acquisitions: self.per_client.iter().sum(),
             per_client: self.per_client,
             latency: Distribution::of(self.latencies),
+            acquire_p50_us: Distribution::of(self.acquire_latencies).map(|d| d.p50_us),
             busy_attempts: self.busy_attempts,
             notices: self.notices,
         }
@@ -301,6 +312,7 @@ async fn pairs(c: Arc<dyn Contender>, name: String, until: Instant) -> Result<Ta
         let Some(held) = c.acquire(&name, until).await? else {
             break;
         };
+        tally.acquire_latencies.push(start.elapsed());
         held.release().await?;
         tally.latencies.push(start.elapsed());
         tally.acquisitions += 1;
