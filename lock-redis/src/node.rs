@@ -91,13 +91,35 @@ impl Node {
                 after: config.connect_timeout,
             })?
             .map_err(|e| convert(&config.label, "connect", config.connect_timeout, e))?;
-        Ok(Self {
+        let node = Self {
             conn,
             client,
             keys,
             label: config.label.clone(),
             timeout: config.timeout,
-        })
+        };
+        node.check_version().await?;
+        Ok(node)
+    }
+
+    /// Refuses a server too old for the scripts, which would otherwise fail
+    /// every acquire with a bare syntax error. A server that hides `INFO`
+    /// (some managed services rename it) is given the benefit of the doubt.
+    async fn check_version(&self) -> Result<()> {
+        let info: redis::RedisResult<String> = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut self.conn.clone())
+            .await;
+        match info.ok().as_deref().and_then(server_version) {
+            Some(found) if found < MIN_VERSION => Err(Error::Backend {
+                message: format!(
+                    "{} runs Redis {}.{}; distlock needs {}.{} or newer (its acquire script uses PEXPIRETIME)",
+                    self.label, found.0, found.1, MIN_VERSION.0, MIN_VERSION.1
+                ),
+                source: None,
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// The client, for a subscription connection of its own.
@@ -208,6 +230,18 @@ impl fmt::Debug for Node {
     }
 }
 
+/// The oldest Redis with every command the scripts use (`PEXPIRETIME`).
+const MIN_VERSION: (u32, u32) = (7, 0);
+
+/// `(major, minor)` from the `redis_version:` line of `INFO server`.
+fn server_version(info: &str) -> Option<(u32, u32)> {
+    let version = info
+        .lines()
+        .find_map(|line| line.strip_prefix("redis_version:"))?;
+    let mut parts = version.trim().split('.').map(str::parse::<u32>);
+    Some((parts.next()?.ok()?, parts.next()?.ok()?))
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -235,5 +269,19 @@ fn convert(server: &str, operation: &'static str, limit: Duration, e: RedisError
     Error::Backend {
         message: format!("redis {operation} on {server}: {e}"),
         source: Some(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_version_reads_the_info_line() {
+        let info = "# Server\r\nredis_version:7.0.15\r\nredis_git_sha1:00000000\r\n";
+        assert_eq!(server_version(info), Some((7, 0)));
+        assert!(server_version("redis_version:6.2.14\r\n").unwrap() < MIN_VERSION);
+        assert!(server_version("redis_version:7.0.0\r\n").unwrap() >= MIN_VERSION);
+        assert_eq!(server_version("# Server\r\n"), None);
     }
 }
