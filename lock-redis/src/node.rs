@@ -174,9 +174,9 @@ impl Node {
     pub async fn release(&self, name: &LockName, owner: OwnerToken) -> Result<bool> {
         let done: i64 = RELEASE_SCRIPT
             .key(self.keys.lock(name))
-            .key(self.keys.channel())
             .key(self.keys.waiting(name))
             .arg(owner.to_hex())
+            .arg(self.keys.channel())
             .arg(name.as_str())
             .invoke_async(&mut self.conn.clone())
             .await

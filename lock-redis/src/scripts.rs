@@ -1,17 +1,18 @@
 //! The Lua scripts. Each runs atomically on the server, so every
 //! compare-then-act below is one step no other client can interleave with.
 //!
-//! Keys: `KEYS[1]` is the lock key, whose value is only the owner token (so
-//! any client doing `SET key value NX PX` on it excludes us and is excluded);
-//! `KEYS[2]` is the name's fence counter; `KEYS[3]` marks that somebody
-//! waits for the name.
+//! Keys: `KEYS[1]` is always the lock key, whose value is only the owner
+//! token (so any client doing `SET key value NX PX` on it excludes us and is
+//! excluded); each script names the others it touches: the name's fence
+//! counter, and the mark that somebody waits for the name.
 
 use std::sync::LazyLock;
 
 use redis::Script;
 
-/// `ARGV`: owner, TTL in ms, how long a failed attempt marks the name as
-/// waited on (ms). Returns the fencing token, or 0 if another owner holds the
+/// `KEYS`: the lock key, the fence counter, the waiting mark. `ARGV`: owner,
+/// TTL in ms, how long a failed attempt marks the name as waited on (ms).
+/// Returns the fencing token, or 0 if another owner holds the
 /// lock — and then marks the name, in the same atomic step, so the release
 /// that frees it announces it.
 ///
@@ -57,21 +58,24 @@ end
 return 0
 ";
 
-/// `KEYS[2]` here is the release channel, `KEYS[3]` the waiting mark.
-/// `ARGV`: owner, lock name. Deletes the lock only if it is ours, then
-/// announces it if anybody waits. Returns 1 if deleted.
+/// `KEYS`: the lock key, the waiting mark. `ARGV`: owner, release channel,
+/// lock name. Deletes the lock only if it is ours, then announces it if
+/// anybody waits. One `MGET` reads the owner and the mark together. Returns
+/// 1 if deleted.
 const RELEASE: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-    redis.call('DEL', KEYS[1])
-    if redis.call('EXISTS', KEYS[3]) == 1 then
-        redis.call('PUBLISH', KEYS[2], ARGV[2])
-    end
-    return 1
+local found = redis.call('MGET', KEYS[1], KEYS[2])
+if found[1] ~= ARGV[1] then
+    return 0
 end
-return 0
+redis.call('DEL', KEYS[1])
+if found[2] then
+    redis.call('PUBLISH', ARGV[2], ARGV[3])
+end
+return 1
 ";
 
-/// Returns `{owner, remaining ms, counter}` or an empty reply when free.
+/// `KEYS`: the lock key, the fence counter. Returns `{owner, remaining ms,
+/// counter}` or an empty reply when free.
 const HOLDER: &str = r"
 local owner = redis.call('GET', KEYS[1])
 if not owner then
