@@ -18,6 +18,7 @@ mod table;
 
 pub use backend::SqlBackend;
 pub use errors::is_transient;
+pub use options::CommonOptions;
 pub use table::TableName;
 
 /// The URL schemes this build of lock-sql accepts.

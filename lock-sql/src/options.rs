@@ -10,25 +10,27 @@ use crate::table::TableName;
 /// The option names [`CommonOptions::take`] reads.
 pub(crate) const COMMON: &[&str] = &["table", "pool_size", "timeout", "connect_timeout"];
 
-/// Options every SQL dialect shares.
+/// Options every SQL dialect shares, with their defaults. Public so that
+/// whatever must open a database exactly as lock-sql does (`distlock
+/// bench`'s floors) reads them the same way.
 #[derive(Debug)]
-pub(crate) struct CommonOptions {
+pub struct CommonOptions {
     /// The locks table.
-    pub(crate) table: TableName,
+    pub table: TableName,
     /// Connections per backend instance.
-    pub(crate) pool_size: u32,
+    pub pool_size: u32,
     /// The longest one statement may take, waiting for locks included.
-    pub(crate) timeout: Duration,
+    pub timeout: Duration,
     /// The longest wait for a connection, new or pooled.
-    pub(crate) connect_timeout: Duration,
+    pub connect_timeout: Duration,
 }
 
 impl CommonOptions {
     const DEFAULT_POOL_SIZE: u32 = 4;
     const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
-    /// Takes the common options out of `q`.
-    pub(crate) fn take(q: &mut QueryOptions, url: &str) -> Result<Self> {
+    /// Takes the common options out of `q` (`url` is for error messages).
+    pub fn take(q: &mut QueryOptions, url: &str) -> Result<Self> {
         let table = match q.take("table") {
             Some(t) => TableName::new(&t, url)?,
             None => TableName::default(),

@@ -20,6 +20,8 @@ mod redis;
 mod redis_ops;
 #[cfg(feature = "redlock")]
 mod redlock;
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+mod sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 #[cfg(feature = "zk")]

@@ -9,13 +9,11 @@ use std::time::Duration;
 
 use distlock::url::QueryOptions;
 use distlock::{Error, OwnerToken, Result, async_trait};
+use lock_sql::CommonOptions;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 
-use super::{Floor, base_url, floor_error};
-
-// lock-sql's defaults (its `options.rs`) for the options the URL leaves out.
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
-const DEFAULT_POOL_SIZE: u32 = 4;
+use super::sql::{SqlGrant, convert, ttl_ms};
+use super::{Floor, base_url};
 
 const CREATE: &str = "CREATE TABLE IF NOT EXISTS distlock_bench_floor (
     name VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,
@@ -45,23 +43,10 @@ pub(super) struct MySqlFloor {
     pool: MySqlPool,
 }
 
-/// A row taken by an owner at a version.
-pub(super) struct MySqlGrant {
-    name: String,
-    owner: String,
-    version: i64,
-}
-
 impl MySqlFloor {
     /// Connects as lock-sql connects for the same URL.
     pub(super) async fn open(url: &str) -> Result<Self> {
-        let mut query = QueryOptions::parse(url)?;
-        let connect_timeout = query
-            .take_duration("connect_timeout")?
-            .unwrap_or(DEFAULT_TIMEOUT);
-        let pool_size = query
-            .take_parsed("pool_size", "a whole number")?
-            .unwrap_or(DEFAULT_POOL_SIZE);
+        let common = CommonOptions::take(&mut QueryOptions::parse(url)?, url)?;
         // sqlx knows the `mysql` scheme only; both name the same protocol.
         let base = base_url(url);
         let base = base
@@ -70,23 +55,23 @@ impl MySqlFloor {
         let options = MySqlConnectOptions::from_str(&base)
             .map_err(|e| Error::invalid_url(url, e.to_string()))?;
         let pool = MySqlPoolOptions::new()
-            .max_connections(pool_size)
+            .max_connections(common.pool_size)
             .test_before_acquire(false)
-            .acquire_timeout(connect_timeout)
+            .acquire_timeout(common.connect_timeout)
             .connect_with(options)
             .await
-            .map_err(|e| convert("open the floor's pool", e))?;
+            .map_err(|e| convert("mysql", "open the floor's pool", e))?;
         sqlx::query(CREATE)
             .execute(&pool)
             .await
-            .map_err(|e| convert("create the floor's table", e))?;
+            .map_err(|e| convert("mysql", "create the floor's table", e))?;
         Ok(Self { pool })
     }
 }
 
 #[async_trait]
 impl Floor for MySqlFloor {
-    type Grant = MySqlGrant;
+    type Grant = SqlGrant;
 
     fn describe(&self) -> String {
         "sqlx MySqlPool as lock-sql opens it: INSERT … ON DUPLICATE KEY UPDATE … \
@@ -100,43 +85,31 @@ impl Floor for MySqlFloor {
         name: &str,
         owner: OwnerToken,
         ttl: Duration,
-    ) -> Result<Option<MySqlGrant>> {
+    ) -> Result<Option<SqlGrant>> {
         let owner = owner.to_hex();
         let done = sqlx::query(ACQUIRE)
             .bind(name)
             .bind(&owner)
-            .bind(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX))
+            .bind(ttl_ms(ttl))
             .execute(&self.pool)
             .await
-            .map_err(|e| convert("acquire", e))?;
+            .map_err(|e| convert("mysql", "acquire", e))?;
         let version = done.last_insert_id();
-        Ok((version > 0).then(|| MySqlGrant {
+        Ok((version > 0).then(|| SqlGrant {
             name: name.to_owned(),
             owner,
             version: i64::try_from(version).unwrap_or(i64::MAX),
         }))
     }
 
-    async fn release(&self, grant: &MySqlGrant) -> Result<()> {
+    async fn release(&self, grant: &SqlGrant) -> Result<()> {
         let done = sqlx::query(RELEASE)
             .bind(&grant.name)
             .bind(&grant.owner)
             .bind(grant.version)
             .execute(&self.pool)
             .await
-            .map_err(|e| convert("release", e))?;
-        if done.rows_affected() == 1 {
-            Ok(())
-        } else {
-            Err(Error::NotHeld {
-                name: grant.name.clone(),
-            })
-        }
+            .map_err(|e| convert("mysql", "release", e))?;
+        grant.released(done.rows_affected())
     }
-}
-
-/// Errors lock-sql would retry are retried here too; anything else ends
-/// the run.
-fn convert(operation: &str, e: sqlx::Error) -> Error {
-    floor_error("mysql", operation, lock_sql::is_transient(&e), e)
 }

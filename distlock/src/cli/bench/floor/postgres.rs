@@ -9,14 +9,12 @@ use std::time::Duration;
 
 use distlock::url::QueryOptions;
 use distlock::{Error, OwnerToken, Result, async_trait};
+use lock_sql::CommonOptions;
 use sqlx::Row as _;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
-use super::{Floor, base_url, floor_error};
-
-// lock-sql's defaults (its `options.rs`) for the options the URL leaves out.
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
-const DEFAULT_POOL_SIZE: u32 = 4;
+use super::sql::{SqlGrant, convert, ttl_ms};
+use super::{Floor, base_url};
 
 const CREATE: &str = "CREATE TABLE IF NOT EXISTS distlock_bench_floor (
     name VARCHAR(255) NOT NULL PRIMARY KEY,
@@ -42,45 +40,34 @@ pub(super) struct PostgresFloor {
     pool: PgPool,
 }
 
-/// A row taken by an owner at a version.
-pub(super) struct PostgresGrant {
-    name: String,
-    owner: String,
-    version: i64,
-}
-
 impl PostgresFloor {
     /// Connects as lock-sql connects for the same URL.
     pub(super) async fn open(url: &str) -> Result<Self> {
-        let mut query = QueryOptions::parse(url)?;
-        let timeout = query.take_duration("timeout")?.unwrap_or(DEFAULT_TIMEOUT);
-        let connect_timeout = query
-            .take_duration("connect_timeout")?
-            .unwrap_or(DEFAULT_TIMEOUT);
-        let pool_size = query
-            .take_parsed("pool_size", "a whole number")?
-            .unwrap_or(DEFAULT_POOL_SIZE);
+        let common = CommonOptions::take(&mut QueryOptions::parse(url)?, url)?;
         let options = PgConnectOptions::from_str(base_url(url))
             .map_err(|e| Error::invalid_url(url, e.to_string()))?
-            .options([("statement_timeout", format!("{}", timeout.as_millis()))]);
+            .options([(
+                "statement_timeout",
+                format!("{}", common.timeout.as_millis()),
+            )]);
         let pool = PgPoolOptions::new()
-            .max_connections(pool_size)
+            .max_connections(common.pool_size)
             .test_before_acquire(false)
-            .acquire_timeout(connect_timeout)
+            .acquire_timeout(common.connect_timeout)
             .connect_with(options)
             .await
-            .map_err(|e| convert("open the floor's pool", e))?;
+            .map_err(|e| convert("postgres", "open the floor's pool", e))?;
         sqlx::query(CREATE)
             .execute(&pool)
             .await
-            .map_err(|e| convert("create the floor's table", e))?;
+            .map_err(|e| convert("postgres", "create the floor's table", e))?;
         Ok(Self { pool })
     }
 }
 
 #[async_trait]
 impl Floor for PostgresFloor {
-    type Grant = PostgresGrant;
+    type Grant = SqlGrant;
 
     fn describe(&self) -> String {
         "sqlx PgPool as lock-sql opens it: INSERT … ON CONFLICT DO UPDATE … WHERE free or \
@@ -94,42 +81,30 @@ impl Floor for PostgresFloor {
         name: &str,
         owner: OwnerToken,
         ttl: Duration,
-    ) -> Result<Option<PostgresGrant>> {
+    ) -> Result<Option<SqlGrant>> {
         let owner = owner.to_hex();
         let row = sqlx::query(ACQUIRE)
             .bind(name)
             .bind(&owner)
-            .bind(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX))
+            .bind(ttl_ms(ttl))
             .fetch_optional(&self.pool)
             .await
-            .map_err(|e| convert("acquire", e))?;
-        Ok(row.map(|row| PostgresGrant {
+            .map_err(|e| convert("postgres", "acquire", e))?;
+        Ok(row.map(|row| SqlGrant {
             name: name.to_owned(),
             owner,
             version: row.get(0),
         }))
     }
 
-    async fn release(&self, grant: &PostgresGrant) -> Result<()> {
+    async fn release(&self, grant: &SqlGrant) -> Result<()> {
         let done = sqlx::query(RELEASE)
             .bind(&grant.name)
             .bind(&grant.owner)
             .bind(grant.version)
             .execute(&self.pool)
             .await
-            .map_err(|e| convert("release", e))?;
-        if done.rows_affected() == 1 {
-            Ok(())
-        } else {
-            Err(Error::NotHeld {
-                name: grant.name.clone(),
-            })
-        }
+            .map_err(|e| convert("postgres", "release", e))?;
+        grant.released(done.rows_affected())
     }
-}
-
-/// Errors lock-sql would retry are retried here too; anything else ends
-/// the run.
-fn convert(operation: &str, e: sqlx::Error) -> Error {
-    floor_error("postgres", operation, lock_sql::is_transient(&e), e)
 }

@@ -8,18 +8,15 @@ use std::time::Duration;
 
 use distlock::url::QueryOptions;
 use distlock::{Error, OwnerToken, Result, async_trait};
+use lock_sql::CommonOptions;
 use percent_encoding::percent_decode_str;
 use sqlx::Row as _;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
-use super::{Floor, floor_error};
-
-// lock-sql's defaults for the options a sqlite:// URL leaves out; the floor
-// must open the file exactly as the library does.
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
-const DEFAULT_POOL_SIZE: u32 = 4;
+use super::Floor;
+use super::sql::{SqlGrant, convert, ttl_ms};
 
 const CREATE: &str = "CREATE TABLE IF NOT EXISTS distlock_bench_floor (
     name TEXT NOT NULL PRIMARY KEY,
@@ -48,13 +45,6 @@ pub(super) struct SqliteFloor {
     path: PathBuf,
 }
 
-/// A row taken by an owner at a version.
-pub(super) struct SqliteGrant {
-    name: String,
-    owner: String,
-    version: i64,
-}
-
 impl SqliteFloor {
     /// Opens the file `url` names with the pragmas and pool size the URL
     /// gives lock-sql.
@@ -66,41 +56,35 @@ impl SqliteFloor {
         let raw_path = rest.split_once('?').map_or(rest, |(p, _)| p);
         let path = PathBuf::from(percent_decode_str(raw_path).decode_utf8_lossy().as_ref());
         let mut query = QueryOptions::parse(url)?;
-        let timeout = query.take_duration("timeout")?.unwrap_or(DEFAULT_TIMEOUT);
-        let connect_timeout = query
-            .take_duration("connect_timeout")?
-            .unwrap_or(DEFAULT_TIMEOUT);
+        let common = CommonOptions::take(&mut query, url)?;
         let synchronous = match query.take("synchronous").as_deref() {
             Some("normal") => SqliteSynchronous::Normal,
             _ => SqliteSynchronous::Full,
         };
-        let pool_size = query
-            .take_parsed("pool_size", "a whole number")?
-            .unwrap_or(DEFAULT_POOL_SIZE);
         let options = SqliteConnectOptions::new()
             .filename(&path)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(synchronous)
-            .busy_timeout(timeout);
+            .busy_timeout(common.timeout);
         let pool = SqlitePoolOptions::new()
-            .max_connections(pool_size)
+            .max_connections(common.pool_size)
             .test_before_acquire(false)
-            .acquire_timeout(connect_timeout)
+            .acquire_timeout(common.connect_timeout)
             .connect_with(options)
             .await
-            .map_err(|e| convert("open the floor's pool", e))?;
+            .map_err(|e| convert("sqlite", "open the floor's pool", e))?;
         sqlx::query(CREATE)
             .execute(&pool)
             .await
-            .map_err(|e| convert("create the floor's table", e))?;
+            .map_err(|e| convert("sqlite", "create the floor's table", e))?;
         Ok(Self { pool, path })
     }
 }
 
 #[async_trait]
 impl Floor for SqliteFloor {
-    type Grant = SqliteGrant;
+    type Grant = SqlGrant;
 
     fn describe(&self) -> String {
         format!(
@@ -115,42 +99,30 @@ impl Floor for SqliteFloor {
         name: &str,
         owner: OwnerToken,
         ttl: Duration,
-    ) -> Result<Option<SqliteGrant>> {
+    ) -> Result<Option<SqlGrant>> {
         let owner = owner.to_hex();
         let row = sqlx::query(ACQUIRE)
             .bind(name)
             .bind(&owner)
-            .bind(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX))
+            .bind(ttl_ms(ttl))
             .fetch_optional(&self.pool)
             .await
-            .map_err(|e| convert("acquire", e))?;
-        Ok(row.map(|row| SqliteGrant {
+            .map_err(|e| convert("sqlite", "acquire", e))?;
+        Ok(row.map(|row| SqlGrant {
             name: name.to_owned(),
             owner,
             version: row.get(0),
         }))
     }
 
-    async fn release(&self, grant: &SqliteGrant) -> Result<()> {
+    async fn release(&self, grant: &SqlGrant) -> Result<()> {
         let done = sqlx::query(RELEASE)
             .bind(&grant.name)
             .bind(&grant.owner)
             .bind(grant.version)
             .execute(&self.pool)
             .await
-            .map_err(|e| convert("release", e))?;
-        if done.rows_affected() == 1 {
-            Ok(())
-        } else {
-            Err(Error::NotHeld {
-                name: grant.name.clone(),
-            })
-        }
+            .map_err(|e| convert("sqlite", "release", e))?;
+        grant.released(done.rows_affected())
     }
-}
-
-/// Errors lock-sql would retry end up retried here too; anything else ends
-/// the run.
-fn convert(operation: &str, e: sqlx::Error) -> Error {
-    floor_error("sqlite", operation, lock_sql::is_transient(&e), e)
 }
