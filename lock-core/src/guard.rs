@@ -127,11 +127,17 @@ impl LockGuard {
         };
         let span = tracing::info_span!("renewal", lock = %lease.name(), token = %lease.token());
         let first_renewal = KeepAlive::first_renewal(&lease);
+        let signal = LostSignal::new(state_tx, lost);
+        if lease.is_expired() {
+            // The grant's reply came after its lease ran out: the lock may
+            // already be somebody else's.
+            signal.lost(&lease, "the grant arrived after its lease ran out");
+        }
         let shared = Arc::new(Mutex::new(lease));
         let keep_alive = KeepAlive {
             backend: backend.clone(),
             lease: shared.clone(),
-            signal: LostSignal::new(state_tx, lost),
+            signal,
             stop: stop.clone(),
         };
         let renewal = renewals.park(first_renewal, keep_alive, span);

@@ -20,6 +20,7 @@ pub struct Lease {
     owner: OwnerToken,
     token: FencingToken,
     ttl: Duration,
+    sent_at: Instant,
     deadline: Instant,
 }
 
@@ -44,6 +45,7 @@ impl Lease {
             owner,
             token,
             ttl,
+            sent_at,
         }
     }
 
@@ -52,6 +54,7 @@ impl Lease {
         Self {
             deadline: Self::deadline_for(ttl, sent_at),
             ttl,
+            sent_at,
             ..self.clone()
         }
     }
@@ -79,6 +82,12 @@ impl Lease {
     /// The TTL asked for when the lease was last granted or renewed.
     pub fn ttl(&self) -> Duration {
         self.ttl
+    }
+
+    /// When the request that granted or last renewed the lease was sent: the
+    /// instant its TTL is counted from.
+    pub fn sent_at(&self) -> Instant {
+        self.sent_at
     }
 
     /// When the lease must be taken as expired, on the local monotonic clock.

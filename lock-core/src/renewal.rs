@@ -44,7 +44,10 @@ impl LostSignal {
         self.set(LockState::AtRisk);
     }
 
-    fn lost(&self, lease: &Lease, why: &str) {
+    pub(crate) fn lost(&self, lease: &Lease, why: &str) {
+        if self.lost.is_cancelled() {
+            return;
+        }
         tracing::warn!(lock = %lease.name(), token = %lease.token(), reason = why, "lock lost");
         self.set(LockState::Lost);
         self.lost.cancel();
@@ -64,10 +67,13 @@ impl KeepAlive {
         self.lease.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// When the first renewal is due, a third of the TTL after the grant:
-    /// the guard parks this keep-alive until then.
+    /// When the keep-alive must start: at the first renewal, a third of the
+    /// TTL after the grant was *sent*, and never after the lease's deadline.
+    /// Counting from when the guard was built instead would let a grant
+    /// whose reply came late stay `Held` past its deadline, since nothing
+    /// watches the deadline until the keep-alive runs.
     pub(crate) fn first_renewal(lease: &Lease) -> Instant {
-        Instant::now() + lease.ttl() / RENEW_FRACTION
+        (lease.sent_at() + lease.ttl() / RENEW_FRACTION).min(lease.deadline())
     }
 
     /// Renews at once (it is started when the first renewal is due), then

@@ -3,7 +3,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -20,16 +20,23 @@ const REFUSED: u8 = 3;
 /// Not a renewal mode: acquires take a while to answer.
 const SLOW_ACQUIRE: u8 = 4;
 
-/// A memory backend whose renewals can be made to fail, hang or be refused.
+/// A memory backend whose renewals can be made to fail, hang or be refused,
+/// and whose grants can reach the caller late.
 #[derive(Debug, Clone, Default)]
 struct Flaky {
     inner: MemoryBackend,
     renewals: Arc<AtomicU8>,
+    /// How long a granted acquire's reply takes to come back, in ms.
+    reply_delay_ms: Arc<AtomicU64>,
 }
 
 impl Flaky {
     fn set(&self, mode: u8) {
         self.renewals.store(mode, Ordering::SeqCst);
+    }
+
+    fn delay_replies(&self, ms: u64) {
+        self.reply_delay_ms.store(ms, Ordering::SeqCst);
     }
 }
 
@@ -42,7 +49,10 @@ impl LockBackend for Flaky {
         if self.renewals.load(Ordering::SeqCst) == SLOW_ACQUIRE {
             tokio::time::sleep(Duration::from_millis(30)).await;
         }
-        self.inner.try_acquire(req).await
+        let granted = self.inner.try_acquire(req).await;
+        let delay = self.reply_delay_ms.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+        granted
     }
     async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
         lock_core::wait::poll_acquire(self, req, budget, None).await
@@ -125,6 +135,57 @@ async fn a_hanging_renewal_cannot_outlive_the_deadline() {
     backend.set(HANGING);
     guard.lost().await;
     assert!(tokio::time::Instant::now() >= guard.lease().deadline());
+}
+
+/// A grant whose reply arrives late has less of its lease left. The lost
+/// signal must follow the lease (counted from when the request was sent),
+/// not the moment the guard was built.
+#[tokio::test(start_paused = true)]
+async fn a_late_grant_is_lost_at_its_own_deadline() {
+    let backend = Flaky::default();
+    backend.delay_replies(240);
+    let locker = Locker::new(backend.clone());
+    let guard = locker.lock_with("a", opts(300)).await.unwrap();
+    backend.set(HANGING);
+    let deadline = guard.lease().deadline();
+    assert!(deadline > tokio::time::Instant::now(), "granted in time");
+    tokio::time::sleep_until(deadline + Duration::from_millis(1)).await;
+    assert_eq!(
+        guard.state(),
+        LockState::Lost,
+        "still Held after the lease's deadline"
+    );
+    assert!(guard.handle().is_lost());
+}
+
+/// A late grant is renewed as soon as its first renewal is due, a third of
+/// the TTL after the request was sent, even if that is when the guard is
+/// built.
+#[tokio::test(start_paused = true)]
+async fn a_late_grant_is_renewed_on_the_lease_schedule() {
+    let backend = Flaky::default();
+    backend.delay_replies(240);
+    let locker = Locker::new(backend.clone());
+    let guard = locker.lock_with("a", opts(300)).await.unwrap();
+    let first_deadline = guard.lease().deadline();
+    tokio::time::sleep_until(first_deadline).await;
+    assert_eq!(guard.state(), LockState::Held);
+    assert!(
+        guard.lease().deadline() > first_deadline,
+        "renewed before its deadline"
+    );
+    guard.release().await.unwrap();
+}
+
+/// A grant that arrives after its whole lease ran out is lost from the start.
+#[tokio::test(start_paused = true)]
+async fn a_grant_arriving_after_its_lease_is_lost_at_once() {
+    let backend = Flaky::default();
+    backend.delay_replies(400);
+    let locker = Locker::new(backend.clone());
+    let guard = locker.lock_with("a", opts(300)).await.unwrap();
+    assert_eq!(guard.state(), LockState::Lost);
+    assert!(matches!(guard.release().await, Err(Error::Lost { .. })));
 }
 
 #[tokio::test(start_paused = true)]
