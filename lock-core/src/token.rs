@@ -27,9 +27,14 @@ impl fmt::Display for FencingToken {
     }
 }
 
-/// The random identity of one acquisition: 128 bits from the operating
-/// system's CSPRNG, compared atomically by the server on renew and release so
-/// that nobody but the holder can extend or delete the lock.
+/// The random identity of one acquisition: 128 bits read from the operating
+/// system's CSPRNG (`getrandom(2)` on Linux) at every call, compared
+/// atomically by the server on renew and release so that nobody but the
+/// holder can extend or delete the lock.
+///
+/// No user-space generator sits in between: one seeded in a parent process
+/// would hand the same tokens to every child a pre-fork server forks, and
+/// two processes sharing an owner token can both be granted one lock.
 ///
 /// Knowing a token lets a client release that lock, so `Debug` and `Display`
 /// show only the first 8 hex digits, enough to match log lines. Backends store
@@ -38,9 +43,19 @@ impl fmt::Display for FencingToken {
 pub struct OwnerToken(u128);
 
 impl OwnerToken {
-    /// A fresh, unguessable token.
+    /// A fresh, unguessable token, from the operating system's generator.
+    ///
+    /// # Panics
+    ///
+    /// If the operating system cannot supply random bytes (as std's
+    /// `HashMap` seeding does): a guessable or repeated token would break
+    /// ownership silently.
     pub fn random() -> Self {
-        Self(rand::random())
+        let mut bytes = [0u8; 16];
+        if let Err(e) = getrandom::fill(&mut bytes) {
+            panic!("the operating system's random generator failed: {e}");
+        }
+        Self(u128::from_ne_bytes(bytes))
     }
 
     /// The full token as 32 lowercase hex digits, the form backends store.
