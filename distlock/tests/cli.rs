@@ -204,8 +204,11 @@ fn a_killed_holder_frees_its_lock_within_its_ttl() {
     let _ = kill(Pid::from_raw(orphan), Signal::SIGKILL);
 }
 
+/// A pause of distlock (GC, swap, SIGSTOP) longer than the TTL: the
+/// watchdog stops the command before the lease runs out, so the next holder
+/// never runs alongside it.
 #[test]
-fn a_lost_lock_stops_the_command_and_exits_125() {
+fn a_paused_distlock_has_its_command_stopped_before_the_next_holder_runs() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let script =
@@ -218,9 +221,9 @@ fn a_lost_lock_stops_the_command_and_exits_125() {
             "--name",
             "pause",
             "--ttl",
-            "500ms",
+            "1s",
             "--grace",
-            "5s",
+            "500ms",
             "--",
         ])
         .args(["sh", "-c", script])
@@ -228,7 +231,6 @@ fn a_lost_lock_stops_the_command_and_exits_125() {
         .spawn()
         .unwrap();
     eventually("the lock is held", || d.join("held").exists());
-    // A process pause (GC, swap, SIGSTOP) longer than the TTL.
     signal(&holder, Signal::SIGSTOP);
     let taker = distlock(d)
         .args([
@@ -240,24 +242,159 @@ fn a_lost_lock_stops_the_command_and_exits_125() {
             "--wait",
             "20s",
             "--",
-            "true",
         ])
+        .args(["sh", "-c", "test -f got-term && touch taker-ran"])
         .output()
         .unwrap();
+    signal(&holder, Signal::SIGCONT);
     assert!(
         taker.status.success(),
         "another run took the expired lock: {}",
         stderr(&taker)
     );
-    signal(&holder, Signal::SIGCONT);
+    assert!(
+        d.join("taker-ran").exists(),
+        "the paused holder's command was stopped before the next holder's ran"
+    );
     let out = holder.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
     assert!(stderr(&out).contains("was lost"), "{}", stderr(&out));
-    assert_eq!(
-        read(&d.join("got-term")),
-        "term\n",
-        "the command got SIGTERM"
+}
+
+/// Renewal fails (the database is locked by somebody else) while the command
+/// runs: the command gets SIGTERM while the lease still has --grace left,
+/// not when it has run out, and ends before the next holder starts.
+#[test]
+fn failing_renewal_stops_the_command_while_the_lease_is_still_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let db = d.join("locks.db");
+    let url = format!("sqlite://{}?timeout=100ms", db.display());
+    let script =
+        "trap 'date +%s%N > got-term; exit 0' TERM; touch held; while :; do sleep 0.05; done";
+    let holder = distlock(d)
+        .args([
+            "run", "--url", &url, "--name", "r", "--ttl", "3s", "--grace", "1500ms", "--",
+        ])
+        .args(["sh", "-c", script])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    eventually("the lock is held", || d.join("held").exists());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // Another writer holds the database: every renewal is refused.
+    let mut blocker = rt.block_on(async {
+        use sqlx::Connection;
+        let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display()))
+            .await
+            .unwrap();
+        sqlx::query("BEGIN EXCLUSIVE")
+            .execute(&mut c)
+            .await
+            .unwrap();
+        c
+    });
+    let blocked_at = unix_nanos();
+    let out = holder.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(
+        err.contains("kept failing") && !err.contains("ran out"),
+        "stopped while the lease was valid, not after: {err}"
     );
+    let termed: u128 = read(&d.join("got-term")).trim().parse().unwrap();
+    assert!(
+        termed < blocked_at + 3_000_000_000,
+        "SIGTERM came before the lease (at most 3s from the last renewal) ran out"
+    );
+    rt.block_on(sqlx::query("ROLLBACK").execute(&mut blocker))
+        .unwrap();
+    drop(blocker);
+    let next = distlock(d)
+        .args(["run", "--url", &url, "--name", "r", "--wait", "20s", "--"])
+        .args(["sh", "-c", "date +%s%N > next"])
+        .output()
+        .unwrap();
+    assert!(next.status.success(), "{}", stderr(&next));
+    let next_at: u128 = read(&d.join("next")).trim().parse().unwrap();
+    assert!(
+        termed < next_at,
+        "the command ended before the next holder ran"
+    );
+}
+
+/// distlock killed with SIGKILL (or by the OOM killer): its watchdog stops
+/// the command and every process the command started, SIGKILL after --grace
+/// for those that ignore SIGTERM.
+#[test]
+fn killing_distlock_stops_the_command_and_its_children() {
+    for (script, grace) in [
+        (
+            "echo $$ > sh.pid; sleep 300 & echo $! > bg.pid; wait",
+            "10s",
+        ),
+        (
+            "trap '' TERM; echo $$ > sh.pid; sleep 300 & echo $! > bg.pid; wait",
+            "1s",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let mut victim = distlock(d)
+            .args([
+                "run",
+                "--url",
+                &url(d),
+                "--name",
+                "k",
+                "--ttl",
+                "30s",
+                "--grace",
+                grace,
+            ])
+            .args(["--", "sh", "-c", script])
+            .spawn()
+            .unwrap();
+        eventually("the command started its child", || {
+            !read(&d.join("bg.pid")).is_empty()
+        });
+        let pids: Vec<i32> = ["sh.pid", "bg.pid"]
+            .iter()
+            .map(|f| read(&d.join(f)).trim().parse().unwrap())
+            .collect();
+        signal(&victim, Signal::SIGKILL);
+        victim.wait().unwrap();
+        let killed = Instant::now();
+        while pids.iter().any(|&pid| alive(pid)) && killed.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let gone_after = killed.elapsed();
+        for pid in &pids {
+            let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
+        }
+        assert!(
+            gone_after < Duration::from_secs(2),
+            "{script}: the command and its child outlived distlock by {gone_after:?}"
+        );
+    }
+}
+
+/// Whether `pid` is a process that still runs (not gone, not a zombie).
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start());
+        !state.is_some_and(|s| s.starts_with('Z'))
+    })
+}
+
+fn unix_nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
 }
 
 #[test]
@@ -307,10 +444,15 @@ fn bad_input_gets_one_clear_line_and_a_usage_status() {
     let file = d.join("a-file");
     std::fs::write(&file, "").unwrap();
     let under_file = format!("sqlite://{}/l.db", file.display());
-    let cases: [(&[&str], i32, &str); 6] = [
+    let cases: [(&[&str], i32, &str); 7] = [
         (&["--name", ""], 64, "must not be empty"),
         (&["--name", &long], 64, "at most 128 bytes"),
         (&["--name", "x", "--ttl", "0s"], 64, "invalid TTL"),
+        (
+            &["--name", "x", "--ttl", "5s", "--grace", "5s"],
+            64,
+            "--grace (5.0s) must be shorter than --ttl (5.0s)",
+        ),
         (
             &["--name", "x", "--url", "gopher://h"],
             64,

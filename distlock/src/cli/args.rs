@@ -33,9 +33,12 @@ pub(crate) enum Command {
     /// Hold a lock while a command runs.
     ///
     /// The command gets DISTLOCK_NAME and DISTLOCK_TOKEN (the fencing token)
-    /// in its environment. If the lock is lost, it gets SIGTERM, then SIGKILL
-    /// after --grace. SIGTERM, SIGHUP and SIGQUIT sent to distlock are passed
-    /// on to the command; Ctrl-C reaches it directly from the terminal.
+    /// in its environment. It runs in a process group of its own, which
+    /// gets SIGTERM when renewal keeps failing and only --grace of the lease
+    /// is left, and SIGKILL when the lease runs out or the lock is lost. A
+    /// watchdog process does the same if distlock dies or stalls. SIGTERM,
+    /// SIGHUP, SIGQUIT and SIGINT sent to distlock are passed on to the
+    /// group.
     #[command(after_help = exit::HELP)]
     Run(RunArgs),
 
@@ -52,6 +55,10 @@ pub(crate) enum Command {
     /// Lock names are unique to each run, so it can share a database with
     /// real locks, but it adds a few rows to it.
     Bench(BenchArgs),
+
+    /// Internal: started by `run` to stop the command if distlock dies.
+    #[command(name = "__watchdog", hide = true)]
+    Watchdog(WatchdogArgs),
 }
 
 #[derive(Debug, Args)]
@@ -84,14 +91,35 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     pub(crate) no_wait: bool,
 
-    /// After the lock is lost, how long the command has between SIGTERM and
-    /// SIGKILL.
-    #[arg(long, value_parser = duration, default_value = "10s")]
-    pub(crate) grace: Duration,
+    /// How long before the lease runs out the command gets SIGTERM when
+    /// renewal keeps failing; SIGKILL follows when the lease runs out. Must
+    /// be shorter than --ttl [default: 10s or a third of --ttl, whichever is
+    /// less]
+    #[arg(long, value_parser = duration)]
+    pub(crate) grace: Option<Duration>,
 
     /// The command and its arguments.
     #[arg(required = true, last = true, value_name = "COMMAND")]
     pub(crate) command: Vec<OsString>,
+}
+
+impl RunArgs {
+    /// `--grace`, or its default for this `--ttl`.
+    pub(crate) fn grace(&self) -> Duration {
+        self.grace
+            .unwrap_or_else(|| (self.ttl / 3).min(Duration::from_secs(10)))
+    }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct WatchdogArgs {
+    /// The run's --grace.
+    #[arg(long, value_parser = duration)]
+    pub(crate) grace: Duration,
+
+    /// The run's --ttl.
+    #[arg(long, value_parser = duration)]
+    pub(crate) ttl: Duration,
 }
 
 #[derive(Debug, Args)]

@@ -5,6 +5,7 @@ mod bench;
 mod exit;
 mod run;
 mod status;
+mod watchdog;
 
 use std::process::ExitCode;
 
@@ -25,6 +26,13 @@ pub(crate) fn main() -> ExitCode {
             return ExitCode::from(exit::USAGE);
         }
     };
+    let command = match cli.command {
+        // Before any runtime or thread exists: it blocks signals for good.
+        Command::Watchdog(args) => return ExitCode::from(watchdog::main(&args)),
+        Command::Run(args) => Work::Run(args),
+        Command::Status(args) => Work::Status(args),
+        Command::Bench(args) => Work::Bench(args),
+    };
     init_logging(cli.verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -38,10 +46,10 @@ pub(crate) fn main() -> ExitCode {
         }
     };
     let status = runtime.block_on(async {
-        match cli.command {
-            Command::Run(args) => run::run(args).await,
-            Command::Status(args) => status::status(args).await,
-            Command::Bench(args) => bench::bench(args).await,
+        match command {
+            Work::Run(args) => run::run(args).await,
+            Work::Status(args) => status::status(args).await,
+            Work::Bench(args) => bench::bench(args).await,
         }
     });
     // A command's status can be any byte; ours are the constants in `exit`.
@@ -49,6 +57,13 @@ pub(crate) fn main() -> ExitCode {
         eprintln!("distlock: {e}");
         exit::for_error(&e)
     }))
+}
+
+/// The subcommands that run on the async runtime.
+enum Work {
+    Run(args::RunArgs),
+    Status(args::StatusArgs),
+    Bench(args::BenchArgs),
 }
 
 fn init_logging(verbose: u8) {

@@ -6,16 +6,31 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use distlock::{AcquireOptions, Error, LockGuard, LockName, LockState, Locker, Result, Wait};
-use nix::sys::signal::{Signal, kill};
+use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
+use tokio::time::Instant;
 
 use super::args::RunArgs;
 use super::exit;
+use super::watchdog::Watchdog;
 
 pub(crate) async fn run(args: RunArgs) -> Result<u8> {
+    let grace = args.grace();
+    if grace >= args.ttl && !args.ttl.is_zero() {
+        eprintln!(
+            "distlock: --grace ({}) must be shorter than --ttl ({}): the command is stopped while the lease still has --grace left",
+            human(grace),
+            human(args.ttl)
+        );
+        return Ok(exit::USAGE);
+    }
     let name = LockName::new(&args.backend.name)?;
+    // Installed before anything is spawned, so a signal meant for the
+    // command is never lost to the default action (which would end distlock
+    // and leave the command unsupervised).
+    let mut forwarded = Forwarded::install();
     let locker = distlock::connect(&args.backend.url).await?;
     let wait = match (args.no_wait, args.wait) {
         (true, _) => Wait::No,
@@ -23,24 +38,45 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8> {
         (false, None) => Wait::Forever,
     };
     let opts = AcquireOptions::with_ttl(args.ttl);
-    let guard = acquire(&locker, &name, opts, wait).await?;
+    // A signal while waiting ends the wait; the acquire is cancel-safe.
+    let guard = tokio::select! {
+        guard = acquire(&locker, &name, opts, wait) => guard?,
+        sig = forwarded.next() => {
+            eprintln!("distlock: {sig} while waiting for lock \"{name}\"; giving up");
+            return Ok(128 + u8::try_from(sig as i32).unwrap_or(0));
+        }
+    };
 
-    let mut child = match spawn(&args, &guard) {
+    let mut watchdog = match Watchdog::start(grace, args.ttl).await {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!(
+                "distlock: cannot start the watchdog that stops the command if distlock dies: {e}"
+            );
+            release(guard).await;
+            return Ok(exit::INTERNAL);
+        }
+    };
+    watchdog.tell(guard.lease().deadline().into_std()).await;
+    let mut child = match spawn(&args, &guard, watchdog.group()) {
         Ok(child) => child,
         Err((status, message)) => {
             eprintln!("distlock: {message}");
+            watchdog.dismiss().await;
             release(guard).await;
             return Ok(status);
         }
     };
-    match supervise(&mut child, &guard, args.grace).await {
+    let outcome = supervise(&mut child, &guard, &mut watchdog, &mut forwarded, grace).await;
+    watchdog.dismiss().await;
+    match outcome {
         Ok(status) => {
             release(guard).await;
             Ok(status_code(status))
         }
-        Err(lost) => {
+        Err(stopped) => {
             let _ = guard.release().await;
-            Err(lost)
+            Err(stopped)
         }
     }
 }
@@ -68,7 +104,13 @@ async fn acquire(
     locker.lock_with(name, opts.wait(wait)).await
 }
 
-fn spawn(args: &RunArgs, guard: &LockGuard) -> std::result::Result<Child, (u8, String)> {
+/// Starts the command in the watchdog's process group, so that one signal
+/// to the group reaches the command and every process it starts.
+fn spawn(
+    args: &RunArgs,
+    guard: &LockGuard,
+    group: Pid,
+) -> std::result::Result<Child, (u8, String)> {
     let (program, rest) = args
         .command
         .split_first()
@@ -77,6 +119,7 @@ fn spawn(args: &RunArgs, guard: &LockGuard) -> std::result::Result<Child, (u8, S
         .args(rest)
         .env("DISTLOCK_NAME", guard.name().as_str())
         .env("DISTLOCK_TOKEN", guard.token().to_string())
+        .process_group(group.as_raw())
         .spawn()
         .map_err(|e| {
             let shown = program.to_string_lossy();
@@ -87,64 +130,99 @@ fn spawn(args: &RunArgs, guard: &LockGuard) -> std::result::Result<Child, (u8, S
         })
 }
 
-/// Waits for the command, forwarding termination signals, and stops it if
-/// the lock is lost.
-async fn supervise(child: &mut Child, guard: &LockGuard, grace: Duration) -> Result<ExitStatus> {
-    let mut forwarded = Forwarded::install();
+/// Waits for the command, forwarding termination signals, and stops it
+/// before the lock can be somebody else's: SIGTERM once renewal is failing
+/// and only `grace` of the lease is left, SIGKILL at the lease's deadline or
+/// as soon as the lock is known lost. The watchdog hears every new deadline,
+/// to do the same if distlock itself dies or stalls.
+async fn supervise(
+    child: &mut Child,
+    guard: &LockGuard,
+    watchdog: &mut Watchdog,
+    forwarded: &mut Forwarded,
+    grace: Duration,
+) -> Result<ExitStatus> {
+    let group = watchdog.group();
     let mut state = guard.handle().watch();
+    let tick = (guard.lease().ttl() / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    let mut terminated = false;
+    let mut killed = false;
     loop {
+        let lease = guard.lease();
+        watchdog.tell(lease.deadline().into_std()).await;
+        let now_state = *state.borrow_and_update();
+        let term_at = match now_state {
+            LockState::AtRisk if !terminated => Some(
+                lease
+                    .deadline()
+                    .checked_sub(grace)
+                    .unwrap_or_else(Instant::now),
+            ),
+            _ => None,
+        };
+        if now_state == LockState::Lost && !killed {
+            eprintln!(
+                "distlock: lock \"{}\" was lost; killing the command",
+                guard.name()
+            );
+            let _ = killpg(group, Signal::SIGKILL);
+            killed = true;
+        }
         tokio::select! {
-            status = child.wait() => return status.map_err(|e| Error::backend(format!("waiting for the command: {e}"))),
+            biased;
+            status = child.wait() => {
+                let status = status.map_err(|e| Error::backend(format!("waiting for the command: {e}")))?;
+                if terminated || killed || guard.handle().is_lost() || lease.is_expired() {
+                    return Err(Error::Lost { name: guard.name().to_string() });
+                }
+                return Ok(status);
+            }
             sig = forwarded.next() => {
-                if let (Some(sig), Some(pid)) = (sig, child_pid(child)) {
-                    let _ = kill(pid, sig);
-                }
+                let _ = killpg(group, sig);
             }
-            changed = state.changed() => {
-                let now = *state.borrow_and_update();
-                match (changed, now) {
-                    (Ok(()), LockState::AtRisk) => eprintln!(
-                        "distlock: renewing lock \"{}\" is failing; it is still held for {}",
-                        guard.name(),
-                        human(guard.lease().remaining())
-                    ),
-                    (Ok(()), LockState::Held) => eprintln!("distlock: lock \"{}\" renewed again", guard.name()),
-                    _ => {
-                        stop(child, grace, guard.name()).await;
-                        return Err(Error::Lost { name: guard.name().to_string() });
-                    }
-                }
+            changed = state.changed() => match (changed, *state.borrow()) {
+                (Ok(()), LockState::AtRisk) => eprintln!(
+                    "distlock: renewing lock \"{}\" is failing; it is still held for {}",
+                    guard.name(),
+                    human(guard.lease().remaining())
+                ),
+                (Ok(()), LockState::Held) => eprintln!("distlock: lock \"{}\" renewed again", guard.name()),
+                _ => {}
+            },
+            () = sleep_until_some(term_at) => {
+                eprintln!(
+                    "distlock: renewing lock \"{}\" kept failing and {} of it is left; stopping the command (SIGTERM, SIGKILL when the lease runs out)",
+                    guard.name(),
+                    human(guard.lease().remaining())
+                );
+                let _ = killpg(group, Signal::SIGTERM);
+                terminated = true;
             }
+            () = tokio::time::sleep_until(lease.deadline()), if !killed => {
+                eprintln!("distlock: lock \"{}\" ran out; killing the command", guard.name());
+                let _ = killpg(group, Signal::SIGKILL);
+                killed = true;
+            }
+            () = tokio::time::sleep(tick) => {}
         }
     }
 }
 
-async fn stop(child: &mut Child, grace: Duration, name: &LockName) {
-    eprintln!(
-        "distlock: lock \"{name}\" was lost; stopping the command (SIGTERM, SIGKILL after {})",
-        human(grace)
-    );
-    if let Some(pid) = child_pid(child) {
-        let _ = kill(pid, Signal::SIGTERM);
-    }
-    if tokio::time::timeout(grace, child.wait()).await.is_err() {
-        let _ = child.start_kill();
-        let _ = child.wait().await;
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
 async fn release(guard: LockGuard) {
     let name = guard.name().clone();
-    if let Err(e) = guard.release().await {
-        eprintln!("distlock: releasing lock \"{name}\": {e}");
+    match guard.release().await {
+        // An event of its own: the release span closes only when the
+        // driver's last clone of it is dropped, which may be after exit.
+        Ok(()) => tracing::info!(lock = %name, "released"),
+        Err(e) => eprintln!("distlock: releasing lock \"{name}\": {e}"),
     }
-}
-
-fn child_pid(child: &Child) -> Option<Pid> {
-    child
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
-        .map(Pid::from_raw)
 }
 
 fn status_code(status: ExitStatus) -> u8 {
@@ -160,6 +238,10 @@ fn human(d: Duration) -> String {
 }
 
 /// The signals passed on to the command.
+///
+/// The command runs in a process group of its own, so signals sent to
+/// distlock's group (Ctrl-C from the terminal among them) do not reach it
+/// unless passed on.
 struct Forwarded {
     terminate: Option<tokio::signal::unix::Signal>,
     hangup: Option<tokio::signal::unix::Signal>,
@@ -177,10 +259,8 @@ impl Forwarded {
         }
     }
 
-    /// The next signal to pass on. Ctrl-C reaches the command from the
-    /// terminal by itself, so SIGINT is only absorbed: distlock stays alive to
-    /// release the lock once the command ends.
-    async fn next(&mut self) -> Option<Signal> {
+    /// The next signal to pass on.
+    async fn next(&mut self) -> Signal {
         async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
             match s {
                 Some(s) => {
@@ -190,10 +270,10 @@ impl Forwarded {
             }
         }
         tokio::select! {
-            () = recv(&mut self.terminate) => Some(Signal::SIGTERM),
-            () = recv(&mut self.hangup) => Some(Signal::SIGHUP),
-            () = recv(&mut self.quit) => Some(Signal::SIGQUIT),
-            () = recv(&mut self.interrupt) => None,
+            () = recv(&mut self.terminate) => Signal::SIGTERM,
+            () = recv(&mut self.hangup) => Signal::SIGHUP,
+            () = recv(&mut self.quit) => Signal::SIGQUIT,
+            () = recv(&mut self.interrupt) => Signal::SIGINT,
         }
     }
 }
