@@ -47,6 +47,13 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8> {
         }
     };
 
+    if guard.handle().is_lost() {
+        // Granted, but the reply came after the lease ran out.
+        let _ = guard.release().await;
+        return Err(Error::Lost {
+            name: name.to_string(),
+        });
+    }
     let mut watchdog = match Watchdog::start(grace, args.ttl).await {
         Ok(w) => w,
         Err(e) => {
