@@ -1,15 +1,19 @@
 //! memcached beyond the conformance suite: a stale owner's compare-and-delete
 //! and compare-and-set against a new holder, eviction of a held lock, a
-//! restart that loses the fence counter, TTL limits, an unreachable server.
+//! restart that loses the fence counter, TTL limits, an unreachable server,
+//! and an `add` whose reply was lost.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use conformance_tests::proxy::{Fault, Proxy};
 use conformance_tests::servers::memcached::Memcached;
 use conformance_tests::targets::fresh_table;
 use distlock::lock_memcache::MemcacheBackend;
-use lock_core::{AcquireOptions, Error, LockBackend, LockName, LockState, Locker, Wait};
-use tokio::time::{Instant, timeout};
+use lock_core::{
+    AcquireOptions, AcquireRequest, Error, LockBackend, LockName, LockState, Locker, Wait,
+};
+use tokio::time::{Instant, sleep, sleep_until, timeout};
 
 fn opts(ttl: Duration) -> AcquireOptions {
     AcquireOptions::with_ttl(ttl).wait(Wait::No)
@@ -159,4 +163,56 @@ async fn bad_ttls_and_unreachable_servers_are_clear_errors() {
             .expect_err("nothing listens");
     assert!(err.is_retryable(), "{err}");
     assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+/// An `add` was applied but its reply lost; the retry finds the lock already
+/// its own. The lease it reports must not outlast the item on the server,
+/// and its fencing token must be new, not the one the previous holder got.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_add_after_a_lost_reply_neither_outlasts_the_item_nor_reuses_a_token() {
+    let server = Memcached::shared().await;
+    let proxy = Proxy::start(server.port()).await;
+    let query = format!("prefix={}:", fresh_table());
+    let a = backend(&server.url_via(proxy.port(), &query)).await;
+    let b = backend(&server.url(&query)).await;
+    let name = LockName::new("retried").expect("name");
+    let key = b.lock_key(&name);
+    let ttl = Duration::from_secs(4);
+    let previous = b
+        .try_acquire(&AcquireRequest::new(name.clone(), ttl))
+        .await
+        .expect("try_acquire")
+        .expect("free");
+    b.release(&previous).await.expect("release");
+
+    let req = AcquireRequest::new(name, ttl);
+    proxy.set(Fault::DropNextReply);
+    let lost = a.try_acquire(&req).await;
+    assert!(lost.is_err(), "the reply was lost: {lost:?}");
+    assert_eq!(proxy.fault(), Fault::None, "the proxy dropped a reply");
+    let owner = || async { b.client().get(&key).await.expect("get").map(|i| i.value) };
+    assert_eq!(owner().await, Some(req.owner.to_hex()), "the add applied");
+
+    // A waiting acquire retries after its backoff; the item's TTL runs from
+    // the first send.
+    sleep(Duration::from_secs(2)).await;
+    let lease = a
+        .try_acquire(&req)
+        .await
+        .expect("retry")
+        .expect("already ours");
+    let mut wrong = Vec::new();
+    if lease.token() <= previous.token() {
+        wrong.push(format!(
+            "token {:?}, the previous holder's was {:?}",
+            lease.token(),
+            previous.token()
+        ));
+    }
+    sleep_until(lease.deadline() - Duration::from_millis(300)).await;
+    if owner().await != Some(req.owner.to_hex()) {
+        wrong.push("the server freed the lock before the lease's deadline".into());
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+    a.release(&lease).await.expect("release");
 }
