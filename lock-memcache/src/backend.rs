@@ -117,6 +117,19 @@ impl MemcacheBackend {
         ))
     }
 
+    /// Sets `key`'s expiry to `ttl` from now if `owner` holds it. `true` if
+    /// extended.
+    async fn extend_if_owner(&self, key: &str, owner: &str, ttl: Duration) -> Result<bool> {
+        match self.client.get(key).await? {
+            // The CAS makes the extension conditional on nobody having
+            // written the key since we read it.
+            Some(item) if item.value == owner => {
+                self.client.set_if(key, owner, exptime(ttl), item.cas).await
+            }
+            _ => Ok(false),
+        }
+    }
+
     async fn current_token(&self, name: &LockName) -> Result<FencingToken> {
         let item = self.client.get(&self.fence_key(name)).await?;
         Ok(FencingToken(
@@ -168,15 +181,17 @@ impl LockBackend for MemcacheBackend {
         let sent = Instant::now();
         let owner = req.owner.to_hex();
         let key = self.lock_key(&req.name);
-        let token = if self.client.add(&key, &owner, exptime(req.ttl)).await? {
-            self.next_token(&req.name).await?
-        } else {
-            match self.client.get(&key).await? {
-                // Ours already: an earlier attempt's reply was lost.
-                Some(item) if item.value == owner => self.current_token(&req.name).await?,
-                _ => return Ok(None),
-            }
-        };
+        // If the key is ours already, an earlier attempt's add was applied
+        // and its reply (or its token's) lost. Its expiry runs from that
+        // attempt, and it may never have drawn a token, so the counter may
+        // still hold the previous holder's: renew the expiry from this send,
+        // and draw a token as a fresh grant does.
+        let granted = self.client.add(&key, &owner, exptime(req.ttl)).await?
+            || self.extend_if_owner(&key, &owner, req.ttl).await?;
+        if !granted {
+            return Ok(None);
+        }
+        let token = self.next_token(&req.name).await?;
         Ok(Some(lease(&req.name, req.owner, token, req.ttl, sent)))
     }
 
@@ -188,17 +203,7 @@ impl LockBackend for MemcacheBackend {
         let sent = Instant::now();
         let key = self.lock_key(lease_now.name());
         let owner = lease_now.owner().to_hex();
-        let extended = match self.client.get(&key).await? {
-            // The CAS makes the extension conditional on nobody having
-            // written the key since we read it.
-            Some(item) if item.value == owner => {
-                self.client
-                    .set_if(&key, &owner, exptime(ttl), item.cas)
-                    .await?
-            }
-            _ => false,
-        };
-        if extended {
+        if self.extend_if_owner(&key, &owner, ttl).await? {
             Ok(lease(
                 lease_now.name(),
                 lease_now.owner(),

@@ -2,18 +2,26 @@
 //! over a small pool of plain TCP connections.
 //!
 //! The classic text protocol has no conditional delete; the meta protocol
-//! does (`md key C<cas>`), and a conditional set (`ms … C<cas>`). Every
-//! request has a timeout; a connection that failed or timed out is dropped
-//! and made again on next use.
+//! does (`md key C<cas>`), and a conditional set (`ms … C<cas>`).
+//!
+//! A connection is taken out of the pool for one exchange and put back only
+//! once that exchange read its whole reply. If the request fails, times out,
+//! or its future is dropped between the write and the read (a cancelled
+//! call), the connection is dropped with it: its reply would otherwise be
+//! read by the next request, and an `add` that read a stale `HD` would report
+//! a grant. Every request also carries an opaque token that the reply must
+//! echo, so a reply out of step is an error, never an answer.
 
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use lock_core::{Error, Result};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
-use tokio::sync::Mutex;
+use tokio::sync::Semaphore;
+use tokio::time::{Instant, timeout, timeout_at};
 
 /// A value with its CAS unique and remaining lifetime.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,27 +51,38 @@ impl Reply {
     }
 }
 
+type Connection = BufReader<TcpStream>;
+
 /// A pool of meta-protocol connections to one memcached.
 pub struct MetaClient {
     addr: String,
-    conns: Vec<Mutex<Option<BufReader<TcpStream>>>>,
-    next: AtomicUsize,
+    /// Open connections not in use, none with a reply left unread.
+    idle: Mutex<Vec<Connection>>,
+    /// One permit per connection that may be open at once.
+    permits: Semaphore,
+    pool_size: usize,
+    opaque: AtomicU32,
     timeout: Duration,
     connect_timeout: Duration,
 }
 
 impl MetaClient {
-    /// A client for `addr` (`host:port`); connections are made on first use.
+    /// A client for `addr` (`host:port`) with up to `pool_size` connections,
+    /// made on first use. A request waits for a free connection and its reply
+    /// within `timeout`; making a connection has `connect_timeout` of its own.
     pub fn new(
         addr: String,
         pool_size: usize,
         timeout: Duration,
         connect_timeout: Duration,
     ) -> Self {
+        let pool_size = pool_size.max(1);
         Self {
             addr,
-            conns: (0..pool_size.max(1)).map(|_| Mutex::new(None)).collect(),
-            next: AtomicUsize::new(0),
+            idle: Mutex::new(Vec::with_capacity(pool_size)),
+            permits: Semaphore::new(pool_size),
+            pool_size,
+            opaque: AtomicU32::new(0),
             timeout,
             connect_timeout,
         }
@@ -77,6 +96,18 @@ impl MetaClient {
         }
     }
 
+    async fn connect(&self) -> Result<Connection> {
+        let stream = timeout(self.connect_timeout, TcpStream::connect(&self.addr))
+            .await
+            .map_err(|_| Error::Timeout {
+                operation: "connecting to memcached",
+                after: self.connect_timeout,
+            })?
+            .map_err(|e| self.unavailable(format!("connect: {e}")))?;
+        let _ = stream.set_nodelay(true);
+        Ok(BufReader::new(stream))
+    }
+
     /// Sends one request (and its data block) and reads the reply.
     async fn request(
         &self,
@@ -84,44 +115,56 @@ impl MetaClient {
         line: &str,
         data: Option<&[u8]>,
     ) -> Result<Reply> {
-        let slot = &self.conns[self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len()];
-        let mut guard = slot.lock().await;
-        if guard.is_none() {
-            let connect =
-                tokio::time::timeout(self.connect_timeout, TcpStream::connect(&self.addr));
-            let stream = connect
-                .await
-                .map_err(|_| Error::Timeout {
-                    operation: "connecting to memcached",
-                    after: self.connect_timeout,
-                })?
-                .map_err(|e| self.unavailable(format!("connect: {e}")))?;
-            let _ = stream.set_nodelay(true);
-            *guard = Some(BufReader::new(stream));
-        }
-        let conn = guard
-            .as_mut()
-            .ok_or_else(|| self.unavailable("no connection".into()))?;
-        let exchange = tokio::time::timeout(self.timeout, exchange(conn, line, data)).await;
-        match exchange {
-            Ok(Ok(reply)) => match reply.status() {
-                "CLIENT_ERROR" | "SERVER_ERROR" | "ERROR" => Err(Error::backend(format!(
-                    "memcached refused {operation}: {}",
-                    reply.tokens.join(" ")
-                ))),
-                _ => Ok(reply),
-            },
-            Ok(Err(e)) => {
-                *guard = None;
-                Err(self.unavailable(format!("{operation}: {e}")))
+        let timed_out = || Error::Timeout {
+            operation,
+            after: self.timeout,
+        };
+        // Waiting for a free connection counts against the timeout.
+        let mut deadline = Instant::now() + self.timeout;
+        let _permit = timeout_at(deadline, self.permits.acquire())
+            .await
+            .map_err(|_| timed_out())?
+            .map_err(|_| Error::backend("the memcached connection pool was closed"))?;
+        let idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        // Owned by this future from here on: dropped with it if the exchange
+        // does not finish, so a half-read connection never goes back.
+        let mut conn = match idle {
+            Some(conn) => conn,
+            None => {
+                let started = Instant::now();
+                let conn = self.connect().await?;
+                // Connecting is bounded by its own timeout.
+                deadline += started.elapsed();
+                conn
             }
-            Err(_) => {
-                // The reply may still arrive: this connection is out of step.
-                *guard = None;
-                Err(Error::Timeout {
-                    operation,
-                    after: self.timeout,
-                })
+        };
+        let opaque = self.opaque.fetch_add(1, Ordering::Relaxed).to_string();
+        let reply = match timeout_at(deadline, exchange(&mut conn, line, &opaque, data)).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(e)) => return Err(self.unavailable(format!("{operation}: {e}"))),
+            Err(_) => return Err(timed_out()),
+        };
+        match reply.status() {
+            // What the server does with the rest of a refused request is not
+            // ours to guess: the connection goes.
+            "CLIENT_ERROR" | "SERVER_ERROR" | "ERROR" => Err(Error::backend(format!(
+                "memcached refused {operation}: {}",
+                reply.tokens.join(" ")
+            ))),
+            _ if reply.flag('O') != Some(opaque.as_str()) => Err(self.unavailable(format!(
+                "{operation}: the reply {:?} is not this request's",
+                reply.status()
+            ))),
+            _ => {
+                self.idle
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(conn);
+                Ok(reply)
             }
         }
     }
@@ -194,13 +237,19 @@ fn stored(reply: &Reply) -> Result<bool> {
     }
 }
 
+/// Writes `line` with the opaque flag `O<opaque>` (and the data block), and
+/// reads one reply.
 async fn exchange(
-    conn: &mut BufReader<TcpStream>,
+    conn: &mut Connection,
     line: &str,
+    opaque: &str,
     data: Option<&[u8]>,
 ) -> std::io::Result<Reply> {
-    let mut request = Vec::with_capacity(line.len() + 2 + data.map_or(0, |d| d.len() + 2));
+    let mut request =
+        Vec::with_capacity(line.len() + opaque.len() + 4 + data.map_or(0, |d| d.len() + 2));
     request.extend_from_slice(line.as_bytes());
+    request.extend_from_slice(b" O");
+    request.extend_from_slice(opaque.as_bytes());
     request.extend_from_slice(b"\r\n");
     if let Some(d) = data {
         request.extend_from_slice(d);
@@ -233,7 +282,7 @@ impl fmt::Debug for MetaClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MetaClient")
             .field("addr", &self.addr)
-            .field("pool_size", &self.conns.len())
+            .field("pool_size", &self.pool_size)
             .field("timeout", &self.timeout)
             .finish_non_exhaustive()
     }

@@ -76,9 +76,19 @@ impl Memcached {
         format!("127.0.0.1:{}", self.port)
     }
 
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// A `memcache://` URL with the given query string.
     pub fn url(&self, query: &str) -> String {
-        let base = format!("memcache://{}", self.addr());
+        self.url_via(self.port, query)
+    }
+
+    /// The same URL, through another port (a proxy's).
+    pub fn url_via(&self, port: u16, query: &str) -> String {
+        let base = format!("memcache://127.0.0.1:{port}");
         if query.is_empty() {
             base
         } else {
