@@ -18,6 +18,7 @@
 pub mod cases;
 pub mod proxy;
 pub mod servers;
+pub mod stress;
 pub mod targets;
 
 use std::sync::Arc;
@@ -87,6 +88,13 @@ macro_rules! conformance_suite {
                 cancel_safety,
                 bad_input_rejected,
             );
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn cancelled_at_random() {
+                let target = $target.await;
+                let verdict = $crate::stress::cancelled_at_random(&target).await;
+                $crate::report(&target, "cancelled_at_random", verdict);
+            }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn multi_process() {

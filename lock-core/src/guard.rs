@@ -32,11 +32,12 @@ pub enum LockState {
 }
 
 /// A cheap, cloneable view of a held lock for the code running under it: its
-/// name, fencing token and lost signal.
+/// name, fencing token, lease and lost signal.
 #[derive(Clone)]
 pub struct LockHandle {
     name: LockName,
     token: FencingToken,
+    lease: Arc<Mutex<Lease>>,
     state: watch::Receiver<LockState>,
     lost: CancellationToken,
 }
@@ -50,6 +51,12 @@ impl LockHandle {
     /// The fencing token of this grant; pass it to the protected resource.
     pub fn token(&self) -> FencingToken {
         self.token
+    }
+
+    /// The lease as last renewed: how long the lock is still ours is
+    /// [`Lease::remaining`].
+    pub fn lease(&self) -> Lease {
+        self.lease.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// The state now.
@@ -119,21 +126,22 @@ impl LockGuard {
         let (state_tx, state_rx) = watch::channel(LockState::Held);
         let lost = CancellationToken::new();
         let stop = CancellationToken::new();
-        let handle = LockHandle {
-            name: lease.name().clone(),
-            token: lease.token(),
-            state: state_rx,
-            lost: lost.clone(),
-        };
         let span = tracing::info_span!("renewal", lock = %lease.name(), token = %lease.token());
         let first_renewal = KeepAlive::first_renewal(&lease);
-        let signal = LostSignal::new(state_tx, lost);
+        let signal = LostSignal::new(state_tx, lost.clone());
         if lease.is_expired() {
             // The grant's reply came after its lease ran out: the lock may
             // already be somebody else's.
             signal.lost(&lease, "the grant arrived after its lease ran out");
         }
-        let shared = Arc::new(Mutex::new(lease));
+        let shared = Arc::new(Mutex::new(lease.clone()));
+        let handle = LockHandle {
+            name: lease.name().clone(),
+            token: lease.token(),
+            lease: shared.clone(),
+            state: state_rx,
+            lost,
+        };
         let keep_alive = KeepAlive {
             backend: backend.clone(),
             lease: shared.clone(),
@@ -163,7 +171,7 @@ impl LockGuard {
 
     /// The lease as last renewed.
     pub fn lease(&self) -> Lease {
-        self.lease.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.handle.lease()
     }
 
     /// The state now.

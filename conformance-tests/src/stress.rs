@@ -1,0 +1,241 @@
+//! The cancellation storm: many tasks on a few names, with acquires and
+//! releases cut at random instants, guards dropped without release, and
+//! guards held past their first renewal.
+//!
+//! A pooled connection, a retry path or a background task that is correct
+//! only when nothing is cancelled shows up here as two holders at once, a
+//! token that goes backwards, or a lock nobody can take any more.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lock_core::{AcquireOptions, Error, Fencing, LockGuard, LockHandle, LockState, Locker, Wait};
+use rand::Rng;
+use tokio::time::{Instant, sleep, timeout};
+
+use crate::{Target, Verdict};
+
+/// Independent clients (connections), as separate processes would have.
+const CLIENTS: usize = 4;
+/// Tasks sharing each client.
+const TASKS_PER_CLIENT: usize = 6;
+/// Names the tasks fight over.
+const NAMES: usize = 3;
+/// How long the storm lasts.
+const STORM: Duration = Duration::from_secs(3);
+
+/// What every task sees: the guards believed held, and what went wrong.
+#[derive(Default)]
+struct Record {
+    /// Guards handed out and not yet released or dropped, by an id.
+    live: HashMap<u64, LockHandle>,
+    next_id: u64,
+    /// The greatest token granted so far, per name.
+    greatest: HashMap<String, u64>,
+    grants: usize,
+    late_grants: usize,
+    errors: HashMap<&'static str, usize>,
+    problems: Vec<String>,
+}
+
+impl Record {
+    /// Checks a new grant against every guard still believed held, and
+    /// keeps it. `None` if the grant arrived already lost (its reply came
+    /// after its lease ran out), which is not a grant anyone may act on.
+    fn grant(&mut self, guard: &LockGuard, fencing: Fencing) -> Option<u64> {
+        let handle = guard.handle();
+        if handle.state() == LockState::Lost {
+            self.late_grants += 1;
+            return None;
+        }
+        let now = Instant::now();
+        let name = guard.name().as_str().to_owned();
+        for other in self.live.values().filter(|h| h.name().as_str() == name) {
+            // Both believe they hold it: the other is not lost and its own
+            // lease has not run out.
+            if other.state() != LockState::Lost && other.lease().deadline() > now {
+                self.problems.push(format!(
+                    "{name}: token {} granted while token {} was still held for {:?}",
+                    guard.token(),
+                    other.token(),
+                    other.lease().deadline() - now
+                ));
+            }
+        }
+        let token = guard.token().get();
+        let greatest = self.greatest.entry(name.clone()).or_default();
+        if fencing == Fencing::Strict && token <= *greatest {
+            self.problems.push(format!(
+                "{name}: token {token} granted after token {greatest}"
+            ));
+        }
+        *greatest = (*greatest).max(token);
+        self.grants += 1;
+        let id = self.next_id;
+        self.next_id += 1;
+        self.live.insert(id, handle);
+        Some(id)
+    }
+
+    fn error(&mut self, e: &Error) {
+        let kind = match e {
+            Error::Busy { .. } | Error::WaitTimeout { .. } => return,
+            Error::Timeout { .. } => "timeout",
+            Error::Unavailable { .. } => "unavailable",
+            Error::NotHeld { .. } => "not held",
+            Error::Lost { .. } => "lost",
+            Error::Backend { .. } => {
+                // A reply the client did not expect: its protocol is out of
+                // step (a cut request left a reply behind, say).
+                self.problems.push(e.to_string());
+                "backend"
+            }
+            _ => {
+                self.problems.push(format!("unexpected error: {e}"));
+                "other"
+            }
+        };
+        *self.errors.entry(kind).or_default() += 1;
+    }
+}
+
+type Shared = Arc<Mutex<Record>>;
+
+fn record(shared: &Shared) -> std::sync::MutexGuard<'_, Record> {
+    shared.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A cut after a random instant, or none: each await is cut about one time
+/// in three.
+fn cut() -> Option<Duration> {
+    let mut rng = rand::rng();
+    match rng.random_range(0..6) {
+        0 => Some(Duration::ZERO),
+        1 => Some(Duration::from_micros(rng.random_range(0..3_000))),
+        _ => None,
+    }
+}
+
+async fn maybe_cut<F: Future>(f: F) -> Option<F::Output> {
+    match cut() {
+        Some(after) => timeout(after, f).await.ok(),
+        None => Some(f.await),
+    }
+}
+
+/// One task's loop until the storm ends.
+async fn worker(locker: Locker, names: Arc<Vec<String>>, ttl: Duration, shared: Shared) {
+    let fencing = locker.capabilities().fencing;
+    let end = Instant::now() + STORM;
+    while Instant::now() < end {
+        let (name, wait, hold, ending) = {
+            let mut rng = rand::rng();
+            let name = names[rng.random_range(0..names.len())].clone();
+            let wait = match rng.random_range(0..3) {
+                0 => Wait::No,
+                _ => Wait::For(Duration::from_millis(rng.random_range(1..300))),
+            };
+            // One hold in eight lasts past the first renewal (a third of
+            // the TTL).
+            let hold = match rng.random_range(0..8) {
+                0 => ttl / 2,
+                _ => Duration::from_micros(rng.random_range(0..5_000)),
+            };
+            (name, wait, hold, rng.random_range(0..6))
+        };
+        let opts = AcquireOptions::with_ttl(ttl).wait(wait);
+        let guard = match maybe_cut(locker.lock_with(&name, opts)).await {
+            None => continue,
+            Some(Err(e)) => {
+                record(&shared).error(&e);
+                continue;
+            }
+            Some(Ok(guard)) => guard,
+        };
+        let id = record(&shared).grant(&guard, fencing);
+        sleep(hold).await;
+        if let Some(id) = id {
+            record(&shared).live.remove(&id);
+        }
+        match ending {
+            // Dropped: released in the background.
+            0 => drop(guard),
+            _ => {
+                if let Some(Err(e)) = maybe_cut(guard.release()).await {
+                    record(&shared).error(&e);
+                }
+            }
+        }
+    }
+}
+
+/// Dozens of tasks on a few names, with every await cut at random: no two
+/// guards believe they hold one name at once, tokens strictly increase on
+/// `Strict` backends, no reply goes to the wrong request, and every name
+/// can be taken again afterwards (within a TTL).
+pub async fn cancelled_at_random(t: &dyn Target) -> Verdict {
+    let probe = Locker::from_arc(t.client().await);
+    let caps = probe.capabilities();
+    let ttl = caps.min_ttl.max(Duration::from_secs(1));
+    let tag: u32 = rand::rng().random();
+    let names: Arc<Vec<String>> =
+        Arc::new((0..NAMES).map(|i| format!("storm-{tag:08x}-{i}")).collect());
+    let shared = Shared::default();
+    let mut tasks = Vec::new();
+    for _ in 0..CLIENTS {
+        let locker = Locker::from_arc(t.client().await);
+        for _ in 0..TASKS_PER_CLIENT {
+            tasks.push(tokio::spawn(worker(
+                locker.clone(),
+                names.clone(),
+                ttl,
+                shared.clone(),
+            )));
+        }
+    }
+    for task in tasks {
+        task.await.expect("a storm task panicked");
+    }
+    // Nothing is left held for longer than a TTL: cut acquires and releases
+    // were finished or undone, dropped guards released or expired.
+    for name in names.iter() {
+        let opts = AcquireOptions::with_ttl(ttl).wait(Wait::For(ttl * 3 + Duration::from_secs(10)));
+        let guard = probe
+            .lock_with(name, opts)
+            .await
+            .unwrap_or_else(|e| panic!("{name} could not be taken after the storm: {e}"));
+        let greatest = record(&shared).greatest.get(name).copied().unwrap_or(0);
+        if caps.fencing == Fencing::Strict {
+            assert!(
+                guard.token().get() > greatest,
+                "{name}: token {} after the storm, {greatest} during it",
+                guard.token()
+            );
+        }
+        guard.release().await.expect("release after the storm");
+    }
+    let record = record(&shared);
+    eprintln!(
+        "{}: {} grants ({} arrived lost), errors {:?}",
+        t.label(),
+        record.grants,
+        record.late_grants,
+        record.errors
+    );
+    assert!(
+        record.problems.is_empty(),
+        "{}: {} problems in {} grants, the first ones: {:#?}",
+        t.label(),
+        record.problems.len(),
+        record.grants,
+        &record.problems[..record.problems.len().min(10)]
+    );
+    assert!(
+        record.grants >= NAMES * 5,
+        "{}: only {} grants in {STORM:?}: the storm did not run",
+        t.label(),
+        record.grants
+    );
+    Verdict::Passed
+}
