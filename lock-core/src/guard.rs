@@ -113,6 +113,9 @@ pub struct LockGuard {
     renewals: Arc<RenewalQueue>,
     /// Where the keep-alive is parked; `None` once the guard is released.
     renewal: Option<Ticket>,
+    /// A [`LockGuard::release`] is under way; if its future is dropped before
+    /// the backend answered, `Drop` releases in the background instead.
+    releasing: bool,
 }
 
 impl LockGuard {
@@ -156,6 +159,7 @@ impl LockGuard {
             stop,
             renewals: renewals.clone(),
             renewal: Some(renewal),
+            releasing: false,
         }
     }
 
@@ -197,11 +201,16 @@ impl LockGuard {
     /// overlapped with another holder's. A lost lock is still released on the
     /// backend, in case the local deadline (which errs early) beat the
     /// server's.
+    ///
+    /// Cancel-safe: if this future is dropped before the backend answered,
+    /// the release is sent again in the background, as for a dropped guard.
     pub async fn release(mut self) -> Result<()> {
         self.stop_renewing();
+        self.releasing = true;
         let lease = self.lease();
         let span = tracing::info_span!("release", lock = %lease.name(), token = %lease.token());
         let released = self.backend.release(&lease).instrument(span).await;
+        self.releasing = false;
         if self.handle.is_lost() {
             return Err(Error::Lost {
                 name: lease.name().to_string(),
@@ -239,7 +248,7 @@ impl fmt::Debug for LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if !self.stop_renewing() {
+        if !self.stop_renewing() && !self.releasing {
             return; // released explicitly
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {

@@ -3,7 +3,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -28,6 +28,8 @@ struct Flaky {
     renewals: Arc<AtomicU8>,
     /// How long a granted acquire's reply takes to come back, in ms.
     reply_delay_ms: Arc<AtomicU64>,
+    /// The next release never answers.
+    release_hangs_once: Arc<AtomicBool>,
 }
 
 impl Flaky {
@@ -72,6 +74,9 @@ impl LockBackend for Flaky {
         }
     }
     async fn release(&self, lease: &Lease) -> Result<()> {
+        if self.release_hangs_once.swap(false, Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
         self.inner.release(lease).await
     }
     async fn abandon(&self, req: &AcquireRequest) -> Result<()> {
@@ -266,6 +271,28 @@ async fn an_acquire_dropped_mid_request_leaves_nothing_held() {
     );
     free.await
         .expect("the grant of the dropped acquire was released")
+        .release()
+        .await
+        .unwrap();
+}
+
+/// A release cut before the backend answered is sent again in the
+/// background: the lock is not left held by nobody until its TTL.
+#[tokio::test(start_paused = true)]
+async fn a_release_cut_short_still_releases() {
+    let backend = Flaky::default();
+    let locker = Locker::new(backend.clone());
+    let guard = locker.lock_with("a", opts(60_000)).await.unwrap();
+    backend.release_hangs_once.store(true, Ordering::SeqCst);
+    let cut = tokio::time::timeout(Duration::from_millis(10), guard.release()).await;
+    assert!(cut.is_err(), "the release was cut short");
+    let again = locker.lock_with(
+        "a",
+        AcquireOptions::default().wait(Wait::For(Duration::from_secs(5))),
+    );
+    again
+        .await
+        .expect("released in the background, long before the TTL")
         .release()
         .await
         .unwrap();
