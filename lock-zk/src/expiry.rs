@@ -96,11 +96,18 @@ impl ZkBackend {
 
     /// Moves the deadline of `owner`'s lease with node `czxid` to
     /// `sent + ttl`, confirmed by a request sent at `sent`; `false` if the
-    /// lease is no longer kept.
+    /// lease is no longer kept, or either deadline has passed. Past its
+    /// deadline a lease is over even before the expiry task has run.
     pub(crate) fn extend(&self, owner: u128, czxid: i64, ttl: Duration, sent: Instant) -> bool {
         let mut held = self.inner.held();
+        let now = Instant::now();
         match held.get_mut(&owner) {
-            Some(h) if !h.expired && h.czxid == czxid => {
+            Some(h)
+                if !h.expired
+                    && h.czxid == czxid
+                    && now < *h.until.borrow()
+                    && now < sent + ttl =>
+            {
                 h.ttl = ttl;
                 h.until.send_replace(sent + ttl);
                 true
@@ -140,28 +147,33 @@ async fn expire_when_due(
     mut until: watch::Receiver<Instant>,
     stop: CancellationToken,
 ) {
-    loop {
+    let (backend, path, session) = loop {
         let due = *until.borrow_and_update();
         tokio::select! {
             () = stop.cancelled() => return,
-            () = sleep_until(due) => break,
-            changed = until.changed() => if changed.is_err() { return },
+            () = sleep_until(due) => {}
+            changed = until.changed() => match changed {
+                Ok(()) => continue,
+                Err(_) => return,
+            },
         }
-    }
-    let Some(strong) = inner.upgrade() else {
-        return;
-    };
-    let (path, session) = {
+        let Some(strong) = inner.upgrade() else {
+            return;
+        };
+        // The sleep may have ended as a renewal moved the deadline: only
+        // the deadline in force, read under the lock renewals take, decides.
         let mut held = strong.held();
-        match held.get_mut(&owner) {
-            Some(h) if !h.stop.is_cancelled() => {
-                h.expired = true;
-                (h.path.clone(), h.session)
-            }
-            _ => return,
+        let Some(h) = held.get_mut(&owner).filter(|h| !h.stop.is_cancelled()) else {
+            return;
+        };
+        if Instant::now() < *h.until.borrow() {
+            continue;
         }
+        h.expired = true;
+        let (path, session) = (h.path.clone(), h.session);
+        drop(held);
+        break (ZkBackend { inner: strong }, path, session);
     };
-    let backend = ZkBackend { inner: strong };
     tracing::debug!(node = %path, "lease not renewed in time; deleting its node");
     let mut backoff = Backoff::with_cap(RETRY_CAP);
     loop {
@@ -197,5 +209,89 @@ async fn expire_when_due(
     let mut held = backend.inner.held();
     if held.get(&owner).is_some_and(|h| h.expired) {
         held.remove(&owner);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ZkConfig;
+
+    /// A backend with one kept lease, and its expiry task running.
+    fn keeping(ttl: Duration) -> (ZkBackend, u128, i64) {
+        let backend = ZkBackend::unconnected(ZkConfig::parse("zk://127.0.0.1:1").unwrap());
+        let (owner, czxid) = (7, 42);
+        let (until, deadline) = watch::channel(Instant::now() + ttl);
+        let stop = CancellationToken::new();
+        let held = Held {
+            path: "/locks/x/_c_0-lock-0000000000".into(),
+            session: 1,
+            czxid,
+            ttl,
+            until,
+            expired: false,
+            stop: stop.clone(),
+        };
+        backend.inner.held().insert(owner, held);
+        tokio::spawn(expire_when_due(
+            Arc::downgrade(&backend.inner),
+            owner,
+            deadline,
+            stop,
+        ));
+        (backend, owner, czxid)
+    }
+
+    async fn let_tasks_run() {
+        for _ in 0..8 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// Renewals whose replies land right at the old deadline, over and
+    /// over: the timer that ends the lease has fired and the deadline moves
+    /// at the same instant. Each such renewal is either refused (the lease
+    /// is over, and its node goes) or honoured (the node stays): the expiry
+    /// task never deletes the node of a lease the backend has just renewed.
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_landing_at_the_deadline_is_refused_or_honoured() {
+        let ttl = Duration::from_millis(300);
+        let tick = Duration::from_millis(1);
+        let (backend, owner, czxid) = keeping(ttl);
+        let mut deadline = Instant::now() + ttl;
+        // Renewals in time keep the lease.
+        for round in 0..16 {
+            tokio::time::advance(deadline - tick - Instant::now()).await;
+            let sent = Instant::now();
+            assert!(
+                backend.extend(owner, czxid, ttl, sent),
+                "round {round}: a renewal before the deadline"
+            );
+            deadline = sent + ttl;
+            tokio::time::advance(tick).await;
+            let_tasks_run().await;
+            assert!(
+                backend.in_force(owner, czxid).is_some(),
+                "round {round}: the lease was renewed in time"
+            );
+        }
+        for round in 0..64 {
+            tokio::time::advance(deadline - Instant::now()).await;
+            let sent = deadline - tick;
+            let renewed = backend.extend(owner, czxid, ttl, sent);
+            let_tasks_run().await;
+            if !renewed {
+                assert!(
+                    backend.in_force(owner, czxid).is_none(),
+                    "a lease whose renewal was refused is over"
+                );
+                return;
+            }
+            assert!(
+                backend.in_force(owner, czxid).is_some(),
+                "round {round}: the expiry task deleted the node of a lease it had just renewed"
+            );
+            deadline = sent + ttl;
+        }
     }
 }
