@@ -19,7 +19,7 @@ use crate::recipe::{Node, PROTECTED, parent_path, queue};
 use crate::session::{ZkBackend, connected, lease_ttl};
 
 /// The shortest TTL accepted: a lease is renewed every third of its TTL, one
-/// read each time.
+/// confirmation through the leader each time.
 pub const MIN_TTL: Duration = Duration::from_millis(100);
 
 const CAPABILITIES: Capabilities = Capabilities::new("zookeeper", Fencing::Strict)
@@ -130,13 +130,13 @@ impl LockBackend for ZkBackend {
             _ => return Err(not_held(lease.name())),
         };
         connected(&client)?;
+        // The lease runs from before the leader confirmed it.
         let sent = Instant::now();
-        let stat = match self.call("renew", client.check_stat(&path)).await? {
-            Ok(stat) => stat,
-            Err(zk::Error::SessionExpired) => return Err(not_held(lease.name())),
+        let mine = match self.confirm(&client, &path, czxid).await? {
+            Ok(mine) => mine,
+            Err(zk::Error::SessionExpired) => false,
             Err(e) => return Err(convert("renew", e)),
         };
-        let mine = stat.is_some_and(|s| s.czxid == czxid && s.ephemeral_owner == session);
         let ttl = lease_ttl(ttl, &client);
         if mine && self.extend(owner, czxid, ttl, sent) {
             Ok(lease.renewed(ttl, sent))

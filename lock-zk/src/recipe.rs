@@ -19,6 +19,9 @@ pub const ROOT: &str = "/locks";
 /// `_c_<uuid>-lock-<sequence>`.
 const LOCK_NAME: &str = "lock-";
 
+/// The version a check or write accepts whatever the node's version.
+const ANY_VERSION: i32 = -1;
+
 /// Curator's protection prefix.
 pub(crate) const PROTECTED: &str = "_c_";
 
@@ -214,6 +217,43 @@ impl ZkBackend {
             Err(zk::Error::NoNode) => Ok(None),
             Err(e) => Err(convert("list the lock's queue", e)),
         }
+    }
+
+    /// Whether our node at `path` (created by this session, with `czxid`)
+    /// is still there as the leader sees it. A read alone may come from a
+    /// follower cut off from the leader, which answers from its old state
+    /// until it notices, and `sync` is answered by a leader that may already
+    /// have been replaced. So this is a transaction that only checks that
+    /// the node exists, which the leader commits with a quorum and the
+    /// server applies before it answers, then a read of the node on the same
+    /// session, which the server answers after that transaction: both sent
+    /// at once, one round trip.
+    pub(crate) async fn confirm(
+        &self,
+        client: &zk::Client,
+        path: &str,
+        czxid: i64,
+    ) -> Result<std::result::Result<bool, zk::Error>> {
+        let mut check = client.new_multi_writer();
+        if let Err(e) = check.add_check_version(path, ANY_VERSION) {
+            return Ok(Err(e));
+        }
+        let committed = check.commit();
+        let read = client.check_stat(path);
+        let session = client.session_id().0;
+        self.call("confirm our node", async {
+            let (committed, read) = tokio::join!(committed, read);
+            match committed {
+                Ok(_) => {}
+                Err(zk::MultiWriteError::OperationFailed {
+                    source: zk::Error::NoNode,
+                    ..
+                }) => return Ok(false),
+                Err(e) => return Err(e.into()),
+            }
+            Ok(read?.is_some_and(|s| s.czxid == czxid && s.ephemeral_owner == session))
+        })
+        .await
     }
 
     /// Waits until our node is the first of the queue, watching only the
