@@ -3,8 +3,8 @@
 //! a create whose reply is lost, cleanup of waiters that give up and of
 //! empty parents, czxid fencing across a recreated parent, sessions
 //! (disconnected is at risk, expired is lost), digest ACLs and redaction,
-//! a three-server ensemble losing its leader, then its quorum, and a holder
-//! on a follower cut off from the leader.
+//! a three-server ensemble losing its leader, then its quorum, and holders
+//! and waiters on a follower cut off from the leader.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -726,4 +726,79 @@ async fn a_follower_cut_off_from_the_leader_does_not_renew_a_lease() {
     );
     assert!(next.token() > guard.token());
     next.release().await.expect("release");
+}
+
+/// A waiter's session is on a follower whose messages no longer reach the
+/// leader, while the leader's still reach it: the follower's reads are
+/// current, but the leader stops hearing that the session lives. The lock
+/// is released late in the session timeout; the follower then shows the
+/// waiter first, while the leader is about to expire the waiter's session
+/// and grant the lock to the next in line. A grant after waiting must be
+/// confirmed through the leader, its lease counted from that confirmation:
+/// no lease of the first waiter may outlast the next one's grant. Once the
+/// leader hears from it again, the first waiter gets the lock in its turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_the_leader_cannot_confirm_is_not_made() {
+    let zk = ZooKeeper::start_ensemble_with_peer_proxies().await;
+    let chroot = fresh_table();
+    let leader = zk.leader().expect("the ensemble has a leader");
+    let follower = zk
+        .servers
+        .iter()
+        .find(|s| s.mode().as_deref() == Some("follower"))
+        .expect("the ensemble has a follower");
+    let on_leader = format!("zk://{}/{chroot}", leader.client_addr);
+    let (first, third) = (locker(&on_leader).await, locker(&on_leader).await);
+    let session_timeout = Duration::from_secs(2);
+    let second = locker(&format!(
+        "zk://{}/{chroot}?session_timeout={}ms&timeout=300ms",
+        follower.client_addr,
+        session_timeout.as_millis()
+    ))
+    .await;
+    let held = first
+        .lock_with("one-way", opts(TTL, Wait::No))
+        .await
+        .expect("free");
+    let client = zk::Client::connect(&format!("{}/{chroot}", leader.client_addr))
+        .await
+        .expect("connect a plain client to the leader");
+    let patience = opts(TTL, Wait::For(Duration::from_secs(30)));
+    let seconds = tokio::spawn(async move { second.lock_with("one-way", patience).await });
+    wait_for_children(&client, "/locks/one-way", 2).await;
+    let thirds = tokio::spawn(async move { third.lock_with("one-way", patience).await });
+    wait_for_children(&client, "/locks/one-way", 3).await;
+    zk.set_peer_fault(follower.id, Fault::StallRequests);
+    sleep(session_timeout * 7 / 10).await;
+    held.release().await.expect("release");
+    let next = timeout(Duration::from_secs(20), thirds)
+        .await
+        .expect("the third is granted once the second's session expired")
+        .expect("task")
+        .expect("granted");
+    let next_granted = tokio::time::Instant::now();
+    let answered_first = seconds.is_finished();
+    zk.set_peer_fault(follower.id, Fault::None);
+    if answered_first {
+        let granted = seconds
+            .await
+            .expect("task")
+            .expect("the second keeps waiting while the leader cannot hear it");
+        assert!(
+            granted.lease().deadline() <= next_granted,
+            "the second was granted a lease that outlasted its session: it ends {:?} after the next grant",
+            granted.lease().deadline() - next_granted
+        );
+        next.release().await.expect("release");
+        return;
+    }
+    let next_token = next.token();
+    next.release().await.expect("release");
+    let second = timeout(Duration::from_secs(30), seconds)
+        .await
+        .expect("the second is granted once the leader hears from it again")
+        .expect("task")
+        .expect("granted");
+    assert!(second.token() > next_token);
+    second.release().await.expect("release");
 }

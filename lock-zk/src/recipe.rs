@@ -30,6 +30,9 @@ pub(crate) const PROTECTED: &str = "_c_";
 pub(crate) struct Node {
     pub(crate) name: String,
     pub(crate) czxid: i64,
+    /// When the create that made it was sent, until the first listing
+    /// after it; `None` for a node found again.
+    created: Option<Instant>,
 }
 
 impl ZkBackend {
@@ -54,6 +57,7 @@ impl ZkBackend {
         let options = zk::CreateMode::EphemeralSequential.with_acls(acls);
         for _ in 0..4 {
             connected(client)?;
+            let sent = Instant::now();
             let created = self
                 .call("create the lock node", client.create(&path, &[], &options))
                 .await;
@@ -63,6 +67,7 @@ impl ZkBackend {
                     return Ok(Node {
                         name: format!("{prefix}{sequence}"),
                         czxid: stat.czxid,
+                        created: Some(sent),
                     });
                 }
                 Ok(Err(zk::Error::NoNode)) => self.make_parent(client, &parent).await?,
@@ -161,6 +166,7 @@ impl ZkBackend {
                 kept = Some(Node {
                     name,
                     czxid: stat.czxid,
+                    created: None,
                 });
                 continue;
             }
@@ -257,8 +263,15 @@ impl ZkBackend {
     }
 
     /// Waits until our node is the first of the queue, watching only the
-    /// node just before it each time. Returns when the request that found
-    /// us first was sent.
+    /// node just before it each time, and returns when the request that
+    /// vouches for the grant was sent.
+    ///
+    /// The listing that finds us first may come from a follower cut off
+    /// from the leader, so it cannot vouch for our session: the leader may
+    /// have expired it meanwhile. Our create can, when the first listing
+    /// after it finds us first: a write the leader committed, it counts
+    /// for the session like any request, and every node before ours was
+    /// gone by then, for good. Later, only [`Self::confirm`] can.
     pub(crate) async fn wait_for_turn(
         &self,
         client: &zk::Client,
@@ -269,9 +282,9 @@ impl ZkBackend {
     ) -> Result<Instant> {
         let parent = parent_path(name);
         let prefix = node_prefix(owner);
+        let mut created = node.created.take();
         loop {
             connected(client)?;
-            let sent = Instant::now();
             let children = self.children(client, &parent).await?.unwrap_or_default();
             let queue = queue(&children);
             if queue.iter().filter(|(_, n)| n.starts_with(&prefix)).count() > 1 {
@@ -281,14 +294,25 @@ impl ZkBackend {
                     .adopt(client, &parent, owner, &children)
                     .await?
                     .ok_or_else(|| not_held(name))?;
+                created = None;
                 continue;
             }
             let Some(place) = queue.iter().position(|(_, n)| **n == node.name) else {
                 return Err(not_held(name));
             };
             if place == 0 {
-                return Ok(sent);
+                if let Some(sent) = created {
+                    return Ok(sent);
+                }
+                let path = format!("{parent}/{}", node.name);
+                let sent = Instant::now();
+                return match self.confirm(client, &path, node.czxid).await? {
+                    Ok(true) => Ok(sent),
+                    Ok(false) => Err(not_held(name)),
+                    Err(e) => Err(convert("confirm the grant", e)),
+                };
             }
+            created = None;
             if budget.is_over() {
                 return Err(budget.exhausted(name));
             }
