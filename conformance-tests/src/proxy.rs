@@ -1,9 +1,9 @@
 //! A loopback TCP proxy that injects network faults between a client and a
-//! server: forward, stall every byte, or cut a connection right after the
-//! server has answered a request (so the request was applied but its reply
-//! is lost).
+//! server: forward, stall every byte (both ways, or only the client's), or
+//! cut a connection right after the server has answered a request (so the
+//! request was applied but its reply is lost).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,6 +19,9 @@ pub enum Fault {
     None,
     /// Hold every byte in both directions (a hung server or network).
     Stall,
+    /// Hold every byte the client sends; the server's still reach the
+    /// client (a link broken one way).
+    StallRequests,
     /// Forward the next request (a client message larger than a keep-alive
     /// ping), then swallow the server's reply to it and close that
     /// connection; then go back to [`Fault::None`].
@@ -36,7 +39,13 @@ pub struct Proxy {
 impl Proxy {
     /// Proxies a new loopback port to `127.0.0.1:target`.
     pub async fn start(target: u16) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0")
+        let localhost = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        Self::between(localhost, SocketAddr::new(localhost, target)).await
+    }
+
+    /// Proxies a new port on `listen` (a loopback address) to `target`.
+    pub async fn between(listen: IpAddr, target: SocketAddr) -> Self {
+        let listener = TcpListener::bind((listen, 0))
             .await
             .expect("bind the proxy");
         let addr = listener.local_addr().expect("proxy address");
@@ -46,7 +55,7 @@ impl Proxy {
             while let Ok((client, _)) = listener.accept().await {
                 let fault = shared.clone();
                 tokio::spawn(async move {
-                    if let Ok(server) = TcpStream::connect(("127.0.0.1", target)).await {
+                    if let Ok(server) = TcpStream::connect(target).await {
                         relay(client, server, fault).await;
                     }
                 });
@@ -123,7 +132,7 @@ async fn pump(
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
-        while *fault.lock().expect("poisoned") == Fault::Stall {
+        while held(&fault, &direction) {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         match &direction {
@@ -140,5 +149,14 @@ async fn pump(
         if to.write_all(&buf[..n]).await.is_err() {
             return;
         }
+    }
+}
+
+/// Whether bytes going `direction` are held now.
+fn held(fault: &Mutex<Fault>, direction: &Direction) -> bool {
+    match *fault.lock().expect("poisoned") {
+        Fault::Stall => true,
+        Fault::StallRequests => matches!(direction, Direction::Request(_)),
+        Fault::None | Fault::DropNextReply => false,
     }
 }

@@ -3,7 +3,8 @@
 //! a create whose reply is lost, cleanup of waiters that give up and of
 //! empty parents, czxid fencing across a recreated parent, sessions
 //! (disconnected is at risk, expired is lost), digest ACLs and redaction,
-//! and a three-server ensemble losing its leader, then its quorum.
+//! a three-server ensemble losing its leader, then its quorum, and holders
+//! and waiters on a follower cut off from the leader.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -664,4 +665,140 @@ async fn losing_the_quorum_grants_nothing_then_exactly_one_holder() {
     );
     assert!(matches!(guard.release().await, Err(Error::Lost { .. })));
     next.release().await.expect("release");
+}
+
+/// The holder's session is on a follower that is then cut off from the
+/// leader while its clients still reach it. Until the follower notices
+/// (syncLimit ticks), it answers reads from its old state, so the holder's
+/// node is still there for it; meanwhile the leader, hearing nothing of the
+/// session, expires it, deletes the node and grants the lock to a waiter.
+/// A renewal must be confirmed through the leader: the holder is lost
+/// before the waiter is granted, and renewing fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_cut_off_from_the_leader_does_not_renew_a_lease() {
+    let zk = ZooKeeper::start_ensemble_with_peer_proxies().await;
+    let chroot = fresh_table();
+    let leader = zk.leader().expect("the ensemble has a leader");
+    let follower = zk
+        .servers
+        .iter()
+        .find(|s| s.mode().as_deref() == Some("follower"))
+        .expect("the ensemble has a follower");
+    let holder_backend = backend(&format!(
+        "zk://{}/{chroot}?session_timeout=900ms&timeout=300ms",
+        follower.client_addr
+    ))
+    .await;
+    let holder = Locker::from_arc(holder_backend.clone() as Arc<dyn LockBackend>);
+    let waiter = locker(&format!("zk://{}/{chroot}", leader.client_addr)).await;
+    let guard = holder
+        .lock_with("cut-off", opts(TTL, Wait::No))
+        .await
+        .expect("free");
+    let ttl = guard.lease().ttl();
+    // Past a few renewals, all through the follower.
+    sleep(ttl * 2).await;
+    assert_eq!(guard.state(), LockState::Held);
+    let waiting = tokio::spawn(async move {
+        waiter
+            .lock_with("cut-off", opts(TTL, Wait::For(Duration::from_secs(20))))
+            .await
+    });
+    let client = plain(&zk, &chroot).await;
+    wait_for_children(&client, "/locks/cut-off", 2).await;
+    zk.set_peer_fault(follower.id, Fault::Stall);
+    let next = timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("the waiter is granted once the holder's session expired")
+        .expect("waiter task")
+        .expect("granted");
+    let at_grant = guard.state();
+    let renewed = holder_backend.renew(&guard.lease(), TTL).await;
+    zk.set_peer_fault(follower.id, Fault::None);
+    assert_eq!(
+        at_grant,
+        LockState::Lost,
+        "the holder on the cut-off follower was not lost when the waiter was granted"
+    );
+    assert!(
+        renewed.is_err(),
+        "a lease renewed through a cut-off follower after the leader granted the lock again: {renewed:?}"
+    );
+    assert!(next.token() > guard.token());
+    next.release().await.expect("release");
+}
+
+/// A waiter's session is on a follower whose messages no longer reach the
+/// leader, while the leader's still reach it: the follower's reads are
+/// current, but the leader stops hearing that the session lives. The lock
+/// is released late in the session timeout; the follower then shows the
+/// waiter first, while the leader is about to expire the waiter's session
+/// and grant the lock to the next in line. A grant after waiting must be
+/// confirmed through the leader, its lease counted from that confirmation:
+/// no lease of the first waiter may outlast the next one's grant. Once the
+/// leader hears from it again, the first waiter gets the lock in its turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_the_leader_cannot_confirm_is_not_made() {
+    let zk = ZooKeeper::start_ensemble_with_peer_proxies().await;
+    let chroot = fresh_table();
+    let leader = zk.leader().expect("the ensemble has a leader");
+    let follower = zk
+        .servers
+        .iter()
+        .find(|s| s.mode().as_deref() == Some("follower"))
+        .expect("the ensemble has a follower");
+    let on_leader = format!("zk://{}/{chroot}", leader.client_addr);
+    let (first, third) = (locker(&on_leader).await, locker(&on_leader).await);
+    let session_timeout = Duration::from_secs(2);
+    let second = locker(&format!(
+        "zk://{}/{chroot}?session_timeout={}ms&timeout=300ms",
+        follower.client_addr,
+        session_timeout.as_millis()
+    ))
+    .await;
+    let held = first
+        .lock_with("one-way", opts(TTL, Wait::No))
+        .await
+        .expect("free");
+    let client = zk::Client::connect(&format!("{}/{chroot}", leader.client_addr))
+        .await
+        .expect("connect a plain client to the leader");
+    let patience = opts(TTL, Wait::For(Duration::from_secs(30)));
+    let seconds = tokio::spawn(async move { second.lock_with("one-way", patience).await });
+    wait_for_children(&client, "/locks/one-way", 2).await;
+    let thirds = tokio::spawn(async move { third.lock_with("one-way", patience).await });
+    wait_for_children(&client, "/locks/one-way", 3).await;
+    zk.set_peer_fault(follower.id, Fault::StallRequests);
+    sleep(session_timeout * 7 / 10).await;
+    held.release().await.expect("release");
+    let next = timeout(Duration::from_secs(20), thirds)
+        .await
+        .expect("the third is granted once the second's session expired")
+        .expect("task")
+        .expect("granted");
+    let next_granted = tokio::time::Instant::now();
+    let answered_first = seconds.is_finished();
+    zk.set_peer_fault(follower.id, Fault::None);
+    if answered_first {
+        let granted = seconds
+            .await
+            .expect("task")
+            .expect("the second keeps waiting while the leader cannot hear it");
+        assert!(
+            granted.lease().deadline() <= next_granted,
+            "the second was granted a lease that outlasted its session: it ends {:?} after the next grant",
+            granted.lease().deadline() - next_granted
+        );
+        next.release().await.expect("release");
+        return;
+    }
+    let next_token = next.token();
+    next.release().await.expect("release");
+    let second = timeout(Duration::from_secs(30), seconds)
+        .await
+        .expect("the second is granted once the leader hears from it again")
+        .expect("task")
+        .expect("granted");
+    assert!(second.token() > next_token);
+    second.release().await.expect("release");
 }

@@ -3,6 +3,13 @@
 #![deny(missing_docs)]
 
 mod backend;
+mod cleanup;
 pub mod config;
+mod error;
+mod expiry;
+mod recipe;
+mod session;
 
-pub use backend::{MIN_TTL, ROOT, ZkBackend};
+pub use backend::MIN_TTL;
+pub use recipe::ROOT;
+pub use session::ZkBackend;

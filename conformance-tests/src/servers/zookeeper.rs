@@ -1,19 +1,23 @@
 //! ZooKeeper 3.8 from the `zookeeper` package: one standalone server, or a
 //! three-server ensemble on 127.0.0.1, 127.0.0.2 and 127.0.0.3, with data in
-//! temporary directories.
+//! temporary directories. An ensemble can have a fault proxy on every link
+//! between two servers, to cut one server off from its peers while its
+//! clients still reach it.
 //!
 //! The servers tick every 200 ms (sessions from 400 ms to 60 s, elections
 //! in a second or two) and look for empty container nodes every 500 ms, so
-//! the session-expiry and cleanup tests run in seconds.
+//! the session-expiry and cleanup tests run in seconds. A follower gives up
+//! on a silent leader after 10 ticks, or 50 where peer links are proxied.
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio::sync::OnceCell;
 
 use super::{Supervised, data_dir, find_binary, free_port, wait_until_ready};
+use crate::proxy::{Fault, Proxy};
 
 /// Milliseconds per ZooKeeper tick on the test servers.
 pub const TICK_MS: u64 = 200;
@@ -72,20 +76,56 @@ fn four_letter(addr: &str, command: &str) -> Option<String> {
 pub struct ZooKeeper {
     /// The servers.
     pub servers: Vec<ZkServer>,
+    /// The proxies between servers, if the ensemble has them.
+    peer_links: Vec<PeerLink>,
+}
+
+/// The proxy through which server `from` reaches the quorum port of server
+/// `to` (the port a follower connects to when `to` leads).
+#[derive(Debug)]
+struct PeerLink {
+    from: u32,
+    to: u32,
+    proxy: Proxy,
 }
 
 impl ZooKeeper {
     /// Starts one standalone server on 127.0.0.1.
     pub async fn start() -> Self {
-        Self::start_on(&["127.0.0.1"]).await
+        Self::start_on(&["127.0.0.1"], false).await
     }
 
     /// Starts a three-server ensemble on 127.0.0.1, .2 and .3.
     pub async fn start_ensemble() -> Self {
-        Self::start_on(&["127.0.0.1", "127.0.0.2", "127.0.0.3"]).await
+        Self::start_on(&["127.0.0.1", "127.0.0.2", "127.0.0.3"], false).await
     }
 
-    async fn start_on(hosts: &[&str]) -> Self {
+    /// Starts a three-server ensemble in which every server reaches each
+    /// other server's quorum port through a proxy of its own, so that
+    /// [`ZooKeeper::set_peer_fault`] can cut one server off from the others.
+    pub async fn start_ensemble_with_peer_proxies() -> Self {
+        Self::start_on(&["127.0.0.1", "127.0.0.2", "127.0.0.3"], true).await
+    }
+
+    /// Sets `fault` on every link between server `id` and its peers; its
+    /// clients still reach it. On a link, the connecting side is the
+    /// proxy's client: a follower, connecting to its leader, so
+    /// [`Fault::StallRequests`] on a follower holds what it tells the
+    /// leader and lets through what the leader tells it. Only for an
+    /// ensemble started with [`ZooKeeper::start_ensemble_with_peer_proxies`].
+    pub fn set_peer_fault(&self, id: u32, fault: Fault) {
+        assert!(
+            !self.peer_links.is_empty(),
+            "this ensemble has no proxies between its servers"
+        );
+        for link in &self.peer_links {
+            if link.from == id || link.to == id {
+                link.proxy.set(fault);
+            }
+        }
+    }
+
+    async fn start_on(hosts: &[&str], proxied: bool) -> Self {
         let java = find_binary("java", &[], "zookeeper")
             .to_string_lossy()
             .into_owned();
@@ -100,20 +140,39 @@ impl ZooKeeper {
             .iter()
             .map(|h| ((*h).to_owned(), free_port(), free_port(), free_port()))
             .collect();
-        let ensemble: Vec<String> = peers
-            .iter()
-            .enumerate()
-            .map(|(i, (host, _, quorum, election))| {
-                format!("server.{}={host}:{quorum}:{election}", i + 1)
-            })
-            .collect();
+        // A server cut off from the leader notices after syncLimit ticks;
+        // where links can be cut, that is long enough to watch what it
+        // does in between.
+        let sync_limit = if proxied { 50 } else { 10 };
+        let ids = || (1..).take(peers.len());
+        // Each server's own list of the ensemble: its peers' quorum ports
+        // are proxies where the links are proxied. A proxy listens on the
+        // peer's address, which the peer's election port shares.
+        let mut peer_links = Vec::new();
+        let mut ensembles = Vec::new();
+        for from in ids() {
+            let mut ensemble = Vec::new();
+            for ((host, _, quorum, election), to) in peers.iter().zip(ids()) {
+                let ip: IpAddr = host.parse().expect("a loopback address");
+                let quorum = if proxied && from != to {
+                    let proxy = Proxy::between(ip, SocketAddr::new(ip, *quorum)).await;
+                    let port = proxy.port();
+                    peer_links.push(PeerLink { from, to, proxy });
+                    port
+                } else {
+                    *quorum
+                };
+                ensemble.push(format!("server.{to}={host}:{quorum}:{election}"));
+            }
+            ensembles.push(ensemble);
+        }
         let servers = peers
             .iter()
-            .enumerate()
-            .map(|(i, (host, client, _, _))| {
-                let id = u32::try_from(i + 1).expect("few servers");
+            .zip(ids())
+            .zip(&ensembles)
+            .map(|(((host, client, _, _), id), ensemble)| {
                 let dir = data_dir("root");
-                let config = write_config(&dir, id, host, *client, &ensemble);
+                let config = write_config(&dir, id, host, *client, ensemble, sync_limit);
                 let args = [
                     java.clone(),
                     "-Xmx256m".into(),
@@ -134,7 +193,10 @@ impl ZooKeeper {
                 }
             })
             .collect();
-        let zk = Self { servers };
+        let zk = Self {
+            servers,
+            peer_links,
+        };
         zk.wait_ready().await;
         zk
     }
@@ -214,13 +276,20 @@ impl ZooKeeper {
 }
 
 /// Writes `zoo.cfg` (and `myid` for an ensemble) into `dir`.
-fn write_config(dir: &Path, id: u32, host: &str, client_port: u16, ensemble: &[String]) -> PathBuf {
+fn write_config(
+    dir: &Path,
+    id: u32,
+    host: &str,
+    client_port: u16,
+    ensemble: &[String],
+    sync_limit: u32,
+) -> PathBuf {
     let data = dir.join("data");
     std::fs::create_dir_all(&data).expect("create the data directory");
     let mut config = format!(
         "tickTime={TICK_MS}\n\
          initLimit=20\n\
-         syncLimit=10\n\
+         syncLimit={sync_limit}\n\
          dataDir={}\n\
          clientPort={client_port}\n\
          clientPortAddress={host}\n\

@@ -1,0 +1,70 @@
+//! ZooKeeper's errors as distlock errors, and which failed writes certainly
+//! changed nothing.
+
+use lock_core::{Error, LockName};
+use zookeeper_client as zk;
+
+/// Whether a failed write certainly changed nothing on the server.
+pub(crate) fn no_data_change(e: &zk::Error) -> bool {
+    use zk::Error as E;
+    matches!(
+        e,
+        E::NoNode
+            | E::NoAuth
+            | E::BadVersion
+            | E::NoChildrenForEphemerals
+            | E::NodeExists
+            | E::NotEmpty
+            | E::InvalidAcl
+            | E::AuthFailed
+            | E::SessionMoved
+            | E::NotReadOnly
+            | E::QuotaExceeded
+            | E::Throttled
+            | E::MarshallingError
+            | E::Unimplemented
+            | E::BadArguments(_)
+            | E::SessionExpired
+            | E::ClientClosed
+    )
+}
+
+/// ZooKeeper's answer to `operation` as a distlock error: the ones a retry
+/// (or a new session) can get past are `Unavailable`.
+pub(crate) fn convert(operation: &'static str, e: zk::Error) -> Error {
+    use zk::Error as E;
+    match e {
+        E::ConnectionLoss
+        | E::Timeout
+        | E::NoHosts
+        | E::SessionExpired
+        | E::SessionMoved
+        | E::ClientClosed
+        | E::Throttled
+        | E::NotReadOnly => Error::Unavailable {
+            backend: "zookeeper",
+            message: format!("{operation}: {e}"),
+            source: Some(Box::new(e)),
+        },
+        other => Error::Backend {
+            message: format!("zookeeper {operation}: {other}"),
+            source: Some(Box::new(other)),
+        },
+    }
+}
+
+/// A retryable failure described by `message`.
+pub(crate) fn unavailable(message: String) -> Error {
+    Error::Unavailable {
+        backend: "zookeeper",
+        message,
+        source: None,
+    }
+}
+
+/// The lock `name` is not held by the lease or request at hand.
+pub(crate) fn not_held(name: &LockName) -> Error {
+    Error::NotHeld {
+        name: name.to_string(),
+    }
+}

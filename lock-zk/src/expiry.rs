@@ -1,0 +1,297 @@
+//! The leases this backend granted, and for each the task that deletes its
+//! node when it is not renewed by its deadline: a holder that stops renewing
+//! frees the lock after its TTL although its session lives on.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use lock_core::wait::Backoff;
+use lock_core::{AcquireRequest, FencingToken, Lease};
+use tokio::sync::watch;
+use tokio::time::{Instant, sleep_until};
+use tokio_util::sync::CancellationToken;
+use zookeeper_client as zk;
+
+use crate::cleanup::RETRY_CAP;
+use crate::error::no_data_change;
+use crate::recipe::{Node, parent_path};
+use crate::session::{Inner, ZkBackend, connected, lease_ttl};
+
+/// One lease this backend granted and keeps.
+pub(crate) struct Held {
+    path: String,
+    session: i64,
+    czxid: i64,
+    /// The lease TTL last granted.
+    ttl: Duration,
+    /// When the node is deleted unless renewed.
+    until: watch::Sender<Instant>,
+    /// Set by the expiry task before it deletes the node.
+    expired: bool,
+    stop: CancellationToken,
+}
+
+impl ZkBackend {
+    /// Records a grant and starts the task that deletes its node if it is
+    /// not renewed by `sent + lease TTL`.
+    pub(crate) fn grant(
+        &self,
+        req: &AcquireRequest,
+        client: &zk::Client,
+        node: &Node,
+        sent: Instant,
+    ) -> Lease {
+        let ttl = lease_ttl(req.ttl, client);
+        let path = format!("{}/{}", parent_path(&req.name), node.name);
+        let (until, deadline) = watch::channel(sent + ttl);
+        let stop = CancellationToken::new();
+        let held = Held {
+            path: path.clone(),
+            session: client.session_id().0,
+            czxid: node.czxid,
+            ttl,
+            until,
+            expired: false,
+            stop: stop.clone(),
+        };
+        if let Some(old) = self.inner.held().insert(req.owner.to_u128(), held) {
+            old.stop.cancel();
+        }
+        tokio::spawn(expire_when_due(
+            Arc::downgrade(&self.inner),
+            req.owner.to_u128(),
+            deadline,
+            stop,
+        ));
+        Lease::new(req.name.clone(), req.owner, token(node.czxid), ttl, sent)
+    }
+
+    /// The lease this backend already granted to `req`, if it still holds
+    /// it: acquiring again with the same request is idempotent.
+    pub(crate) fn granted_before(&self, req: &AcquireRequest) -> Option<Lease> {
+        let session = self.session_id()?;
+        let held = self.inner.held();
+        let h = held.get(&req.owner.to_u128())?;
+        let until = *h.until.borrow();
+        if h.expired || h.session != session || Instant::now() >= until {
+            return None;
+        }
+        Some(Lease::new(
+            req.name.clone(),
+            req.owner,
+            token(h.czxid),
+            h.ttl,
+            until - h.ttl,
+        ))
+    }
+
+    /// The node path and session of `owner`'s lease with node `czxid`, while
+    /// it is in force.
+    pub(crate) fn in_force(&self, owner: u128, czxid: i64) -> Option<(String, i64)> {
+        let held = self.inner.held();
+        held.get(&owner)
+            .filter(|h| !h.expired && h.czxid == czxid && Instant::now() < *h.until.borrow())
+            .map(|h| (h.path.clone(), h.session))
+    }
+
+    /// Moves the deadline of `owner`'s lease with node `czxid` to
+    /// `sent + ttl`, confirmed by a request sent at `sent`; `false` if the
+    /// lease is no longer kept, or either deadline has passed. Past its
+    /// deadline a lease is over even before the expiry task has run.
+    pub(crate) fn extend(&self, owner: u128, czxid: i64, ttl: Duration, sent: Instant) -> bool {
+        let mut held = self.inner.held();
+        let now = Instant::now();
+        match held.get_mut(&owner) {
+            Some(h)
+                if !h.expired
+                    && h.czxid == czxid
+                    && now < *h.until.borrow()
+                    && now < sent + ttl =>
+            {
+                h.ttl = ttl;
+                h.until.send_replace(sent + ttl);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The node path of `owner`'s kept lease, and whether it expired.
+    pub(crate) fn kept(&self, owner: u128) -> Option<(String, bool)> {
+        self.inner
+            .held()
+            .get(&owner)
+            .map(|h| (h.path.clone(), h.expired))
+    }
+
+    /// Stops keeping `owner`'s lease.
+    pub(crate) fn forget(&self, owner: u128) {
+        if let Some(h) = self.inner.held().remove(&owner) {
+            h.stop.cancel();
+        }
+    }
+}
+
+/// The fencing token of a node: its czxid.
+pub(crate) fn token(czxid: i64) -> FencingToken {
+    FencingToken(u64::try_from(czxid).unwrap_or(0))
+}
+
+/// The expiry task of one grant: sleeps until the grant's deadline (moved
+/// by each renewal); if it passes, deletes the node so that a holder that
+/// stopped renewing frees the lock after its TTL even though its session
+/// lives on.
+async fn expire_when_due(
+    inner: Weak<Inner>,
+    owner: u128,
+    mut until: watch::Receiver<Instant>,
+    stop: CancellationToken,
+) {
+    let (backend, path, session) = loop {
+        let due = *until.borrow_and_update();
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = sleep_until(due) => {}
+            changed = until.changed() => match changed {
+                Ok(()) => continue,
+                Err(_) => return,
+            },
+        }
+        let Some(strong) = inner.upgrade() else {
+            return;
+        };
+        // The sleep may have ended as a renewal moved the deadline: only
+        // the deadline in force, read under the lock renewals take, decides.
+        let mut held = strong.held();
+        let Some(h) = held.get_mut(&owner).filter(|h| !h.stop.is_cancelled()) else {
+            return;
+        };
+        if Instant::now() < *h.until.borrow() {
+            continue;
+        }
+        h.expired = true;
+        let (path, session) = (h.path.clone(), h.session);
+        drop(held);
+        break (ZkBackend { inner: strong }, path, session);
+    };
+    tracing::debug!(node = %path, "lease not renewed in time; deleting its node");
+    let mut backoff = Backoff::with_cap(RETRY_CAP);
+    loop {
+        let Some(client) = backend.inner.live_client() else {
+            break;
+        };
+        if client.session_id().0 != session {
+            break; // that session ended, and the node with it
+        }
+        if connected(&client).is_ok() {
+            match backend
+                .call("delete an expired node", client.delete(&path, None))
+                .await
+            {
+                Ok(Ok(()) | Err(zk::Error::NoNode)) => {
+                    if let Some((parent, _)) = path.rsplit_once('/') {
+                        backend.tidy_parent(&client, parent).await;
+                    }
+                    break;
+                }
+                Ok(Err(e)) if no_data_change(&e) && !matches!(e, zk::Error::Throttled) => {
+                    tracing::warn!(error = %e, node = %path, "cannot delete an expired lock node");
+                    break;
+                }
+                _ => {}
+            }
+        }
+        if stop.is_cancelled() {
+            return;
+        }
+        tokio::time::sleep(backoff.next_nap()).await;
+    }
+    let mut held = backend.inner.held();
+    if held.get(&owner).is_some_and(|h| h.expired) {
+        held.remove(&owner);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ZkConfig;
+
+    /// A backend with one kept lease, and its expiry task running.
+    fn keeping(ttl: Duration) -> (ZkBackend, u128, i64) {
+        let backend = ZkBackend::unconnected(ZkConfig::parse("zk://127.0.0.1:1").unwrap());
+        let (owner, czxid) = (7, 42);
+        let (until, deadline) = watch::channel(Instant::now() + ttl);
+        let stop = CancellationToken::new();
+        let held = Held {
+            path: "/locks/x/_c_0-lock-0000000000".into(),
+            session: 1,
+            czxid,
+            ttl,
+            until,
+            expired: false,
+            stop: stop.clone(),
+        };
+        backend.inner.held().insert(owner, held);
+        tokio::spawn(expire_when_due(
+            Arc::downgrade(&backend.inner),
+            owner,
+            deadline,
+            stop,
+        ));
+        (backend, owner, czxid)
+    }
+
+    async fn let_tasks_run() {
+        for _ in 0..8 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// Renewals whose replies land right at the old deadline, over and
+    /// over: the timer that ends the lease has fired and the deadline moves
+    /// at the same instant. Each such renewal is either refused (the lease
+    /// is over, and its node goes) or honoured (the node stays): the expiry
+    /// task never deletes the node of a lease the backend has just renewed.
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_landing_at_the_deadline_is_refused_or_honoured() {
+        let ttl = Duration::from_millis(300);
+        let tick = Duration::from_millis(1);
+        let (backend, owner, czxid) = keeping(ttl);
+        let mut deadline = Instant::now() + ttl;
+        // Renewals in time keep the lease.
+        for round in 0..16 {
+            tokio::time::advance(deadline - tick - Instant::now()).await;
+            let sent = Instant::now();
+            assert!(
+                backend.extend(owner, czxid, ttl, sent),
+                "round {round}: a renewal before the deadline"
+            );
+            deadline = sent + ttl;
+            tokio::time::advance(tick).await;
+            let_tasks_run().await;
+            assert!(
+                backend.in_force(owner, czxid).is_some(),
+                "round {round}: the lease was renewed in time"
+            );
+        }
+        for round in 0..64 {
+            tokio::time::advance(deadline - Instant::now()).await;
+            let sent = deadline - tick;
+            let renewed = backend.extend(owner, czxid, ttl, sent);
+            let_tasks_run().await;
+            if !renewed {
+                assert!(
+                    backend.in_force(owner, czxid).is_none(),
+                    "a lease whose renewal was refused is over"
+                );
+                return;
+            }
+            assert!(
+                backend.in_force(owner, czxid).is_some(),
+                "round {round}: the expiry task deleted the node of a lease it had just renewed"
+            );
+            deadline = sent + ttl;
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! [`ZkBackend`] and its ZooKeeper session: one per backend, shared by every
+//! lock it takes, replaced when it expires; every request bounded by the
+//! configured timeout.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use lock_core::{Error, Result};
+use zookeeper_client as zk;
+
+use crate::config::ZkConfig;
+use crate::error::{convert, unavailable};
+use crate::expiry::Held;
+
+/// A lock backend on a ZooKeeper ensemble (see the crate docs).
+///
+/// One backend is one ZooKeeper session, shared by every lock it takes. Cheap
+/// to clone; clones share the session.
+#[derive(Clone)]
+pub struct ZkBackend {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) config: ZkConfig,
+    /// The current session; replaced when it expires.
+    session: Mutex<Option<zk::Client>>,
+    /// Held while a new session is being made, so only one is.
+    connecting: tokio::sync::Mutex<()>,
+    /// Whether the server accepts container nodes (cleared on `Unimplemented`).
+    pub(crate) containers: AtomicBool,
+    /// Leases granted by this backend, by owner token, each with the task
+    /// that deletes its node when it is not renewed in time.
+    held: Mutex<HashMap<u128, Held>>,
+    /// Owners whose create may have been applied without a reply.
+    pub(crate) uncertain: Mutex<HashSet<u128>>,
+    pub(crate) wakeups: AtomicU64,
+}
+
+impl ZkBackend {
+    /// Connects to the ensemble a `zk://` URL names.
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(ZkConfig::parse(url)?).await
+    }
+
+    /// Connects with a configuration built or adjusted by hand.
+    pub async fn connect_with(config: ZkConfig) -> Result<Self> {
+        let backend = Self::unconnected(config);
+        backend.client().await?;
+        Ok(backend)
+    }
+
+    /// A backend that makes its session on first use.
+    pub(crate) fn unconnected(config: ZkConfig) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                containers: AtomicBool::new(config.container_parents),
+                config,
+                session: Mutex::new(None),
+                connecting: tokio::sync::Mutex::new(()),
+                held: Mutex::new(HashMap::new()),
+                uncertain: Mutex::new(HashSet::new()),
+                wakeups: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &ZkConfig {
+        &self.inner.config
+    }
+
+    /// Predecessor deletions that woke a waiter, so far: one per release when
+    /// waiters queue, since each waiter watches only the node just before
+    /// its own.
+    pub fn wakeups(&self) -> u64 {
+        self.inner.wakeups.load(Ordering::Relaxed)
+    }
+
+    /// The current session's id, if there is a live one.
+    pub fn session_id(&self) -> Option<i64> {
+        self.inner.live_client().map(|c| c.session_id().0)
+    }
+
+    /// The session timeout the server granted to the current session.
+    pub fn session_timeout(&self) -> Option<Duration> {
+        self.inner.live_client().map(|c| c.session_timeout())
+    }
+
+    /// The longest a lease lasts without a renewal on the current session:
+    /// `min(ttl, 2/3 of the session timeout)`. See the crate docs.
+    pub fn lease_ttl(&self, ttl: Duration) -> Duration {
+        match self.inner.live_client() {
+            Some(c) => lease_ttl(ttl, &c),
+            None => ttl,
+        }
+    }
+
+    /// The live session, or a new one if it expired.
+    pub(crate) async fn client(&self) -> Result<zk::Client> {
+        if let Some(c) = self.inner.live_client() {
+            return Ok(c);
+        }
+        let _one_at_a_time = self.inner.connecting.lock().await;
+        if let Some(c) = self.inner.live_client() {
+            return Ok(c);
+        }
+        let client = self.new_session().await?;
+        tracing::debug!(session = %client.session_id(), timeout = ?client.session_timeout(), "new ZooKeeper session");
+        *self.inner.session.lock().unwrap_or_else(|p| p.into_inner()) = Some(client.clone());
+        Ok(client)
+    }
+
+    async fn new_session(&self) -> Result<zk::Client> {
+        let config = &self.inner.config;
+        let mut connector = zk::Client::connector()
+            .with_session_timeout(config.session_timeout)
+            .with_fail_eagerly();
+        if let Some((user, password)) = &config.digest {
+            connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
+        }
+        let root = tokio::time::timeout(
+            config.connect_timeout,
+            connector.connect(&config.connect_string()),
+        )
+        .await
+        .map_err(|_| Error::Timeout {
+            operation: "connecting to ZooKeeper",
+            after: config.connect_timeout,
+        })?
+        .map_err(|e| convert("connect", e))?;
+        if config.chroot.is_empty() {
+            return Ok(root);
+        }
+        let options = zk::CreateMode::Persistent.with_acls(self.acls());
+        self.call("create the chroot", root.mkdir(&config.chroot, &options))
+            .await?
+            .map_err(|e| convert("create the chroot", e))?;
+        root.chroot(config.chroot.as_str())
+            .map_err(|_| Error::backend(format!("bad chroot {}", config.chroot)))
+    }
+
+    /// The ACL of every node distlock creates.
+    pub(crate) fn acls(&self) -> zk::Acls<'static> {
+        if self.inner.config.digest.is_some() {
+            zk::Acls::creator_all()
+        } else {
+            zk::Acls::anyone_all()
+        }
+    }
+
+    /// Runs one request within the timeout. The outer error is ours (the
+    /// timeout); the inner one is ZooKeeper's answer, for the caller to sort.
+    pub(crate) async fn call<T>(
+        &self,
+        operation: &'static str,
+        request: impl Future<Output = std::result::Result<T, zk::Error>>,
+    ) -> Result<std::result::Result<T, zk::Error>> {
+        tokio::time::timeout(self.inner.config.timeout, request)
+            .await
+            .map_err(|_| Error::Timeout {
+                operation,
+                after: self.inner.config.timeout,
+            })
+    }
+}
+
+impl Inner {
+    /// The current session, unless it has ended.
+    pub(crate) fn live_client(&self) -> Option<zk::Client> {
+        self.session
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .filter(|c| !c.state().is_terminated())
+            .cloned()
+    }
+
+    pub(crate) fn held(&self) -> MutexGuard<'_, HashMap<u128, Held>> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// `min(ttl, 2/3 of the session timeout)`: the session's expiry on the
+/// server is counted from the last request it heard, and can come a little
+/// early (ticks, a follower relaying to the leader), so a lease never relies
+/// on more than two thirds of it.
+pub(crate) fn lease_ttl(ttl: Duration, client: &zk::Client) -> Duration {
+    ttl.min(client.session_timeout() * 2 / 3)
+}
+
+/// Fails fast while the session is disconnected: a request sent now would
+/// wait for the reconnection.
+pub(crate) fn connected(client: &zk::Client) -> Result<()> {
+    match client.state() {
+        zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => Ok(()),
+        state => Err(unavailable(format!("the session is {state}"))),
+    }
+}
+
+impl std::fmt::Debug for ZkBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZkBackend")
+            .field("config", &self.inner.config)
+            .field("session", &self.session_id().map(|id| format!("{id:#x}")))
+            .finish_non_exhaustive()
+    }
+}
