@@ -1,6 +1,6 @@
 //! Redis beyond the conformance suite: plain `SET NX PX` clients,
 //! restarts without persistence, a hung server, replication with `WAIT`,
-//! pub/sub wake-ups, and secrets.
+//! servers that evict keys, pub/sub wake-ups, and secrets.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,7 +8,9 @@ use std::time::Duration;
 use conformance_tests::servers::redis::Redis;
 use conformance_tests::targets::fresh_table;
 use distlock::lock_redis::RedisBackend;
-use lock_core::{AcquireOptions, Error, FencingToken, LockBackend, LockState, Locker, Wait};
+use lock_core::{
+    AcquireOptions, Error, Fencing, FencingToken, LockBackend, LockState, Locker, Wait,
+};
 use tokio::time::{Instant, sleep, timeout};
 
 fn prefix() -> String {
@@ -227,6 +229,65 @@ async fn wait_for_replicas_confirms_or_fails_the_grant() {
         .release()
         .await
         .expect("release");
+}
+
+async fn evicting(policy: &str) -> Redis {
+    Redis::start_with(&["--maxmemory", "64mb", "--maxmemory-policy", policy]).await
+}
+
+/// A server that may evict lock keys is refused unless the URL accepts it;
+/// with `allkeys-*` the fence counters may go too, so fencing is only best
+/// effort. A limit with `noeviction` is fine as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_may_evict_lock_keys_is_refused_unless_allowed() {
+    for (policy, fencing) in [
+        ("allkeys-lru", Fencing::BestEffort),
+        ("volatile-lru", Fencing::Strict),
+    ] {
+        let server = evicting(policy).await;
+        let err = RedisBackend::connect(&server.url(""))
+            .await
+            .expect_err("a server that may evict lock keys");
+        let message = err.to_string();
+        assert!(
+            message.contains(&format!("maxmemory-policy {policy}"))
+                && message.contains("allow_eviction=true"),
+            "{message}"
+        );
+        assert!(!err.is_retryable(), "{err}");
+        let allowed = RedisBackend::connect(&server.url("allow_eviction=true"))
+            .await
+            .expect("allowed by the URL");
+        assert_eq!(allowed.capabilities().fencing, fencing, "{policy}");
+    }
+    let strict = evicting("noeviction").await;
+    let backend = RedisBackend::connect(&strict.url(""))
+        .await
+        .expect("maxmemory with noeviction");
+    assert_eq!(backend.capabilities().fencing, Fencing::Strict);
+}
+
+/// The policy is read with `INFO`, or with `CONFIG GET` from a user who may
+/// not run `INFO`; a user who may run neither connects, the policy unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_eviction_policy_is_read_with_info_or_config() {
+    let server = evicting("allkeys-lfu").await;
+    for (user, denied, refused) in [
+        ("no-config", "-config", true),
+        ("no-info", "-info", true),
+        ("neither", "-info -config", false),
+    ] {
+        let mut acl = vec!["ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all"];
+        acl.extend(denied.split(' '));
+        assert_eq!(server.cli(&acl).expect("redis-cli").trim(), "OK");
+        let url = format!("redis://{user}:pw@127.0.0.1:{}", server.port());
+        let outcome = RedisBackend::connect(&url).await;
+        match (outcome, refused) {
+            (Err(e), true) => assert!(e.to_string().contains("allkeys-lfu"), "{user}: {e}"),
+            (Ok(_), false) => {}
+            (outcome, _) => panic!("{user}: {outcome:?}"),
+        }
+    }
 }
 
 /// A release is announced on pub/sub and wakes a waiter in another client.

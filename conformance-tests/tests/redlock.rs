@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use conformance_tests::servers::redis::RedisSet;
+use conformance_tests::servers::redis::{Redis, RedisSet};
 use conformance_tests::targets::fresh_table;
 use lock_core::{AcquireOptions, Error, Locker, Wait};
 use tokio::time::{Instant, sleep};
@@ -153,4 +153,33 @@ async fn delayed_restart_prevents_double_grants() {
         "an immediate restart lets a second holder in (the failure reproduced)"
     );
     assert_eq!(double[1], 0, "a delayed restart does not");
+}
+
+/// A master that may evict lock keys is left out like a master that is
+/// down, unless the URL accepts eviction: with it, a majority of three is
+/// still there, and the lock key never lands on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_that_may_evict_lock_keys_is_left_out() {
+    let mut set = RedisSet::start(2).await;
+    set.nodes.push(
+        Redis::start_with(&["--maxmemory", "64mb", "--maxmemory-policy", "volatile-lru"]).await,
+    );
+    for (query, on_evicting) in [("", "0"), ("&allow_eviction=true", "1")] {
+        let prefix = format!("{}:", fresh_table());
+        let l = locker(&set.url(&format!("prefix={prefix}{query}"))).await;
+        let g = l
+            .lock_with("evict", opts(Duration::from_secs(10)))
+            .await
+            .expect("a majority without the evicting master");
+        let key = format!("{prefix}evict");
+        for (i, node) in set.nodes.iter().enumerate() {
+            let expected = if i == 2 { on_evicting } else { "1" };
+            assert_eq!(
+                node.cli(&["EXISTS", &key]).expect("redis-cli").trim(),
+                expected,
+                "node {i}, options \"{query}\""
+            );
+        }
+        g.release().await.expect("release");
+    }
 }

@@ -12,20 +12,19 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::config::{RedisConfig, ReplicaWait};
+use crate::eviction::Eviction;
 use crate::node::{Keys, Node};
 use crate::notices;
 
 /// With pub/sub wake-ups, polling is only a safety net.
 const POLL_CAP: Duration = Duration::from_millis(500);
 
-const CAPABILITIES: Capabilities =
-    Capabilities::new("redis", Fencing::Strict).with_server_side_wait(true);
-
 /// A lock backend on one Redis server (see the crate docs).
 #[derive(Debug)]
 pub struct RedisBackend {
     node: Node,
     wait: Option<ReplicaWait>,
+    capabilities: Capabilities,
     signals: Arc<ReleaseSignals>,
     subscriber: JoinHandle<()>,
 }
@@ -36,6 +35,12 @@ impl RedisBackend {
     pub async fn connect(url: &str) -> Result<Self> {
         let config = RedisConfig::parse(url)?;
         let node = Node::connect(&config.node, Keys::new(config.common.prefix.clone())).await?;
+        // Tokens stay ordered while lock keys may be evicted, since the
+        // counter has no TTL; not once the counter itself may go.
+        let fencing = match node.eviction() {
+            Eviction::AnyKey => Fencing::BestEffort,
+            Eviction::Never | Eviction::KeysWithTtl | Eviction::Unknown => Fencing::Strict,
+        };
         let signals = Arc::new(ReleaseSignals::new());
         let subscriber = tokio::spawn(notices::forward(
             node.client().clone(),
@@ -46,6 +51,7 @@ impl RedisBackend {
         Ok(Self {
             node,
             wait: config.wait,
+            capabilities: Capabilities::new("redis", fencing).with_server_side_wait(true),
             signals,
             subscriber,
         })
@@ -101,7 +107,7 @@ fn not_held(name: &LockName) -> Error {
 #[async_trait]
 impl LockBackend for RedisBackend {
     fn capabilities(&self) -> Capabilities {
-        CAPABILITIES
+        self.capabilities.clone()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {

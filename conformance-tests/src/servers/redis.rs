@@ -42,7 +42,9 @@ impl Redis {
         .await
     }
 
-    async fn start_with(extra: &[&str]) -> Self {
+    /// Starts a new server with these extra `redis-server` arguments (e.g.
+    /// `--maxmemory 1mb`).
+    pub async fn start_with(extra: &[&str]) -> Self {
         let server = find_binary("redis-server", &[], "redis-server")
             .to_string_lossy()
             .into_owned();
