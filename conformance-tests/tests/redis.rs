@@ -2,14 +2,19 @@
 //! restarts without persistence, a hung server, replication with `WAIT`,
 //! servers that evict keys, pub/sub wake-ups, and secrets.
 
+use std::future::{Future, poll_fn};
+use std::pin::pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
+use conformance_tests::proxy::{Fault, Proxy};
 use conformance_tests::servers::redis::Redis;
 use conformance_tests::targets::fresh_table;
 use distlock::lock_redis::RedisBackend;
 use lock_core::{
-    AcquireOptions, Error, Fencing, FencingToken, LockBackend, LockState, Locker, Wait,
+    AcquireOptions, AcquireRequest, Error, Fencing, FencingToken, LockBackend, LockName, LockState,
+    Locker, Wait,
 };
 use tokio::time::{Instant, sleep, timeout};
 
@@ -229,6 +234,89 @@ async fn wait_for_replicas_confirms_or_fails_the_grant() {
         .release()
         .await
         .expect("release");
+}
+
+/// A connection lost between the grant and `WAIT` is not a confirmation.
+/// The replica is frozen, so a `WAIT` after the grant's write can only
+/// time out with 0; the proxy delivers the acquire script's reply and cuts
+/// the connection, and another call of the same client meets the cut
+/// first and reconnects. A `WAIT` sent on its own would now run on the new
+/// connection, which wrote nothing, and count the frozen replica.
+///
+/// The client logs in as the default user without a password: Redis 7.0
+/// stamps a connection's write offset after every command, `AUTH`
+/// included, so a `WAIT` right after an `AUTH` would wait for the server's
+/// latest write whoever made it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnect_between_grant_and_wait_confirms_nothing() {
+    let primary = Redis::start().await;
+    let default_user = [
+        "ACL", "SETUSER", "default", "on", "nopass", "~*", "&*", "+@all",
+    ];
+    assert_eq!(primary.cli(&default_user).expect("redis-cli").trim(), "OK");
+    let replica = Redis::replica_of(&primary).await;
+    let proxy = Proxy::start(primary.port()).await;
+    let prefix = prefix();
+    let url = format!(
+        "redis://127.0.0.1:{}?prefix={prefix}&wait_replicas=1&wait_timeout=300ms",
+        proxy.port()
+    );
+    let backend = RedisBackend::connect(&url).await.expect("connect");
+    let ttl = Duration::from_secs(10);
+    let name = LockName::new("cut").expect("name");
+    // A first confirmed grant: the replica is in sync and the script loaded.
+    timeout(Duration::from_secs(20), async {
+        loop {
+            let req = AcquireRequest::new(name.clone(), ttl);
+            if let Ok(Some(lease)) = backend.try_acquire(&req).await {
+                backend.release(&lease).await.expect("release");
+                return;
+            }
+            sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .expect("a replica confirms a grant");
+
+    replica.process().pause();
+    proxy.set(Fault::CutAfterNextReply);
+    let req = AcquireRequest::new(name.clone(), ttl);
+    let mut attempt = pin!(backend.try_acquire(&req));
+    // One poll sends the request; the attempt is not polled again until the
+    // client has reconnected.
+    poll_fn(|cx| {
+        assert!(attempt.as_mut().poll(cx).is_pending(), "answered at once");
+        Poll::Ready(())
+    })
+    .await;
+    timeout(Duration::from_secs(10), async {
+        while proxy.cuts() == 0 {
+            sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the proxy cut the connection after the script's reply");
+    let _ = backend.holder(&name).await;
+    let outcome = timeout(Duration::from_secs(10), attempt)
+        .await
+        .expect("the attempt ends");
+    replica.process().resume();
+    match outcome {
+        Ok(Some(lease)) => panic!(
+            "a grant no replica has was reported confirmed (token {:?})",
+            lease.token()
+        ),
+        Ok(None) => panic!("the lock was free"),
+        Err(e) => assert!(e.is_retryable(), "{e}"),
+    }
+    let plain = RedisBackend::connect(&primary.url(&format!("prefix={prefix}")))
+        .await
+        .expect("connect");
+    let free = plain
+        .try_acquire(&AcquireRequest::new(name.clone(), ttl))
+        .await
+        .expect("try_acquire");
+    assert!(free.is_some(), "the unconfirmed grant was given back");
 }
 
 async fn evicting(policy: &str) -> Redis {

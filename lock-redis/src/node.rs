@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use lock_core::{Error, FencingToken, LockName, OwnerToken, Result};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, RedisError};
+use redis::{Client, ErrorKind, RedisError, ScriptInvocation, ServerErrorKind};
 
 use crate::config::NodeConfig;
 use crate::eviction::{self, Eviction, MemoryPolicy};
@@ -63,6 +63,7 @@ pub struct Node {
     keys: Keys,
     label: String,
     timeout: Duration,
+    connect_timeout: Duration,
     eviction: Eviction,
 }
 
@@ -94,6 +95,7 @@ impl Node {
             keys,
             label: config.label.clone(),
             timeout: config.timeout,
+            connect_timeout: config.connect_timeout,
             eviction: Eviction::Unknown,
         };
         // One `INFO` (its default sections include both) answers the
@@ -176,17 +178,84 @@ impl Node {
         owner: OwnerToken,
         ttl: Duration,
     ) -> Result<Option<FencingToken>> {
-        let token: u64 = ACQUIRE_SCRIPT
+        let token: u64 = self
+            .acquire_invocation(name, owner, ttl)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| self.fail("acquire", e))?;
+        Ok((token > 0).then_some(FencingToken(token)))
+    }
+
+    fn acquire_invocation(
+        &self,
+        name: &LockName,
+        owner: OwnerToken,
+        ttl: Duration,
+    ) -> ScriptInvocation<'static> {
+        let mut invocation = ACQUIRE_SCRIPT.prepare_invoke();
+        invocation
             .key(self.keys.lock(name))
             .key(self.keys.fence(name))
             .key(self.keys.waiting(name))
             .arg(owner.to_hex())
             .arg(millis(ttl))
-            .arg(millis(Keys::WAITING_MARK))
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| self.fail("acquire", e))?;
-        Ok((token > 0).then_some(FencingToken(token)))
+            .arg(millis(Keys::WAITING_MARK));
+        invocation
+    }
+
+    /// The acquire script followed by `WAIT replicas timeout`, sent as one
+    /// pipeline on one connection: `WAIT` then counts the replicas that
+    /// have the script's write. Sent separately, a reconnect between the
+    /// two would put `WAIT` on a connection that wrote nothing, which every
+    /// replica has "acknowledged"; in one pipeline, a lost connection fails
+    /// both. Returns the token, or `None` if somebody else holds the lock,
+    /// and how many replicas confirmed.
+    pub(crate) async fn acquire_confirmed(
+        &self,
+        name: &LockName,
+        owner: OwnerToken,
+        ttl: Duration,
+        replicas: u32,
+        timeout: Duration,
+    ) -> Result<(Option<FencingToken>, u32)> {
+        let invocation = self.acquire_invocation(name, owner, ttl);
+        let mut pipe = redis::pipe();
+        pipe.invoke_script(&invocation)
+            .cmd("WAIT")
+            .arg(replicas)
+            .arg(millis(timeout));
+        let mut conn = self.conn.clone();
+        let mut sent = pipe.query_async(&mut conn).await;
+        if matches!(&sent, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
+            // A restarted server forgot the script; the failed `EVALSHA`
+            // wrote nothing.
+            ACQUIRE_SCRIPT
+                .load_async(&mut conn)
+                .await
+                .map_err(|e| self.fail("acquire", e))?;
+            sent = pipe.query_async(&mut conn).await;
+        }
+        let (token, confirmed): (u64, u32) = sent.map_err(|e| self.fail("acquire", e))?;
+        Ok(((token > 0).then_some(FencingToken(token)), confirmed))
+    }
+
+    /// The same server on a connection of its own whose commands may take
+    /// `extra` longer than the timeout: for [`Node::acquire_confirmed`],
+    /// whose `WAIT` holds its connection until the replicas answer, and
+    /// would hold up every renewal and release queued behind it.
+    pub(crate) async fn with_own_connection(&self, extra: Duration) -> Result<Self> {
+        let conn = open(
+            &self.client,
+            &self.label,
+            self.connect_timeout,
+            self.timeout + extra,
+        )
+        .await?;
+        Ok(Self {
+            conn,
+            timeout: self.timeout + extra,
+            ..self.clone()
+        })
     }
 
     /// Extends the lock if `owner` still holds it.
@@ -231,17 +300,6 @@ impl Node {
             remaining: Duration::from_millis(pttl.parse::<u64>().unwrap_or(0)),
             counter: counter.parse().unwrap_or(0),
         }))
-    }
-
-    /// `WAIT replicas timeout`: how many replicas acknowledged every write
-    /// this connection sent so far.
-    pub async fn wait_for_replicas(&self, replicas: u32, timeout: Duration) -> Result<u32> {
-        redis::cmd("WAIT")
-            .arg(replicas)
-            .arg(millis(timeout))
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| self.fail("WAIT", e))
     }
 }
 
