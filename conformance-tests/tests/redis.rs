@@ -219,6 +219,20 @@ async fn wait_for_replicas_confirms_or_fails_the_grant() {
         "the replica has the lock"
     );
     g.release().await.expect("release");
+    // A server that forgot the script (a restart): loaded again, and the
+    // grant still confirmed.
+    assert_eq!(
+        primary.cli(&["SCRIPT", "FLUSH"]).expect("redis-cli").trim(),
+        "OK"
+    );
+    strict
+        .try_lock("replicated")
+        .await
+        .expect("confirmed after SCRIPT FLUSH")
+        .expect("free")
+        .release()
+        .await
+        .expect("release");
 
     replica.process().pause();
     let outcome = strict.try_lock("replicated").await;
