@@ -1,10 +1,12 @@
 //! A loopback TCP proxy that injects network faults between a client and a
-//! server: forward, stall every byte (both ways, or only the client's), or
-//! cut a connection right after the server has answered a request (so the
-//! request was applied but its reply is lost).
+//! server: forward, stall every byte (both ways, or only the client's),
+//! delay new connections, or cut a
+//! connection right after the server has answered a request (so the
+//! request was applied but its reply is lost, or its reply arrives and the
+//! connection is gone).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -26,13 +28,23 @@ pub enum Fault {
     /// ping), then swallow the server's reply to it and close that
     /// connection; then go back to [`Fault::None`].
     DropNextReply,
+    /// Forward the next request and the server's first reply to it, then
+    /// close that connection; then go back to [`Fault::None`].
+    CutAfterNextReply,
 }
+
+/// What the reply pump of one connection does with the next reply.
+const PASS: u8 = 0;
+const DROP: u8 = 1;
+const DELIVER_THEN_CUT: u8 = 2;
 
 /// A running proxy; stops when dropped.
 #[derive(Debug)]
 pub struct Proxy {
     addr: SocketAddr,
     fault: Arc<Mutex<Fault>>,
+    connect_delay: Arc<Mutex<Duration>>,
+    cuts: Arc<AtomicU64>,
     accept: JoinHandle<()>,
 }
 
@@ -50,13 +62,18 @@ impl Proxy {
             .expect("bind the proxy");
         let addr = listener.local_addr().expect("proxy address");
         let fault = Arc::new(Mutex::new(Fault::None));
-        let shared = fault.clone();
+        let connect_delay = Arc::new(Mutex::new(Duration::ZERO));
+        let cuts = Arc::new(AtomicU64::new(0));
+        let (shared, delay, cut_count) = (fault.clone(), connect_delay.clone(), cuts.clone());
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let fault = shared.clone();
+                let cuts = cut_count.clone();
+                let delay = *delay.lock().expect("poisoned");
                 tokio::spawn(async move {
+                    tokio::time::sleep(delay).await;
                     if let Ok(server) = TcpStream::connect(target).await {
-                        relay(client, server, fault).await;
+                        relay(client, server, fault, cuts).await;
                     }
                 });
             }
@@ -64,8 +81,21 @@ impl Proxy {
         Self {
             addr,
             fault,
+            connect_delay,
+            cuts,
             accept,
         }
+    }
+
+    /// Holds each connection accepted from now on for `delay` before
+    /// relaying a byte (a slow link or TLS handshake).
+    pub fn set_connect_delay(&self, delay: Duration) {
+        *self.connect_delay.lock().expect("poisoned") = delay;
+    }
+
+    /// How many connections a fault has cut so far.
+    pub fn cuts(&self) -> u64 {
+        self.cuts.load(Ordering::SeqCst)
     }
 
     /// The port clients should connect to.
@@ -94,19 +124,29 @@ impl Drop for Proxy {
 /// `COM_PING` is 5 bytes, PostgreSQL's `Sync` 5), not requests.
 const PING_SIZE: usize = 16;
 
-async fn relay(client: TcpStream, server: TcpStream, fault: Arc<Mutex<Fault>>) {
+async fn relay(
+    client: TcpStream,
+    server: TcpStream,
+    fault: Arc<Mutex<Fault>>,
+    cuts: Arc<AtomicU64>,
+) {
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
-    // Set by the upstream pump when it forwards the request whose reply is
-    // to be lost on this connection.
-    let cut = Arc::new(AtomicBool::new(false));
+    // Set by the upstream pump when it forwards the request whose reply
+    // ends this connection.
+    let cut = Arc::new(AtomicU8::new(PASS));
     let upstream = pump(
         client_read,
         server_write,
         fault.clone(),
         Direction::Request(cut.clone()),
     );
-    let downstream = pump(server_read, client_write, fault, Direction::Reply(cut));
+    let downstream = pump(
+        server_read,
+        client_write,
+        fault,
+        Direction::Reply(cut, cuts),
+    );
     // When either direction ends, both sockets are dropped: the connection
     // is cut for both peers.
     tokio::select! {
@@ -116,8 +156,8 @@ async fn relay(client: TcpStream, server: TcpStream, fault: Arc<Mutex<Fault>>) {
 }
 
 enum Direction {
-    Request(Arc<AtomicBool>),
-    Reply(Arc<AtomicBool>),
+    Request(Arc<AtomicU8>),
+    Reply(Arc<AtomicU8>, Arc<AtomicU64>),
 }
 
 async fn pump(
@@ -138,12 +178,28 @@ async fn pump(
         match &direction {
             Direction::Request(cut) if n > PING_SIZE => {
                 let mut now = fault.lock().expect("poisoned");
-                if *now == Fault::DropNextReply {
+                let then = match *now {
+                    Fault::DropNextReply => DROP,
+                    Fault::CutAfterNextReply => DELIVER_THEN_CUT,
+                    Fault::None | Fault::Stall | Fault::StallRequests => PASS,
+                };
+                if then != PASS {
                     *now = Fault::None;
-                    cut.store(true, Ordering::SeqCst);
+                    cut.store(then, Ordering::SeqCst);
                 }
             }
-            Direction::Reply(cut) if cut.load(Ordering::SeqCst) => return,
+            Direction::Reply(cut, cuts) => match cut.load(Ordering::SeqCst) {
+                DROP => {
+                    cuts.fetch_add(1, Ordering::SeqCst);
+                    return;
+                }
+                DELIVER_THEN_CUT => {
+                    let _ = to.write_all(&buf[..n]).await;
+                    cuts.fetch_add(1, Ordering::SeqCst);
+                    return;
+                }
+                _ => {}
+            },
             _ => {}
         }
         if to.write_all(&buf[..n]).await.is_err() {
@@ -157,6 +213,6 @@ fn held(fault: &Mutex<Fault>, direction: &Direction) -> bool {
     match *fault.lock().expect("poisoned") {
         Fault::Stall => true,
         Fault::StallRequests => matches!(direction, Direction::Request(_)),
-        Fault::None | Fault::DropNextReply => false,
+        Fault::None | Fault::DropNextReply | Fault::CutAfterNextReply => false,
     }
 }

@@ -1,14 +1,21 @@
 //! Redis beyond the conformance suite: plain `SET NX PX` clients,
 //! restarts without persistence, a hung server, replication with `WAIT`,
-//! pub/sub wake-ups, and secrets.
+//! servers that evict keys, pub/sub wake-ups, and secrets.
 
+use std::future::{Future, poll_fn};
+use std::pin::pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
+use conformance_tests::proxy::{Fault, Proxy};
 use conformance_tests::servers::redis::Redis;
 use conformance_tests::targets::fresh_table;
 use distlock::lock_redis::RedisBackend;
-use lock_core::{AcquireOptions, Error, FencingToken, LockBackend, LockState, Locker, Wait};
+use lock_core::{
+    AcquireOptions, AcquireRequest, Error, Fencing, FencingToken, LockBackend, LockName, LockState,
+    Locker, Wait,
+};
 use tokio::time::{Instant, sleep, timeout};
 
 fn prefix() -> String {
@@ -212,6 +219,20 @@ async fn wait_for_replicas_confirms_or_fails_the_grant() {
         "the replica has the lock"
     );
     g.release().await.expect("release");
+    // A server that forgot the script (a restart): loaded again, and the
+    // grant still confirmed.
+    assert_eq!(
+        primary.cli(&["SCRIPT", "FLUSH"]).expect("redis-cli").trim(),
+        "OK"
+    );
+    strict
+        .try_lock("replicated")
+        .await
+        .expect("confirmed after SCRIPT FLUSH")
+        .expect("free")
+        .release()
+        .await
+        .expect("release");
 
     replica.process().pause();
     let outcome = strict.try_lock("replicated").await;
@@ -227,6 +248,148 @@ async fn wait_for_replicas_confirms_or_fails_the_grant() {
         .release()
         .await
         .expect("release");
+}
+
+/// A connection lost between the grant and `WAIT` is not a confirmation.
+/// The replica is frozen, so a `WAIT` after the grant's write can only
+/// time out with 0; the proxy delivers the acquire script's reply and cuts
+/// the connection, and another call of the same client meets the cut
+/// first and reconnects. A `WAIT` sent on its own would now run on the new
+/// connection, which wrote nothing, and count the frozen replica.
+///
+/// The client logs in as the default user without a password: Redis 7.0
+/// stamps a connection's write offset after every command, `AUTH`
+/// included, so a `WAIT` right after an `AUTH` would wait for the server's
+/// latest write whoever made it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnect_between_grant_and_wait_confirms_nothing() {
+    let primary = Redis::start().await;
+    let default_user = [
+        "ACL", "SETUSER", "default", "on", "nopass", "~*", "&*", "+@all",
+    ];
+    assert_eq!(primary.cli(&default_user).expect("redis-cli").trim(), "OK");
+    let replica = Redis::replica_of(&primary).await;
+    let proxy = Proxy::start(primary.port()).await;
+    let prefix = prefix();
+    let url = format!(
+        "redis://127.0.0.1:{}?prefix={prefix}&wait_replicas=1&wait_timeout=300ms",
+        proxy.port()
+    );
+    let backend = RedisBackend::connect(&url).await.expect("connect");
+    let ttl = Duration::from_secs(10);
+    let name = LockName::new("cut").expect("name");
+    // A first confirmed grant: the replica is in sync and the script loaded.
+    timeout(Duration::from_secs(20), async {
+        loop {
+            let req = AcquireRequest::new(name.clone(), ttl);
+            if let Ok(Some(lease)) = backend.try_acquire(&req).await {
+                backend.release(&lease).await.expect("release");
+                return;
+            }
+            sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .expect("a replica confirms a grant");
+
+    replica.process().pause();
+    proxy.set(Fault::CutAfterNextReply);
+    let req = AcquireRequest::new(name.clone(), ttl);
+    let mut attempt = pin!(backend.try_acquire(&req));
+    // One poll sends the request; the attempt is not polled again until the
+    // client has reconnected.
+    poll_fn(|cx| {
+        assert!(attempt.as_mut().poll(cx).is_pending(), "answered at once");
+        Poll::Ready(())
+    })
+    .await;
+    timeout(Duration::from_secs(10), async {
+        while proxy.cuts() == 0 {
+            sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the proxy cut the connection after the script's reply");
+    let _ = backend.holder(&name).await;
+    let outcome = timeout(Duration::from_secs(10), attempt)
+        .await
+        .expect("the attempt ends");
+    replica.process().resume();
+    match outcome {
+        Ok(Some(lease)) => panic!(
+            "a grant no replica has was reported confirmed (token {:?})",
+            lease.token()
+        ),
+        Ok(None) => panic!("the lock was free"),
+        Err(e) => assert!(e.is_retryable(), "{e}"),
+    }
+    let plain = RedisBackend::connect(&primary.url(&format!("prefix={prefix}")))
+        .await
+        .expect("connect");
+    let free = plain
+        .try_acquire(&AcquireRequest::new(name.clone(), ttl))
+        .await
+        .expect("try_acquire");
+    assert!(free.is_some(), "the unconfirmed grant was given back");
+}
+
+async fn evicting(policy: &str) -> Redis {
+    Redis::start_with(&["--maxmemory", "64mb", "--maxmemory-policy", policy]).await
+}
+
+/// A server that may evict lock keys is refused unless the URL accepts it;
+/// with `allkeys-*` the fence counters may go too, so fencing is only best
+/// effort. A limit with `noeviction` is fine as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_may_evict_lock_keys_is_refused_unless_allowed() {
+    for (policy, fencing) in [
+        ("allkeys-lru", Fencing::BestEffort),
+        ("volatile-lru", Fencing::Strict),
+    ] {
+        let server = evicting(policy).await;
+        let err = RedisBackend::connect(&server.url(""))
+            .await
+            .expect_err("a server that may evict lock keys");
+        let message = err.to_string();
+        assert!(
+            message.contains(&format!("maxmemory-policy {policy}"))
+                && message.contains("allow_eviction=true"),
+            "{message}"
+        );
+        assert!(!err.is_retryable(), "{err}");
+        let allowed = RedisBackend::connect(&server.url("allow_eviction=true"))
+            .await
+            .expect("allowed by the URL");
+        assert_eq!(allowed.capabilities().fencing, fencing, "{policy}");
+    }
+    let strict = evicting("noeviction").await;
+    let backend = RedisBackend::connect(&strict.url(""))
+        .await
+        .expect("maxmemory with noeviction");
+    assert_eq!(backend.capabilities().fencing, Fencing::Strict);
+}
+
+/// The policy is read with `INFO`, or with `CONFIG GET` from a user who may
+/// not run `INFO`; a user who may run neither connects, the policy unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_eviction_policy_is_read_with_info_or_config() {
+    let server = evicting("allkeys-lfu").await;
+    for (user, denied, refused) in [
+        ("no-config", "-config", true),
+        ("no-info", "-info", true),
+        ("neither", "-info -config", false),
+    ] {
+        let mut acl = vec!["ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all"];
+        acl.extend(denied.split(' '));
+        assert_eq!(server.cli(&acl).expect("redis-cli").trim(), "OK");
+        let url = format!("redis://{user}:pw@127.0.0.1:{}", server.port());
+        let outcome = RedisBackend::connect(&url).await;
+        match (outcome, refused) {
+            (Err(e), true) => assert!(e.to_string().contains("allkeys-lfu"), "{user}: {e}"),
+            (Ok(_), false) => {}
+            (outcome, _) => panic!("{user}: {outcome:?}"),
+        }
+    }
 }
 
 /// A release is announced on pub/sub and wakes a waiter in another client.

@@ -2,10 +2,11 @@
 
 use std::time::Duration;
 
-use conformance_tests::servers::redis::RedisSet;
+use conformance_tests::proxy::Proxy;
+use conformance_tests::servers::redis::{Redis, RedisSet};
 use conformance_tests::targets::fresh_table;
 use lock_core::{AcquireOptions, Error, Locker, Wait};
-use tokio::time::{Instant, sleep};
+use tokio::time::{Instant, sleep, timeout};
 
 async fn locker(url: &str) -> Locker {
     Locker::from_arc(distlock::connect_backend(url).await.expect("connect"))
@@ -153,4 +154,69 @@ async fn delayed_restart_prevents_double_grants() {
         "an immediate restart lets a second holder in (the failure reproduced)"
     );
     assert_eq!(double[1], 0, "a delayed restart does not");
+}
+
+/// A master that may evict lock keys is left out like a master that is
+/// down, unless the URL accepts eviction: with it, a majority of three is
+/// still there, and the lock key never lands on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_that_may_evict_lock_keys_is_left_out() {
+    let mut set = RedisSet::start(2).await;
+    set.nodes.push(
+        Redis::start_with(&["--maxmemory", "64mb", "--maxmemory-policy", "volatile-lru"]).await,
+    );
+    for (query, on_evicting) in [("", "0"), ("&allow_eviction=true", "1")] {
+        let prefix = format!("{}:", fresh_table());
+        let l = locker(&set.url(&format!("prefix={prefix}{query}"))).await;
+        let g = l
+            .lock_with("evict", opts(Duration::from_secs(10)))
+            .await
+            .expect("a majority without the evicting master");
+        let key = format!("{prefix}evict");
+        for (i, node) in set.nodes.iter().enumerate() {
+            let expected = if i == 2 { on_evicting } else { "1" };
+            assert_eq!(
+                node.cli(&["EXISTS", &key]).expect("redis-cli").trim(),
+                expected,
+                "node {i}, options \"{query}\""
+            );
+        }
+        g.release().await.expect("release");
+    }
+}
+
+/// A master whose connections take longer than a call may (a TLS
+/// handshake, a slow link) but less than `connect_timeout` is connected in
+/// the background and then counts toward the majority. It is unreachable
+/// when the backend starts; once it can be reached, slowly, the only
+/// majority left needs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_slow_to_connect_joins_the_majority() {
+    let set = RedisSet::start(3).await;
+    let proxy = Proxy::start(set.nodes[2].port()).await;
+    proxy.set_connect_delay(Duration::from_secs(60));
+    let hosts = [
+        set.nodes[0].redlock_host(),
+        set.nodes[1].redlock_host(),
+        set.nodes[2].redlock_host_via(proxy.port()),
+    ];
+    let url = format!(
+        "redlock://{}?prefix={}:&timeout=100ms&connect_timeout=2s",
+        hosts.join(","),
+        fresh_table()
+    );
+    let l = locker(&url).await;
+    proxy.set_connect_delay(Duration::from_millis(500));
+    set.nodes[1].process().stop();
+    let g = timeout(Duration::from_secs(20), async {
+        loop {
+            if let Ok(Some(g)) = l.try_lock("slow").await {
+                return g;
+            }
+            sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("the slow master joins node 0 in a majority");
+    g.release().await.expect("release");
 }

@@ -5,27 +5,27 @@ use std::time::Duration;
 
 use lock_core::wait::{Backoff, ReleaseSignals, poll_acquire_with};
 use lock_core::{
-    AcquireRequest, Capabilities, Error, Fencing, Holder, Lease, LockBackend, LockName, Result,
-    WaitBudget, async_trait,
+    AcquireRequest, Capabilities, Error, Fencing, FencingToken, Holder, Lease, LockBackend,
+    LockName, Result, WaitBudget, async_trait,
 };
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::config::{RedisConfig, ReplicaWait};
+use crate::eviction::Eviction;
 use crate::node::{Keys, Node};
 use crate::notices;
 
 /// With pub/sub wake-ups, polling is only a safety net.
 const POLL_CAP: Duration = Duration::from_millis(500);
 
-const CAPABILITIES: Capabilities =
-    Capabilities::new("redis", Fencing::Strict).with_server_side_wait(true);
-
 /// A lock backend on one Redis server (see the crate docs).
 #[derive(Debug)]
 pub struct RedisBackend {
     node: Node,
-    wait: Option<ReplicaWait>,
+    /// With `wait_replicas`: the connection grants are confirmed on.
+    confirm: Option<(Node, ReplicaWait)>,
+    capabilities: Capabilities,
     signals: Arc<ReleaseSignals>,
     subscriber: JoinHandle<()>,
 }
@@ -36,6 +36,16 @@ impl RedisBackend {
     pub async fn connect(url: &str) -> Result<Self> {
         let config = RedisConfig::parse(url)?;
         let node = Node::connect(&config.node, Keys::new(config.common.prefix.clone())).await?;
+        let confirm = match config.wait {
+            Some(wait) => Some((node.with_own_connection(wait.timeout).await?, wait)),
+            None => None,
+        };
+        // Tokens stay ordered while lock keys may be evicted, since the
+        // counter has no TTL; not once the counter itself may go.
+        let fencing = match node.eviction() {
+            Eviction::AnyKey => Fencing::BestEffort,
+            Eviction::Never | Eviction::KeysWithTtl | Eviction::Unknown => Fencing::Strict,
+        };
         let signals = Arc::new(ReleaseSignals::new());
         let subscriber = tokio::spawn(notices::forward(
             node.client().clone(),
@@ -45,7 +55,8 @@ impl RedisBackend {
         ));
         Ok(Self {
             node,
-            wait: config.wait,
+            confirm,
+            capabilities: Capabilities::new("redis", fencing).with_server_side_wait(true),
             signals,
             subscriber,
         })
@@ -56,33 +67,37 @@ impl RedisBackend {
         self.signals.wakeups()
     }
 
-    /// Fails the grant, and gives the lock back, unless enough replicas
-    /// confirm it.
-    async fn confirm_replicated(&self, lease: &Lease, wait: ReplicaWait) -> Result<()> {
-        let confirmed = self
-            .node
-            .wait_for_replicas(wait.replicas, wait.timeout)
+    /// Takes the lock and waits for `wait.replicas` to have it (see
+    /// [`Node::acquire_confirmed`]); gives it back unless they confirm, or
+    /// when the answer was lost (the script may have run).
+    async fn acquire_confirmed(
+        &self,
+        node: &Node,
+        req: &AcquireRequest,
+        wait: ReplicaWait,
+    ) -> Result<Option<FencingToken>> {
+        let outcome = node
+            .acquire_confirmed(&req.name, req.owner, req.ttl, wait.replicas, wait.timeout)
             .await;
-        match confirmed {
-            Ok(n) if n >= wait.replicas => Ok(()),
-            outcome => {
-                let _ = self.node.release(lease.name(), lease.owner()).await;
-                let heard = outcome.map_or_else(
-                    |e| format!("WAIT failed: {e}"),
-                    |n| format!("{n} confirmed"),
-                );
-                Err(Error::Unavailable {
-                    backend: "redis",
-                    message: format!(
-                        "the grant of lock \"{}\" reached too few replicas within {:?} ({} needed, {heard}); it was given back",
-                        lease.name(),
-                        wait.timeout,
-                        wait.replicas
-                    ),
-                    source: None,
-                })
+        let confirmed = match outcome {
+            Ok((token, confirmed)) if token.is_none() || confirmed >= wait.replicas => {
+                return Ok(token);
             }
-        }
+            Ok((_, confirmed)) => confirmed,
+            Err(e) => {
+                let _ = self.node.release(&req.name, req.owner).await;
+                return Err(e);
+            }
+        };
+        let _ = self.node.release(&req.name, req.owner).await;
+        Err(Error::Unavailable {
+            backend: "redis",
+            message: format!(
+                "the grant of lock \"{}\" reached too few replicas within {:?} ({} needed, {confirmed} confirmed); it was given back",
+                req.name, wait.timeout, wait.replicas
+            ),
+            source: None,
+        })
     }
 }
 
@@ -101,19 +116,16 @@ fn not_held(name: &LockName) -> Error {
 #[async_trait]
 impl LockBackend for RedisBackend {
     fn capabilities(&self) -> Capabilities {
-        CAPABILITIES
+        self.capabilities.clone()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {
         let sent = Instant::now();
-        let Some(token) = self.node.acquire(&req.name, req.owner, req.ttl).await? else {
-            return Ok(None);
+        let token = match &self.confirm {
+            Some((node, wait)) => self.acquire_confirmed(node, req, *wait).await?,
+            None => self.node.acquire(&req.name, req.owner, req.ttl).await?,
         };
-        let lease = Lease::new(req.name.clone(), req.owner, token, req.ttl, sent);
-        if let Some(wait) = self.wait {
-            self.confirm_replicated(&lease, wait).await?;
-        }
-        Ok(Some(lease))
+        Ok(token.map(|token| Lease::new(req.name.clone(), req.owner, token, req.ttl, sent)))
     }
 
     async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
@@ -151,7 +163,7 @@ impl LockBackend for RedisBackend {
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
         Ok(self.node.holder(name).await?.map(|h| Holder {
             owner: h.owner.chars().take(8).collect(),
-            token: lock_core::FencingToken(h.counter),
+            token: FencingToken(h.counter),
             expires_in: Some(h.remaining),
         }))
     }

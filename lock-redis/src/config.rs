@@ -17,6 +17,9 @@ pub struct NodeConfig {
     pub timeout: Duration,
     /// The longest wait for a connection.
     pub connect_timeout: Duration,
+    /// Whether to use a server that may evict lock keys (see
+    /// [`Eviction`](crate::eviction::Eviction)).
+    pub allow_eviction: bool,
 }
 
 impl NodeConfig {
@@ -24,8 +27,8 @@ impl NodeConfig {
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
 
     /// A node at `url` (`redis[s]://[user:password@]host[:port][/db]`, no
-    /// query string).
-    pub fn new(url: &str, timeout: Duration, connect_timeout: Duration) -> Result<Self> {
+    /// query string), with the timeouts and eviction choice of `common`.
+    pub fn new(url: &str, common: &CommonOptions) -> Result<Self> {
         let rest = url
             .strip_prefix("redis://")
             .or_else(|| url.strip_prefix("rediss://"))
@@ -46,8 +49,9 @@ impl NodeConfig {
         Ok(Self {
             url: url.to_owned(),
             label,
-            timeout,
-            connect_timeout,
+            timeout: common.timeout,
+            connect_timeout: common.connect_timeout,
+            allow_eviction: common.allow_eviction,
         })
     }
 
@@ -68,6 +72,7 @@ impl fmt::Debug for NodeConfig {
             .field("url", &redact(&self.url))
             .field("timeout", &self.timeout)
             .field("connect_timeout", &self.connect_timeout)
+            .field("allow_eviction", &self.allow_eviction)
             .finish()
     }
 }
@@ -81,11 +86,15 @@ pub struct CommonOptions {
     pub timeout: Duration,
     /// Connect timeout.
     pub connect_timeout: Duration,
+    /// Use a server whose memory policy may evict lock keys (refused
+    /// otherwise).
+    pub allow_eviction: bool,
 }
 
 impl CommonOptions {
     /// The option names [`CommonOptions::take`] reads.
-    pub const NAMES: &'static [&'static str] = &["prefix", "timeout", "connect_timeout"];
+    pub const NAMES: &'static [&'static str] =
+        &["prefix", "timeout", "connect_timeout", "allow_eviction"];
     const DEFAULT_PREFIX: &'static str = "distlock:";
 
     /// Takes the common options out of `q`; `default_timeout` is the
@@ -104,10 +113,14 @@ impl CommonOptions {
         let timeout = q.take_positive_duration("timeout", default_timeout)?;
         let connect_timeout =
             q.take_positive_duration("connect_timeout", NodeConfig::DEFAULT_TIMEOUT)?;
+        let allow_eviction = q
+            .take_parsed::<bool>("allow_eviction", "true or false")?
+            .unwrap_or(false);
         Ok(Self {
             prefix,
             timeout,
             connect_timeout,
+            allow_eviction,
         })
     }
 }
@@ -155,7 +168,7 @@ impl RedisConfig {
         };
         let base = url.split_once('?').map_or(url, |(b, _)| b);
         Ok(Self {
-            node: NodeConfig::new(base, common.timeout, common.connect_timeout)?,
+            node: NodeConfig::new(base, &common)?,
             common,
             wait,
         })
@@ -183,6 +196,9 @@ mod tests {
             })
         );
         assert!(!format!("{c:?}").contains("s3cret"));
+        assert!(!c.node.allow_eviction, "refused unless asked for");
+        let allowed = RedisConfig::parse("redis://h?allow_eviction=true").unwrap();
+        assert!(allowed.node.allow_eviction);
         assert_eq!(
             RedisConfig::parse("redis://h").unwrap().node.label,
             "h:6379"
@@ -196,6 +212,7 @@ mod tests {
             ("redis://h?timeout=0s", "more than zero"),
             ("redis://h?wait_timeout=1s", "needs \"wait_replicas\""),
             ("redis://h?nope=1", "accepted options"),
+            ("redis://h?allow_eviction=yes", "true or false"),
             ("redis://", "no host"),
         ] {
             let err = RedisConfig::parse(url).unwrap_err().to_string();

@@ -4,6 +4,7 @@
 
 mod backend;
 pub mod config;
+pub mod eviction;
 pub mod node;
 mod notices;
 mod scripts;

@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use lock_core::{Error, FencingToken, LockName, OwnerToken, Result};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, RedisError};
+use redis::{Client, ErrorKind, RedisError, ScriptInvocation, ServerErrorKind};
 
 use crate::config::NodeConfig;
+use crate::eviction::{self, Eviction, MemoryPolicy};
 use crate::scripts::{ACQUIRE_SCRIPT, HOLDER_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT};
 
 /// The keys of one lock name under a prefix.
@@ -62,6 +63,8 @@ pub struct Node {
     keys: Keys,
     label: String,
     timeout: Duration,
+    connect_timeout: Duration,
+    eviction: Eviction,
 }
 
 /// What [`Node::holder`] found.
@@ -79,38 +82,53 @@ impl Node {
     /// Connects to the server `config` names.
     pub async fn connect(config: &NodeConfig, keys: Keys) -> Result<Self> {
         let client = Client::open(config.connection_info()).map_err(|e| config.invalid(e))?;
-        let manager = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(config.connect_timeout))
-            .set_response_timeout(Some(config.timeout))
-            .set_number_of_retries(1);
-        let connect = client.get_connection_manager_with_config(manager);
-        let conn = tokio::time::timeout(config.connect_timeout, connect)
-            .await
-            .map_err(|_| Error::Timeout {
-                operation: "connecting to redis",
-                after: config.connect_timeout,
-            })?
-            .map_err(|e| convert(&config.label, "connect", config.connect_timeout, e))?;
-        let node = Self {
+        let conn = open(
+            &client,
+            &config.label,
+            config.connect_timeout,
+            config.timeout,
+        )
+        .await?;
+        let mut node = Self {
             conn,
             client,
             keys,
             label: config.label.clone(),
             timeout: config.timeout,
+            connect_timeout: config.connect_timeout,
+            eviction: Eviction::Unknown,
         };
-        node.check_version().await?;
+        // One `INFO` (its default sections include both) answers the
+        // version and the memory policy.
+        let info: Option<String> = node.unless_refused(redis::cmd("INFO")).await?;
+        node.check_version(info.as_deref())?;
+        let policy = match info.as_deref().and_then(MemoryPolicy::from_info) {
+            Some(policy) => Some(policy),
+            None => node.configured_policy().await?,
+        };
+        node.eviction = eviction::admit(config, policy.as_ref())?;
         Ok(node)
+    }
+
+    /// Runs an administrative command that the server may refuse (an ACL
+    /// user without it, a managed service that renamed it): `None` when it
+    /// answered with an error, `Err` when it did not answer at all.
+    async fn unless_refused<T: redis::FromRedisValue>(&self, cmd: redis::Cmd) -> Result<Option<T>> {
+        match cmd.query_async(&mut self.conn.clone()).await {
+            Ok(value) => Ok(Some(value)),
+            Err(e) if unanswered(&e) => Err(self.fail("connect", e)),
+            Err(e) => {
+                tracing::debug!(server = self.label, error = %e, "redis refused a command at connect");
+                Ok(None)
+            }
+        }
     }
 
     /// Refuses a server too old for the scripts, which would otherwise fail
     /// every acquire with a bare syntax error. A server that hides `INFO`
     /// (some managed services rename it) is given the benefit of the doubt.
-    async fn check_version(&self) -> Result<()> {
-        let info: redis::RedisResult<String> = redis::cmd("INFO")
-            .arg("server")
-            .query_async(&mut self.conn.clone())
-            .await;
-        match info.ok().as_deref().and_then(server_version) {
+    fn check_version(&self, info: Option<&str>) -> Result<()> {
+        match info.and_then(server_version) {
             Some(found) if found < MIN_VERSION => Err(Error::Backend {
                 message: format!(
                     "{} runs Redis {}.{}; distlock needs {}.{} or newer (its acquire script uses PEXPIRETIME)",
@@ -120,6 +138,21 @@ impl Node {
             }),
             _ => Ok(()),
         }
+    }
+
+    /// The memory policy from `CONFIG GET`, for a server that refused
+    /// `INFO`; `None` if it refuses this too.
+    async fn configured_policy(&self) -> Result<Option<MemoryPolicy>> {
+        let mut get = redis::cmd("CONFIG");
+        get.arg("GET").arg("maxmemory").arg("maxmemory-policy");
+        let pairs: Option<Vec<String>> = self.unless_refused(get).await?;
+        Ok(pairs.as_deref().and_then(MemoryPolicy::from_config))
+    }
+
+    /// Which keys the server may evict, as read at connect (a server whose
+    /// policy changes later is not noticed).
+    pub fn eviction(&self) -> Eviction {
+        self.eviction
     }
 
     /// The client, for a subscription connection of its own.
@@ -145,17 +178,84 @@ impl Node {
         owner: OwnerToken,
         ttl: Duration,
     ) -> Result<Option<FencingToken>> {
-        let token: u64 = ACQUIRE_SCRIPT
+        let token: u64 = self
+            .acquire_invocation(name, owner, ttl)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| self.fail("acquire", e))?;
+        Ok((token > 0).then_some(FencingToken(token)))
+    }
+
+    fn acquire_invocation(
+        &self,
+        name: &LockName,
+        owner: OwnerToken,
+        ttl: Duration,
+    ) -> ScriptInvocation<'static> {
+        let mut invocation = ACQUIRE_SCRIPT.prepare_invoke();
+        invocation
             .key(self.keys.lock(name))
             .key(self.keys.fence(name))
             .key(self.keys.waiting(name))
             .arg(owner.to_hex())
             .arg(millis(ttl))
-            .arg(millis(Keys::WAITING_MARK))
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| self.fail("acquire", e))?;
-        Ok((token > 0).then_some(FencingToken(token)))
+            .arg(millis(Keys::WAITING_MARK));
+        invocation
+    }
+
+    /// The acquire script followed by `WAIT replicas timeout`, sent as one
+    /// pipeline on one connection: `WAIT` then counts the replicas that
+    /// have the script's write. Sent separately, a reconnect between the
+    /// two would put `WAIT` on a connection that wrote nothing, which every
+    /// replica has "acknowledged"; in one pipeline, a lost connection fails
+    /// both. Returns the token, or `None` if somebody else holds the lock,
+    /// and how many replicas confirmed.
+    pub(crate) async fn acquire_confirmed(
+        &self,
+        name: &LockName,
+        owner: OwnerToken,
+        ttl: Duration,
+        replicas: u32,
+        timeout: Duration,
+    ) -> Result<(Option<FencingToken>, u32)> {
+        let invocation = self.acquire_invocation(name, owner, ttl);
+        let mut pipe = redis::pipe();
+        pipe.invoke_script(&invocation)
+            .cmd("WAIT")
+            .arg(replicas)
+            .arg(millis(timeout));
+        let mut conn = self.conn.clone();
+        let mut sent = pipe.query_async(&mut conn).await;
+        if matches!(&sent, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
+            // A restarted server forgot the script; the failed `EVALSHA`
+            // wrote nothing.
+            ACQUIRE_SCRIPT
+                .load_async(&mut conn)
+                .await
+                .map_err(|e| self.fail("acquire", e))?;
+            sent = pipe.query_async(&mut conn).await;
+        }
+        let (token, confirmed): (u64, u32) = sent.map_err(|e| self.fail("acquire", e))?;
+        Ok(((token > 0).then_some(FencingToken(token)), confirmed))
+    }
+
+    /// The same server on a connection of its own whose commands may take
+    /// `extra` longer than the timeout: for [`Node::acquire_confirmed`],
+    /// whose `WAIT` holds its connection until the replicas answer, and
+    /// would hold up every renewal and release queued behind it.
+    pub(crate) async fn with_own_connection(&self, extra: Duration) -> Result<Self> {
+        let conn = open(
+            &self.client,
+            &self.label,
+            self.connect_timeout,
+            self.timeout + extra,
+        )
+        .await?;
+        Ok(Self {
+            conn,
+            timeout: self.timeout + extra,
+            ..self.clone()
+        })
     }
 
     /// Extends the lock if `owner` still holds it.
@@ -201,17 +301,6 @@ impl Node {
             counter: counter.parse().unwrap_or(0),
         }))
     }
-
-    /// `WAIT replicas timeout`: how many replicas acknowledged every write
-    /// this connection sent so far.
-    pub async fn wait_for_replicas(&self, replicas: u32, timeout: Duration) -> Result<u32> {
-        redis::cmd("WAIT")
-            .arg(replicas)
-            .arg(millis(timeout))
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| self.fail("WAIT", e))
-    }
 }
 
 impl Node {
@@ -230,6 +319,28 @@ impl fmt::Debug for Node {
     }
 }
 
+/// A connection manager to `client`: reconnecting by itself, each command
+/// bounded by `timeout`.
+async fn open(
+    client: &Client,
+    label: &str,
+    connect_timeout: Duration,
+    timeout: Duration,
+) -> Result<ConnectionManager> {
+    let manager = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(connect_timeout))
+        .set_response_timeout(Some(timeout))
+        .set_number_of_retries(1);
+    let connect = client.get_connection_manager_with_config(manager);
+    tokio::time::timeout(connect_timeout, connect)
+        .await
+        .map_err(|_| Error::Timeout {
+            operation: "connecting to redis",
+            after: connect_timeout,
+        })?
+        .map_err(|e| convert(label, "connect", connect_timeout, e))
+}
+
 /// The oldest Redis with every command the scripts use (`PEXPIRETIME`).
 const MIN_VERSION: (u32, u32) = (7, 0);
 
@@ -246,6 +357,15 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// The server did not answer (as opposed to answering with an error).
+fn unanswered(e: &RedisError) -> bool {
+    e.is_timeout()
+        || e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_unrecoverable_error()
+}
+
 /// A Redis error as a distlock error that says whether a retry can help.
 fn convert(server: &str, operation: &'static str, limit: Duration, e: RedisError) -> Error {
     if e.is_timeout() {
@@ -255,11 +375,7 @@ fn convert(server: &str, operation: &'static str, limit: Duration, e: RedisError
             after: limit,
         };
     }
-    if e.is_io_error()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || e.is_unrecoverable_error()
-    {
+    if unanswered(&e) {
         return Error::Unavailable {
             backend: "redis",
             message: format!("{operation} on {server}: {e}"),

@@ -1,6 +1,7 @@
 //! [`RedlockBackend`]: the Redlock algorithm over independent Redis masters.
 
 use std::future::Future;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -11,26 +12,108 @@ use lock_core::{
 };
 use lock_redis::config::NodeConfig;
 use lock_redis::node::{Keys, Node};
-use tokio::sync::OnceCell;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::config::RedlockConfig;
 
-/// One master. It connects on first use, so a node that is down when the
-/// backend starts does not stop a majority from working; once connected it
-/// reconnects by itself.
+/// One master, connected by a task of its own (see [`keep_connecting`]):
+/// a master that is down, or slow to connect (a TLS handshake, a long
+/// link), when the backend starts neither holds the backend up nor makes
+/// any call wait for a connection. Once connected, the node reconnects by
+/// itself.
 #[derive(Debug)]
 struct Member {
-    config: NodeConfig,
-    keys: Keys,
-    node: OnceCell<Node>,
+    label: String,
+    node: OnceLock<Node>,
+    /// Why the last connection attempt failed, for error messages.
+    failure: Mutex<Option<String>>,
 }
 
 impl Member {
-    async fn node(&self) -> Result<&Node> {
-        self.node
-            .get_or_try_init(|| Node::connect(&self.config, self.keys.clone()))
-            .await
+    /// The node, or at once an error saying it is not connected yet.
+    fn node(&self) -> Result<&Node> {
+        self.node.get().ok_or_else(|| Error::Unavailable {
+            backend: "redlock",
+            message: match self.failure() {
+                Some(why) => format!("{} is not connected: {why}", self.label),
+                None => format!("{} is still connecting", self.label),
+            },
+            source: None,
+        })
+    }
+
+    /// Why the last connection attempt failed, while not connected.
+    fn failure(&self) -> Option<String> {
+        if self.node.get().is_some() {
+            return None;
+        }
+        self.failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn record_failure(&self, e: &Error) {
+        *self.failure.lock().unwrap_or_else(PoisonError::into_inner) = Some(e.to_string());
+    }
+}
+
+/// The first pause between two connection attempts to one master; it
+/// doubles up to [`RETRY_CAP`].
+const FIRST_RETRY: Duration = Duration::from_millis(50);
+const RETRY_CAP: Duration = Duration::from_secs(2);
+
+/// How far the members' connection tasks have got.
+#[derive(Clone, Copy, Debug, Default)]
+struct Progress {
+    /// Members whose first attempt has ended, either way.
+    tried: usize,
+    /// Members connected.
+    connected: usize,
+}
+
+/// Connects `member` to its master, each attempt bounded by the connect
+/// timeout (and its checks by the command timeout), never by the far
+/// shorter per-call limit; tries again until it succeeds or the backend is
+/// dropped, and reports to `progress`.
+async fn keep_connecting(
+    member: Arc<Member>,
+    config: NodeConfig,
+    keys: Keys,
+    progress: watch::Sender<Progress>,
+) {
+    let mut pause = FIRST_RETRY;
+    let mut attempts = 0u32;
+    loop {
+        match Node::connect(&config, keys.clone()).await {
+            Ok(node) => {
+                if attempts > 0 {
+                    tracing::info!(server = member.label, attempts, "redlock node connected");
+                }
+                let _ = member.node.set(node);
+                progress.send_modify(|p| {
+                    p.tried += usize::from(attempts == 0);
+                    p.connected += 1;
+                });
+                return;
+            }
+            Err(e) => {
+                if attempts == 0 {
+                    tracing::warn!(server = member.label, error = %e, "redlock node not connected; trying again in the background");
+                } else {
+                    tracing::debug!(server = member.label, error = %e, "redlock node still not connected");
+                }
+                member.record_failure(&e);
+                if attempts == 0 {
+                    progress.send_modify(|p| p.tried += 1);
+                }
+            }
+        }
+        attempts += 1;
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(RETRY_CAP);
     }
 }
 
@@ -43,7 +126,8 @@ struct Answers<T> {
 /// Redlock over N independent masters (see the crate docs).
 #[derive(Debug)]
 pub struct RedlockBackend {
-    members: Vec<Member>,
+    members: Vec<Arc<Member>>,
+    connecting: Vec<JoinHandle<()>>,
     quorum: usize,
     node_timeout: Duration,
     retry_delay: Duration,
@@ -51,31 +135,46 @@ pub struct RedlockBackend {
 }
 
 impl RedlockBackend {
-    /// Connects to the masters a `redlock://` URL lists. Fails unless a
-    /// majority can be reached now; the others are tried again on use.
+    /// Connects to the masters a `redlock://` URL lists, each in the
+    /// background. Waits for the first attempt on every master, at most as
+    /// long as one attempt may take, and fails unless a majority is then
+    /// connected; the masters not connected keep being tried.
     pub async fn connect(url: &str) -> Result<Self> {
         let config = RedlockConfig::parse(url)?;
         let keys = Keys::new(config.common.prefix.clone());
+        let (progress, mut watch_progress) = watch::channel(Progress::default());
+        let mut members = Vec::with_capacity(config.nodes.len());
+        let mut connecting = Vec::with_capacity(config.nodes.len());
+        for node in config.nodes.iter().cloned() {
+            let member = Arc::new(Member {
+                label: node.label.clone(),
+                node: OnceLock::new(),
+                failure: Mutex::new(None),
+            });
+            connecting.push(tokio::spawn(keep_connecting(
+                member.clone(),
+                node,
+                keys.clone(),
+                progress.clone(),
+            )));
+            members.push(member);
+        }
         let backend = Self {
             quorum: config.quorum(),
             node_timeout: config.common.timeout,
             retry_delay: config.retry_delay,
-            members: config
-                .nodes
-                .into_iter()
-                .map(|config| Member {
-                    config,
-                    keys: keys.clone(),
-                    node: OnceCell::new(),
-                })
-                .collect(),
+            members,
+            connecting,
             signals: ReleaseSignals::new(),
         };
-        let connected = backend
-            .on_every(config.common.connect_timeout, |_| async { Ok(()) })
-            .await;
-        if connected.ok.len() < backend.quorum {
-            return Err(backend.no_quorum("connect", &connected, config.common.connect_timeout));
+        // Connecting, then `INFO` and perhaps `CONFIG GET`.
+        let limit = config.common.connect_timeout + config.common.timeout * 2;
+        let everyone = backend.members.len();
+        let _ = tokio::time::timeout(limit, watch_progress.wait_for(|p| p.tried == everyone)).await;
+        let connected = watch_progress.borrow().connected;
+        if connected < backend.quorum {
+            let first_failure = backend.members.iter().find_map(|m| m.failure());
+            return Err(backend.no_quorum("connect", connected, first_failure, limit));
         }
         Ok(backend)
     }
@@ -102,8 +201,7 @@ impl RedlockBackend {
         let calls = self.members.iter().map(|m| {
             let op = &op;
             async move {
-                let call = async { op(m.node().await?).await };
-                tokio::time::timeout(limit, call)
+                tokio::time::timeout(limit, op(m.node()?))
                     .await
                     .unwrap_or(Err(Error::Timeout {
                         operation: "a call to one Redlock node",
@@ -124,22 +222,30 @@ impl RedlockBackend {
         answers
     }
 
-    fn no_quorum<T>(&self, operation: &str, answers: &Answers<T>, limit: Duration) -> Error {
-        let first = answers
-            .failed
-            .first()
+    fn no_quorum(
+        &self,
+        operation: &str,
+        answered: usize,
+        first_failure: Option<String>,
+        limit: Duration,
+    ) -> Error {
+        let first = first_failure
             .map(|e| format!("; first failure: {e}"))
             .unwrap_or_default();
         Error::Unavailable {
             backend: "redlock",
             message: format!(
-                "{operation}: only {} of {} nodes answered within {limit:?}, and Redlock needs {}{first}",
-                answers.ok.len(),
+                "{operation}: only {answered} of {} nodes answered within {limit:?}, and Redlock needs {}{first}",
                 self.members.len(),
                 self.quorum
             ),
             source: None,
         }
+    }
+
+    fn no_answer_quorum<T>(&self, operation: &str, answers: &Answers<T>, limit: Duration) -> Error {
+        let first = answers.failed.first().map(ToString::to_string);
+        self.no_quorum(operation, answers.ok.len(), first, limit)
     }
 
     /// Whether a call that started at `sent` left any validity of `ttl`.
@@ -158,6 +264,14 @@ impl RedlockBackend {
         limit: Duration,
     ) -> Answers<bool> {
         self.on_every(limit, |n| n.release(name, owner)).await
+    }
+}
+
+impl Drop for RedlockBackend {
+    fn drop(&mut self) {
+        for task in &self.connecting {
+            task.abort();
+        }
     }
 }
 
@@ -188,7 +302,7 @@ impl LockBackend for RedlockBackend {
         }
         self.release_everywhere(&req.name, req.owner, limit).await;
         if answers.ok.len() < self.quorum {
-            return Err(self.no_quorum("acquire", &answers, limit));
+            return Err(self.no_answer_quorum("acquire", &answers, limit));
         }
         if tokens.len() >= self.quorum {
             return Err(Error::Timeout {
@@ -226,7 +340,7 @@ impl LockBackend for RedlockBackend {
                 name: lease.name().to_string(),
             });
         }
-        Err(self.no_quorum("renew", &answers, limit))
+        Err(self.no_answer_quorum("renew", &answers, limit))
     }
 
     async fn release(&self, lease: &Lease) -> Result<()> {
@@ -239,7 +353,7 @@ impl LockBackend for RedlockBackend {
         if deleted >= self.quorum {
             Ok(())
         } else if answers.ok.len() < self.quorum {
-            Err(self.no_quorum("release", &answers, limit))
+            Err(self.no_answer_quorum("release", &answers, limit))
         } else {
             Err(Error::NotHeld {
                 name: lease.name().to_string(),
@@ -257,7 +371,7 @@ impl LockBackend for RedlockBackend {
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
         let answers = self.on_every(self.node_timeout, |n| n.holder(name)).await;
         if answers.ok.len() < self.quorum {
-            return Err(self.no_quorum("holder", &answers, self.node_timeout));
+            return Err(self.no_answer_quorum("holder", &answers, self.node_timeout));
         }
         let held: Vec<_> = answers.ok.into_iter().flatten().collect();
         // The holder is whoever holds the key on a majority, if anybody does.

@@ -52,11 +52,7 @@ impl RedlockConfig {
             .iter()
             .map(|host| {
                 let db = db.map(|d| format!("/{d}")).unwrap_or_default();
-                NodeConfig::new(
-                    &format!("{scheme}://{host}{db}"),
-                    common.timeout,
-                    common.connect_timeout,
-                )
+                NodeConfig::new(&format!("{scheme}://{host}{db}"), &common)
             })
             .collect::<Result<Vec<_>>>()?;
         if nodes.len() < 3 || nodes.len() % 2 == 0 {

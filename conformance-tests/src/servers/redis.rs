@@ -42,7 +42,9 @@ impl Redis {
         .await
     }
 
-    async fn start_with(extra: &[&str]) -> Self {
+    /// Starts a new server with these extra `redis-server` arguments (e.g.
+    /// `--maxmemory 1mb`).
+    pub async fn start_with(extra: &[&str]) -> Self {
         let server = find_binary("redis-server", &[], "redis-server")
             .to_string_lossy()
             .into_owned();
@@ -63,6 +65,9 @@ impl Redis {
             "",
             "--appendonly",
             "no",
+            // A replica is in sync at once rather than after five seconds.
+            "--repl-diskless-sync-delay",
+            "0",
             "--user",
             "default",
             "off",
@@ -91,7 +96,12 @@ impl Redis {
 
     /// A URL for this server with the given query string (no leading `?`).
     pub fn url(&self, query: &str) -> String {
-        let base = format!("redis://{USER}:{PASSWORD}@127.0.0.1:{}", self.port);
+        self.url_via(self.port, query)
+    }
+
+    /// The same URL, through another port (a proxy's).
+    pub fn url_via(&self, port: u16, query: &str) -> String {
+        let base = format!("redis://{USER}:{PASSWORD}@127.0.0.1:{port}");
         if query.is_empty() {
             base
         } else {
@@ -122,7 +132,12 @@ impl Redis {
 
     /// This server's entry in a `redlock://` host list.
     pub fn redlock_host(&self) -> String {
-        format!("{USER}:{PASSWORD}@127.0.0.1:{}", self.port)
+        self.redlock_host_via(self.port)
+    }
+
+    /// The same entry, through another port (a proxy's).
+    pub fn redlock_host_via(&self, port: u16) -> String {
+        format!("{USER}:{PASSWORD}@127.0.0.1:{port}")
     }
 
     /// Runs `redis-cli` against this server as the test user; `None` if it
