@@ -115,8 +115,7 @@ pub(crate) async fn connect(url: &str) -> Result<SqlBackend> {
         errors,
         capabilities: CAPABILITIES,
     };
-    let backend = SqlBackend::new(driver, common.timeout + Duration::from_secs(1))
-        .with_name_limit(name_limit);
+    let backend = SqlBackend::new(driver, common.timeout).with_name_limit(name_limit);
     Ok(match listener {
         Some(listener) => {
             let task = tokio::spawn(forward_notices(listener, backend.signals()));

@@ -10,7 +10,6 @@
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::time::Duration;
 
 use lock_core::url::QueryOptions;
 use lock_core::{Capabilities, Error, Fencing, Result};
@@ -187,12 +186,8 @@ pub(crate) async fn connect(url: &str) -> Result<SqlBackend> {
         errors,
         capabilities: config.capabilities(),
     };
-    // The statement limit backs up SQLite's own busy timeout, which bounds
-    // the wait for another writer.
-    Ok(SqlBackend::new(
-        driver,
-        common.timeout + Duration::from_secs(1),
-    ))
+    // SQLite's busy timeout bounds the wait for another writer.
+    Ok(SqlBackend::new(driver, common.timeout))
 }
 
 fn statements(t: &str) -> Statements {
@@ -225,6 +220,8 @@ fn statements(t: &str) -> Statements {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
