@@ -313,6 +313,127 @@ async fn retry_after_a_stall_keeps_its_grant(server: &dyn SqlServer) {
     guard.release().await.expect("release");
 }
 
+/// An acquire stuck behind a row lock another session holds: the caller
+/// gets an error, the server itself stops the statement (so it cannot take
+/// the row once the row lock goes), and no owner nobody has is left holding
+/// the lock.
+async fn acquire_behind_a_row_lock(server: &dyn SqlServer) {
+    let table = fresh_table();
+    let query = format!("table={table}&timeout=1s&connect_timeout=1s");
+    let l = locker(&server.url(&query)).await;
+    l.try_lock("row")
+        .await
+        .expect("make the row")
+        .expect("free")
+        .release()
+        .await
+        .expect("release");
+    let mut raw = RawSession::connect(server).await;
+    raw.execute("BEGIN").await;
+    raw.execute(&format!(
+        "SELECT version FROM {table} WHERE name = 'row' FOR UPDATE"
+    ))
+    .await;
+
+    let started = Instant::now();
+    match l
+        .lock_with("row", opts(Duration::from_secs(60), Wait::No))
+        .await
+    {
+        Err(e) => assert!(e.is_retryable(), "{e}"),
+        Ok(g) => panic!("acquired a row another session has locked: {g:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "bounded by the timeout, took {:?}",
+        started.elapsed()
+    );
+    timeout(Duration::from_secs(10), async {
+        while raw.acquires_waiting(&table).await > 0 {
+            sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the server stops an acquire stuck behind a row lock");
+    raw.execute("COMMIT").await;
+
+    timeout(Duration::from_secs(10), async {
+        while raw.acquires_waiting(&table).await > 0 {
+            sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("nothing waits once the row lock is gone");
+    assert_eq!(
+        l.holder("row").await.expect("holder"),
+        None,
+        "no owner nobody has holds the lock"
+    );
+    let fresh = locker(&server.url(&query)).await;
+    fresh
+        .try_lock("row")
+        .await
+        .expect("try_lock")
+        .expect("the lock is free at once")
+        .release()
+        .await
+        .expect("release");
+}
+
+/// A plain database session beside the backend's pool.
+enum RawSession {
+    Postgres(sqlx::PgConnection),
+    Mysql(sqlx::MySqlConnection),
+}
+
+impl RawSession {
+    async fn connect(server: &dyn SqlServer) -> Self {
+        use sqlx::Connection;
+        let url = server.url("").replace("mariadb://", "mysql://");
+        if server.label() == "postgres" {
+            Self::Postgres(sqlx::PgConnection::connect(&url).await.expect("connect"))
+        } else {
+            Self::Mysql(sqlx::MySqlConnection::connect(&url).await.expect("connect"))
+        }
+    }
+
+    async fn execute(&mut self, sql: &str) {
+        let sql = sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()));
+        match self {
+            Self::Postgres(c) => sql.execute(c).await.map(drop),
+            Self::Mysql(c) => sql.execute(c).await.map(drop),
+        }
+        .expect("run SQL");
+    }
+
+    /// How many other sessions are running an acquire on `table` (waiting
+    /// for its row lock).
+    async fn acquires_waiting(&mut self, table: &str) -> i64 {
+        let pattern = format!("INSERT INTO {table} %");
+        match self {
+            Self::Postgres(c) => {
+                sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM pg_stat_activity
+                 WHERE pid <> pg_backend_pid() AND state = 'active' AND query LIKE $1",
+                )
+                .bind(pattern)
+                .fetch_one(c)
+                .await
+            }
+            Self::Mysql(c) => {
+                sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM information_schema.processlist
+                 WHERE id <> CONNECTION_ID() AND info LIKE ?",
+                )
+                .bind(pattern)
+                .fetch_one(c)
+                .await
+            }
+        }
+        .expect("count waiting sessions")
+    }
+}
+
 /// Nothing listens: an error within the connect timeout, without the
 /// password in it.
 async fn unreachable_server(server: &dyn SqlServer) {
@@ -432,6 +553,10 @@ macro_rules! fault_tests {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn retry_after_a_stall_keeps_its_grant() {
                 super::retry_after_a_stall_keeps_its_grant($shared.await).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn acquire_behind_a_row_lock() {
+                super::acquire_behind_a_row_lock($shared.await).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn unreachable_server() {
