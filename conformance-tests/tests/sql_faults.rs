@@ -1,6 +1,7 @@
 //! Faults on real PostgreSQL and MariaDB servers: a restart while a lease is
 //! held, a reply lost in the middle of an acquire, an exhausted pool, an
-//! unreachable server. Each test that stops its server gets a server of its
+//! acquire that lands after its caller gave up on it (held up by a stalled
+//! network or a row lock), an unreachable server. Each test that stops its server gets a server of its
 //! own; the others share one.
 
 use std::time::Duration;
