@@ -173,14 +173,13 @@ impl SessionLimits {
     }
 }
 
-/// `innodb_lock_wait_timeout` bounds a wait for a row lock, on both servers,
-/// in whole seconds: rounded up, since the client's own limit is longer
-/// still. MariaDB's `max_statement_time` bounds the whole statement to the
-/// microsecond; MySQL has nothing alike for writes (`max_execution_time`
-/// stops `SELECT`s only), so there a sub-second timeout is a lock wait of up
-/// to a second on the server.
-/// Both are rounded up (a limit of zero means none), and kept within what
-/// the servers accept.
+/// The `SET` for one server. `innodb_lock_wait_timeout` bounds a wait for a
+/// row lock, on both servers, in whole seconds; MariaDB's
+/// `max_statement_time` bounds the whole statement, to the microsecond.
+/// MySQL has nothing alike for writes (`max_execution_time` stops `SELECT`s
+/// only). Both are rounded up, since a limit of zero means none and the
+/// client's own limit is a second longer anyway, and kept within what the
+/// servers accept.
 fn set_limits(flavour: Flavour, timeout: Duration) -> String {
     const MAX_LOCK_WAIT_S: u128 = 1 << 30;
     const MAX_STATEMENT_US: u128 = 31_536_000 * 1_000_000;
