@@ -15,6 +15,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::driver::{Driver, Released};
+use crate::orphans::{Attempt, Orphans, Undo};
 
 /// A lock backend on a SQL database: one row per lock name with an owner, a
 /// version and an expiry time set by the database's clock.
@@ -27,9 +28,13 @@ use crate::driver::{Driver, Released};
 ///
 /// Waiters poll with jittered backoff; a release in the same process wakes a
 /// local waiter at once.
+///
+/// An acquire statement the caller stopped waiting for is left to finish in
+/// a task of its own, which frees whatever it took (see `orphans.rs`).
 pub struct SqlBackend {
-    driver: Box<dyn Driver>,
+    driver: Arc<dyn Driver>,
     signals: Arc<ReleaseSignals>,
+    orphans: Arc<Orphans>,
     op_timeout: Duration,
     max_name_len: usize,
     poll_cap: Duration,
@@ -40,11 +45,20 @@ impl SqlBackend {
     /// Waiters re-check at least this often when nothing wakes them.
     const POLL_CAP: Duration = Duration::from_millis(100);
 
-    pub(crate) fn new(driver: impl Driver, op_timeout: Duration) -> Self {
+    /// How much longer than the server's own limit the client waits for a
+    /// statement, so that the server's definite answer ("stopped, nothing
+    /// changed") normally comes first.
+    const CLIENT_MARGIN: Duration = Duration::from_secs(1);
+
+    /// A backend on `driver`, whose database stops a statement after
+    /// `statement_timeout` (PostgreSQL's `statement_timeout`, MySQL's lock
+    /// wait and statement limits, SQLite's busy timeout).
+    pub(crate) fn new(driver: impl Driver, statement_timeout: Duration) -> Self {
         Self {
-            driver: Box::new(driver),
+            driver: Arc::new(driver),
             signals: Arc::new(ReleaseSignals::new()),
-            op_timeout,
+            orphans: Arc::new(Orphans::default()),
+            op_timeout: statement_timeout + Self::CLIENT_MARGIN,
             max_name_len: LockName::MAX_LEN,
             poll_cap: Self::POLL_CAP,
             listener: None,
@@ -146,15 +160,25 @@ impl LockBackend for SqlBackend {
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {
         self.check_name(&req.name)?;
-        let sent = Instant::now();
         let owner = req.owner.to_hex();
-        let version = self
-            .bounded(
-                "acquire",
-                self.driver
-                    .acquire(req.name.as_str(), &owner, millis(req.ttl)),
-            )
-            .await?;
+        if !self.orphans.settled(&owner, self.op_timeout).await {
+            // An earlier attempt of this request is still on its way.
+            return Err(Error::Timeout {
+                operation: "acquire",
+                after: self.op_timeout,
+            });
+        }
+        let sent = Instant::now();
+        let driver = self.driver.clone();
+        let (name, ttl_ms) = (req.name.as_str().to_owned(), millis(req.ttl));
+        let statement = Box::pin(async move { driver.acquire(&name, &owner, ttl_ms).await });
+        let undo = Undo {
+            driver: &self.driver,
+            orphans: &self.orphans,
+            signals: &self.signals,
+            req,
+        };
+        let version = Attempt::new(statement, undo).run(self.op_timeout).await?;
         Ok(
             version
                 .map(|v| Lease::new(req.name.clone(), req.owner, FencingToken(v), req.ttl, sent)),

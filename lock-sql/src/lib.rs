@@ -8,6 +8,7 @@ mod errors;
 #[cfg(feature = "mysql")]
 mod mysql;
 mod options;
+mod orphans;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]

@@ -6,14 +6,22 @@
 //! (`last_insert_id`), and nothing else in the statement can change that
 //! value. Waiters poll with jittered backoff: there is no notification
 //! mechanism to wake them.
+//!
+//! Every pooled session gets the configured timeout as its own server-side
+//! limit ([`SessionLimits`]), so a statement stuck behind a row lock is
+//! stopped by the server instead of running, and perhaps taking the row,
+//! after the client gave up on it.
 
 use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
 
 use lock_core::url::QueryOptions;
 use lock_core::{Capabilities, Error, Fencing, LockName, Result, async_trait};
 use sqlx::error::DatabaseError;
-use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions};
 use sqlx::{AssertSqlSafe, Row as _};
+use tokio::sync::OnceCell;
 
 use crate::backend::SqlBackend;
 use crate::driver::{Driver, Released, Row};
@@ -34,9 +42,10 @@ const NOW_MS: &str = "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)";
 const TAKEABLE: &str = "(owner IS NULL OR expires_at <= NOW_MS OR owner = VALUES(owner))";
 
 pub(crate) fn transient(e: &dyn DatabaseError) -> bool {
-    // 1205 lock wait timeout, 1213 deadlock, 1040 too many connections,
-    // 1053 server shutdown, 2006/2013 server gone / lost connection.
-    const CODES: &[&str] = &["1205", "1213", "1040", "1053", "2006", "2013"];
+    // 1205 lock wait timeout, 1969 statement time exceeded (MariaDB),
+    // 1213 deadlock, 1040 too many connections, 1053 server shutdown,
+    // 2006/2013 server gone / lost connection.
+    const CODES: &[&str] = &["1205", "1969", "1213", "1040", "1053", "2006", "2013"];
     let code = e
         .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
         .map(|m| m.number().to_string());
@@ -60,8 +69,13 @@ pub(crate) async fn connect(url: &str) -> Result<SqlBackend> {
         backend: "mysql",
         pool_timeout: common.connect_timeout,
     };
+    let limits = Arc::new(SessionLimits::new(common.timeout));
     let pool = MySqlPoolOptions::new()
         .max_connections(common.pool_size)
+        .after_connect(move |conn, _| {
+            let limits = limits.clone();
+            Box::pin(async move { limits.apply(conn).await })
+        })
         // One round trip per operation: no ping before each statement. A
         // dead connection surfaces as a retryable error instead.
         .test_before_acquire(false)
@@ -103,6 +117,83 @@ pub(crate) async fn connect(url: &str) -> Result<SqlBackend> {
         errors,
     };
     Ok(SqlBackend::new(driver, common.timeout).with_name_limit(name_limit))
+}
+
+/// Which server a `mysql://` or `mariadb://` URL reached: their statement
+/// limits differ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Flavour {
+    MySql,
+    MariaDb,
+}
+
+impl Flavour {
+    /// From `SELECT VERSION()`: MariaDB says so (`10.11.6-MariaDB-…`).
+    fn of(version: &str) -> Self {
+        if version.to_ascii_lowercase().contains("mariadb") {
+            Self::MariaDb
+        } else {
+            Self::MySql
+        }
+    }
+}
+
+/// The server-side limits every pooled session gets, from the configured
+/// timeout, set when the pool opens the connection.
+#[derive(Debug)]
+struct SessionLimits {
+    timeout: Duration,
+    /// The `SET` statement, made once the first connection has told which
+    /// server it reached.
+    set: OnceCell<String>,
+}
+
+impl SessionLimits {
+    fn new(timeout: Duration) -> Self {
+        Self {
+            timeout,
+            set: OnceCell::new(),
+        }
+    }
+
+    async fn apply(&self, conn: &mut MySqlConnection) -> std::result::Result<(), sqlx::Error> {
+        let set = self
+            .set
+            .get_or_try_init(|| async {
+                let version: String = sqlx::query_scalar("SELECT VERSION()")
+                    .fetch_one(&mut *conn)
+                    .await?;
+                Ok::<_, sqlx::Error>(set_limits(Flavour::of(&version), self.timeout))
+            })
+            .await?;
+        sqlx::raw_sql(AssertSqlSafe(set.as_str()))
+            .execute(conn)
+            .await?;
+        Ok(())
+    }
+}
+
+/// The `SET` for one server. `innodb_lock_wait_timeout` bounds a wait for a
+/// row lock, on both servers, in whole seconds; MariaDB's
+/// `max_statement_time` bounds the whole statement, to the microsecond.
+/// MySQL has nothing alike for writes (`max_execution_time` stops `SELECT`s
+/// only). Both are rounded up, since a limit of zero means none and the
+/// client's own limit is a second longer anyway, and kept within what the
+/// servers accept.
+fn set_limits(flavour: Flavour, timeout: Duration) -> String {
+    const MAX_LOCK_WAIT_S: u128 = 1 << 30;
+    const MAX_STATEMENT_US: u128 = 31_536_000 * 1_000_000;
+    let nanos = timeout.as_nanos();
+    let lock_wait = nanos.div_ceil(1_000_000_000).clamp(1, MAX_LOCK_WAIT_S);
+    let lock_wait = format!("SET SESSION innodb_lock_wait_timeout = {lock_wait}");
+    match flavour {
+        Flavour::MySql => lock_wait,
+        Flavour::MariaDb => {
+            let us = nanos.div_ceil(1_000).clamp(1, MAX_STATEMENT_US);
+            let (s, us) = (us / 1_000_000, us % 1_000_000);
+            format!("{lock_wait}, max_statement_time = {s}.{us:06}")
+        }
+    }
 }
 
 /// The statements for one table; `?` parameters are bound in the order each
@@ -248,5 +339,63 @@ impl Driver for MySql {
         })
         .transpose()
         .map_err(|e| self.errors.convert("holder", e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_server_flavour_comes_from_its_version() {
+        assert_eq!(Flavour::of("10.11.6-MariaDB-0+deb12u1"), Flavour::MariaDb);
+        assert_eq!(Flavour::of("5.5.5-10.6.12-mariadb-log"), Flavour::MariaDb);
+        assert_eq!(Flavour::of("8.0.36"), Flavour::MySql);
+        assert_eq!(Flavour::of("8.4.0-commercial"), Flavour::MySql);
+    }
+
+    #[test]
+    fn session_limits_follow_the_timeout_rounded_up() {
+        let ms = Duration::from_millis;
+        let cases = [
+            (
+                Flavour::MariaDb,
+                ms(5000),
+                "SET SESSION innodb_lock_wait_timeout = 5, max_statement_time = 5.000000",
+            ),
+            (
+                Flavour::MariaDb,
+                ms(1500),
+                "SET SESSION innodb_lock_wait_timeout = 2, max_statement_time = 1.500000",
+            ),
+            (
+                Flavour::MariaDb,
+                ms(250),
+                "SET SESSION innodb_lock_wait_timeout = 1, max_statement_time = 0.250000",
+            ),
+            (
+                Flavour::MariaDb,
+                Duration::from_nanos(1),
+                "SET SESSION innodb_lock_wait_timeout = 1, max_statement_time = 0.000001",
+            ),
+            (
+                Flavour::MariaDb,
+                Duration::from_secs(10 << 30),
+                "SET SESSION innodb_lock_wait_timeout = 1073741824, max_statement_time = 31536000.000000",
+            ),
+            (
+                Flavour::MySql,
+                ms(250),
+                "SET SESSION innodb_lock_wait_timeout = 1",
+            ),
+            (
+                Flavour::MySql,
+                ms(2001),
+                "SET SESSION innodb_lock_wait_timeout = 3",
+            ),
+        ];
+        for (flavour, timeout, set) in cases {
+            assert_eq!(set_limits(flavour, timeout), set, "{flavour:?} {timeout:?}");
+        }
     }
 }

@@ -19,7 +19,8 @@ pub struct CommonOptions {
     pub table: TableName,
     /// Connections per backend instance.
     pub pool_size: u32,
-    /// The longest one statement may take, waiting for locks included.
+    /// The longest one statement may take on the server, waiting for locks
+    /// included (the client waits a second longer).
     pub timeout: Duration,
     /// The longest wait for a connection, new or pooled.
     pub connect_timeout: Duration,

@@ -89,10 +89,7 @@ pub(crate) async fn connect(url: &str) -> Result<SqlBackend> {
     };
     let options = PgConnectOptions::from_str(&sqlx_url)
         .map_err(|e| Error::invalid_url(url, e.to_string()))?
-        .options([(
-            "statement_timeout",
-            format!("{}", common.timeout.as_millis()),
-        )]);
+        .options([("statement_timeout", statement_timeout_ms(common.timeout))]);
     let errors = ErrorMap {
         backend: "postgres",
         pool_timeout: common.connect_timeout,
@@ -115,8 +112,7 @@ pub(crate) async fn connect(url: &str) -> Result<SqlBackend> {
         errors,
         capabilities: CAPABILITIES,
     };
-    let backend = SqlBackend::new(driver, common.timeout + Duration::from_secs(1))
-        .with_name_limit(name_limit);
+    let backend = SqlBackend::new(driver, common.timeout).with_name_limit(name_limit);
     Ok(match listener {
         Some(listener) => {
             let task = tokio::spawn(forward_notices(listener, backend.signals()));
@@ -124,6 +120,17 @@ pub(crate) async fn connect(url: &str) -> Result<SqlBackend> {
         }
         None => backend,
     })
+}
+
+/// `statement_timeout` in whole milliseconds, rounded up (zero would mean no
+/// limit) and within the server's range.
+fn statement_timeout_ms(timeout: Duration) -> String {
+    const MAX_MS: u128 = i32::MAX as u128;
+    timeout
+        .as_nanos()
+        .div_ceil(1_000_000)
+        .clamp(1, MAX_MS)
+        .to_string()
 }
 
 /// `CREATE TABLE IF NOT EXISTS` alone is not safe when two sessions race
@@ -252,5 +259,21 @@ fn statements(at: &Location) -> Statements {
             "SELECT owner, version, (EXTRACT(EPOCH FROM expires_at - now()) * 1000)::BIGINT FROM {t}
              WHERE name = $1 AND owner IS NOT NULL AND expires_at > now()"
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_statement_timeout_is_never_zero_nor_out_of_range() {
+        assert_eq!(statement_timeout_ms(Duration::from_secs(5)), "5000");
+        assert_eq!(statement_timeout_ms(Duration::from_micros(1500)), "2");
+        assert_eq!(statement_timeout_ms(Duration::from_nanos(1)), "1");
+        assert_eq!(
+            statement_timeout_ms(Duration::from_secs(1 << 40)),
+            i32::MAX.to_string()
+        );
     }
 }

@@ -3,11 +3,13 @@
 //! WAL mode lets readers and one writer proceed together; a busy timeout
 //! makes a writer wait for another process's write instead of failing.
 //! `synchronous=FULL` (the default here) makes every grant durable before it
-//! is reported, so a power cut cannot roll a version back.
+//! is reported, so a power cut cannot roll a version back. With
+//! `synchronous=normal` it can: WAL mode then syncs only at checkpoints, so
+//! the last grants before a power cut may vanish and their versions be
+//! handed out again, and the backend says its fencing is best effort.
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::time::Duration;
 
 use lock_core::url::QueryOptions;
 use lock_core::{Capabilities, Error, Fencing, Result};
@@ -24,8 +26,6 @@ use crate::returning::{ReturningDriver, Statements};
 /// `'now'` fixed for the length of one statement.
 const NOW_MS: &str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
 
-const CAPABILITIES: Capabilities = Capabilities::new("sqlite", Fencing::Strict);
-
 /// The parts of a `sqlite://` URL.
 #[derive(Debug)]
 struct Config {
@@ -35,6 +35,15 @@ struct Config {
 }
 
 impl Config {
+    /// Strict fencing only when every grant is synced before it is reported.
+    fn capabilities(&self) -> Capabilities {
+        let fencing = match self.synchronous {
+            SqliteSynchronous::Full => Fencing::Strict,
+            _ => Fencing::BestEffort,
+        };
+        Capabilities::new("sqlite", fencing)
+    }
+
     fn parse(url: &str) -> Result<Self> {
         let rest = url
             .strip_prefix("sqlite://")
@@ -175,14 +184,10 @@ pub(crate) async fn connect(url: &str) -> Result<SqlBackend> {
         pool,
         sql: statements(t),
         errors,
-        capabilities: CAPABILITIES,
+        capabilities: config.capabilities(),
     };
-    // The statement limit backs up SQLite's own busy timeout, which bounds
-    // the wait for another writer.
-    Ok(SqlBackend::new(
-        driver,
-        common.timeout + Duration::from_secs(1),
-    ))
+    // SQLite's busy timeout bounds the wait for another writer.
+    Ok(SqlBackend::new(driver, common.timeout))
 }
 
 fn statements(t: &str) -> Statements {
@@ -215,6 +220,8 @@ fn statements(t: &str) -> Statements {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
@@ -247,6 +254,26 @@ mod tests {
         for (url, why) in cases {
             let err = Config::parse(url).unwrap_err().to_string();
             assert!(err.contains(why), "{url}: {err}");
+        }
+    }
+
+    #[tokio::test]
+    async fn fencing_is_strict_only_when_every_grant_is_synced() {
+        let dir = tempfile::tempdir().unwrap();
+        let cases = [
+            ("", Fencing::Strict),
+            ("?synchronous=full", Fencing::Strict),
+            ("?synchronous=normal", Fencing::BestEffort),
+            (
+                "?table=t2&synchronous=normal&timeout=2s",
+                Fencing::BestEffort,
+            ),
+        ];
+        for (query, fencing) in cases {
+            let url = format!("sqlite://{}/locks.db{query}", dir.path().display());
+            let backend = connect(&url).await.unwrap();
+            let capabilities = lock_core::LockBackend::capabilities(&backend);
+            assert_eq!(capabilities.fencing, fencing, "{url}");
         }
     }
 
