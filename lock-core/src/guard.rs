@@ -59,14 +59,19 @@ impl LockHandle {
         self.lease.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// The state now.
+    /// The state now: `Lost` from the lease's deadline on, even before the
+    /// keep-alive task has run to say so (a busy or paused runtime).
     pub fn state(&self) -> LockState {
-        *self.state.borrow()
+        let state = *self.state.borrow();
+        if state != LockState::Lost && self.lease().is_expired() {
+            return LockState::Lost;
+        }
+        state
     }
 
-    /// Whether the lock has been lost.
+    /// Whether the lock has been lost (or its lease has run out).
     pub fn is_lost(&self) -> bool {
-        self.lost.is_cancelled()
+        self.lost.is_cancelled() || self.lease().is_expired()
     }
 
     /// Completes when the lock is lost (at once if it already is).
@@ -80,7 +85,8 @@ impl LockHandle {
         self.lost.clone()
     }
 
-    /// A receiver that sees every change of state (`Held ⇄ AtRisk → Lost`).
+    /// A receiver that sees every change of state (`Held ⇄ AtRisk → Lost`),
+    /// as the keep-alive task publishes it.
     pub fn watch(&self) -> watch::Receiver<LockState> {
         self.state.clone()
     }
@@ -108,7 +114,6 @@ impl fmt::Debug for LockHandle {
 pub struct LockGuard {
     handle: LockHandle,
     backend: Arc<dyn LockBackend>,
-    lease: Arc<Mutex<Lease>>,
     stop: CancellationToken,
     renewals: Arc<RenewalQueue>,
     /// Where the keep-alive is parked; `None` once the guard is released.
@@ -147,7 +152,7 @@ impl LockGuard {
         };
         let keep_alive = KeepAlive {
             backend: backend.clone(),
-            lease: shared.clone(),
+            lease: shared,
             signal,
             stop: stop.clone(),
         };
@@ -155,7 +160,6 @@ impl LockGuard {
         Self {
             handle,
             backend,
-            lease: shared,
             stop,
             renewals: renewals.clone(),
             renewal: Some(renewal),
@@ -255,7 +259,7 @@ impl Drop for LockGuard {
             return; // no runtime: the TTL frees the lock
         };
         let backend = self.backend.clone();
-        let lease = self.lease.clone();
+        let lease = self.handle.lease.clone();
         let span =
             tracing::info_span!("release_on_drop", lock = %self.name(), token = %self.token());
         runtime.spawn(

@@ -163,6 +163,19 @@ async fn a_late_grant_is_lost_at_its_own_deadline() {
     assert!(guard.handle().is_lost());
 }
 
+/// A section that keeps the runtime busy past the lease's deadline still
+/// sees the lock as lost, although the keep-alive task never ran to say so.
+#[tokio::test]
+async fn a_blocked_runtime_still_sees_the_lease_run_out() {
+    let locker = Locker::new(MemoryBackend::new());
+    let guard = locker.lock_with("a", opts(300)).await.unwrap();
+    let handle = guard.handle();
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(guard.state(), LockState::Lost);
+    assert!(handle.is_lost(), "is_lost after the deadline");
+    drop(guard);
+}
+
 /// A late grant is renewed as soon as its first renewal is due, a third of
 /// the TTL after the request was sent, even if that is when the guard is
 /// built.
