@@ -45,11 +45,14 @@ impl Record {
     /// after its lease ran out), which is not a grant anyone may act on.
     fn grant(&mut self, guard: &LockGuard, fencing: Fencing) -> Option<u64> {
         let handle = guard.handle();
-        if handle.state() == LockState::Lost {
+        // One instant for every check: a grant whose own lease has run out
+        // by now (its reply came late, or this task was preempted) is no
+        // grant, and is left out of the order of grants.
+        let now = Instant::now();
+        if handle.state() == LockState::Lost || handle.lease().deadline() <= now {
             self.late_grants += 1;
             return None;
         }
-        let now = Instant::now();
         let name = guard.name().as_str().to_owned();
         for other in self.live.values().filter(|h| h.name().as_str() == name) {
             // Both believe they hold it: the other is not lost and its own
@@ -137,9 +140,15 @@ async fn worker(locker: Locker, names: Arc<Vec<String>>, ttl: Duration, shared: 
                 _ => Wait::For(Duration::from_millis(rng.random_range(1..300))),
             };
             // One hold in eight lasts past the first renewal (a third of
-            // the TTL).
+            // the TTL), and one in eight ends right around it, so that a
+            // release often meets a renewal in flight.
+            let renewal = ttl / 3;
             let hold = match rng.random_range(0..8) {
                 0 => ttl / 2,
+                1 => {
+                    renewal - Duration::from_millis(3)
+                        + Duration::from_micros(rng.random_range(0..6_000))
+                }
                 _ => Duration::from_micros(rng.random_range(0..5_000)),
             };
             (name, wait, hold, rng.random_range(0..6))
