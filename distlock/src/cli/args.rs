@@ -116,10 +116,6 @@ pub(crate) struct WatchdogArgs {
     /// The run's --grace.
     #[arg(long, value_parser = duration)]
     pub(crate) grace: Duration,
-
-    /// The run's --ttl.
-    #[arg(long, value_parser = duration)]
-    pub(crate) ttl: Duration,
 }
 
 #[derive(Debug, Args)]

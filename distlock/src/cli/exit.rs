@@ -14,7 +14,8 @@ pub(crate) const BUSY: u8 = 75;
 /// `--wait` ran out before the lock was granted (as `timeout(1)` does).
 pub(crate) const WAIT_TIMEOUT: u8 = 124;
 /// The lock was lost, or renewal kept failing until only `--grace` was left,
-/// while the command ran; the command was stopped.
+/// while the command ran (the command was stopped); or it was granted with
+/// too little lease left to run anything.
 pub(crate) const LOST: u8 = 125;
 /// The command exists but could not be executed (as a shell does).
 pub(crate) const CANNOT_EXECUTE: u8 = 126;
@@ -31,7 +32,7 @@ Exit status:
   75   the lock is busy and --no-wait was given
   124  --wait ran out before the lock was granted
   125  the lock was lost (or renewal kept failing) while the command ran;
-       the command was stopped
+       the command was stopped (or never started: too little lease left)
   126  the command could not be executed
   127  the command was not found";
 

@@ -3,8 +3,12 @@
 mod args;
 mod bench;
 mod exit;
+mod group;
 mod run;
+mod signals;
 mod status;
+mod supervise;
+mod terminal;
 mod watchdog;
 
 use std::process::ExitCode;
@@ -29,9 +33,7 @@ pub(crate) fn main() -> ExitCode {
     let command = match cli.command {
         // Before any runtime or thread exists: it blocks signals for good.
         Command::Watchdog(args) => return ExitCode::from(watchdog::main(&args)),
-        Command::Run(args) => Work::Run(args),
-        Command::Status(args) => Work::Status(args),
-        Command::Bench(args) => Work::Bench(args),
+        other => other,
     };
     init_logging(cli.verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -47,9 +49,10 @@ pub(crate) fn main() -> ExitCode {
     };
     let status = runtime.block_on(async {
         match command {
-            Work::Run(args) => run::run(args).await,
-            Work::Status(args) => status::status(args).await,
-            Work::Bench(args) => bench::bench(args).await,
+            Command::Run(args) => run::run(args).await,
+            Command::Status(args) => status::status(args).await,
+            Command::Bench(args) => bench::bench(args).await,
+            Command::Watchdog(_) => Ok(exit::INTERNAL),
         }
     });
     // A command's status can be any byte; ours are the constants in `exit`.
@@ -57,13 +60,6 @@ pub(crate) fn main() -> ExitCode {
         eprintln!("distlock: {e}");
         exit::for_error(&e)
     }))
-}
-
-/// The subcommands that run on the async runtime.
-enum Work {
-    Run(args::RunArgs),
-    Status(args::StatusArgs),
-    Bench(args::BenchArgs),
 }
 
 fn init_logging(verbose: u8) {
@@ -87,4 +83,9 @@ fn init_logging(verbose: u8) {
         .with_target(verbose >= 2)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+}
+
+/// A duration as distlock prints it.
+fn human(d: std::time::Duration) -> String {
+    format!("{:.1}s", d.as_secs_f64())
 }

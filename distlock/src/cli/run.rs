@@ -6,14 +6,15 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use distlock::{AcquireOptions, Error, LockGuard, LockName, LockState, Locker, Result, Wait};
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
 use tokio::process::{Child, Command};
-use tokio::signal::unix::{SignalKind, signal};
-use tokio::time::Instant;
 
 use super::args::RunArgs;
 use super::exit;
+use super::group::Group;
+use super::human;
+use super::signals::Forwarded;
+use super::supervise::{self, Supervisor};
+use super::terminal::Terminal;
 use super::watchdog::Watchdog;
 
 pub(crate) async fn run(args: RunArgs) -> Result<u8> {
@@ -30,7 +31,31 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8> {
     // Installed before anything is spawned, so a signal meant for the
     // command is never lost to the default action (which would end distlock
     // and leave the command unsupervised).
-    let mut forwarded = Forwarded::install();
+    let mut signals = Forwarded::install();
+    // Started before the lock is asked for, so that its start-up is not
+    // taken out of the lease.
+    let mut watchdog = match Watchdog::start(grace).await {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!(
+                "distlock: cannot start the watchdog that stops the command if distlock dies: {e}"
+            );
+            return Ok(exit::INTERNAL);
+        }
+    };
+    let outcome = run_locked(&args, &name, grace, &mut signals, &mut watchdog).await;
+    watchdog.dismiss().await;
+    outcome
+}
+
+/// Everything from connecting to releasing, with the watchdog running.
+async fn run_locked(
+    args: &RunArgs,
+    name: &LockName,
+    grace: Duration,
+    signals: &mut Forwarded,
+    watchdog: &mut Watchdog,
+) -> Result<u8> {
     let locker = distlock::connect(&args.backend.url).await?;
     let wait = match (args.no_wait, args.wait) {
         (true, _) => Wait::No,
@@ -40,42 +65,48 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8> {
     let opts = AcquireOptions::with_ttl(args.ttl);
     // A signal while waiting ends the wait; the acquire is cancel-safe.
     let guard = tokio::select! {
-        guard = acquire(&locker, &name, opts, wait) => guard?,
-        sig = forwarded.next() => {
+        guard = acquire(&locker, name, opts, wait) => guard?,
+        sig = signals.next() => {
             eprintln!("distlock: {sig} while waiting for lock \"{name}\"; giving up");
             return Ok(128 + u8::try_from(sig as i32).unwrap_or(0));
         }
     };
-
-    if guard.handle().is_lost() {
-        // Granted, but the reply came after the lease ran out.
+    // A grant whose reply came late may have too little lease left to run
+    // anything under it and still stop it in time.
+    let lease = guard.lease();
+    if guard.state() != LockState::Held || lease.remaining() <= supervise::grace_for(&lease, grace)
+    {
         let _ = guard.release().await;
+        eprintln!(
+            "distlock: lock \"{name}\" was granted with too little of its lease left; not running the command"
+        );
         return Err(Error::Lost {
             name: name.to_string(),
         });
     }
-    let mut watchdog = match Watchdog::start(grace, args.ttl).await {
-        Ok(w) => w,
-        Err(e) => {
-            eprintln!(
-                "distlock: cannot start the watchdog that stops the command if distlock dies: {e}"
-            );
-            release(guard).await;
-            return Ok(exit::INTERNAL);
-        }
-    };
-    watchdog.tell(guard.lease().deadline().into_std()).await;
-    let mut child = match spawn(&args, &guard, watchdog.group()) {
+    watchdog
+        .tell(&lease, supervise::grace_for(&lease, grace))
+        .await;
+    let mut child = match spawn(args, &guard, watchdog.group()) {
         Ok(child) => child,
         Err((status, message)) => {
             eprintln!("distlock: {message}");
-            watchdog.dismiss().await;
             release(guard).await;
             return Ok(status);
         }
     };
-    let outcome = supervise(&mut child, &guard, &mut watchdog, &mut forwarded, grace).await;
-    watchdog.dismiss().await;
+    let terminal = Terminal::hand_to(watchdog.group());
+    let outcome = Supervisor {
+        guard: &guard,
+        watchdog,
+        signals,
+        terminal: terminal.as_ref(),
+        grace,
+    }
+    .run(&mut child)
+    .await;
+    drop(terminal);
+    supervise::stop_leftovers(&guard, watchdog, grace).await;
     match outcome {
         Ok(status) => {
             release(guard).await;
@@ -116,7 +147,7 @@ async fn acquire(
 fn spawn(
     args: &RunArgs,
     guard: &LockGuard,
-    group: Pid,
+    group: Group,
 ) -> std::result::Result<Child, (u8, String)> {
     let (program, rest) = args
         .command
@@ -126,7 +157,7 @@ fn spawn(
         .args(rest)
         .env("DISTLOCK_NAME", guard.name().as_str())
         .env("DISTLOCK_TOKEN", guard.token().to_string())
-        .process_group(group.as_raw())
+        .process_group(group.0.as_raw())
         .spawn()
         .map_err(|e| {
             let shown = program.to_string_lossy();
@@ -135,91 +166,6 @@ fn spawn(
                 _ => (exit::CANNOT_EXECUTE, format!("cannot execute {shown}: {e}")),
             }
         })
-}
-
-/// Waits for the command, forwarding termination signals, and stops it
-/// before the lock can be somebody else's: SIGTERM once renewal is failing
-/// and only `grace` of the lease is left, SIGKILL at the lease's deadline or
-/// as soon as the lock is known lost. The watchdog hears every new deadline,
-/// to do the same if distlock itself dies or stalls.
-async fn supervise(
-    child: &mut Child,
-    guard: &LockGuard,
-    watchdog: &mut Watchdog,
-    forwarded: &mut Forwarded,
-    grace: Duration,
-) -> Result<ExitStatus> {
-    let group = watchdog.group();
-    let mut state = guard.handle().watch();
-    let tick = (guard.lease().ttl() / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
-    let mut terminated = false;
-    let mut killed = false;
-    loop {
-        let lease = guard.lease();
-        watchdog.tell(lease.deadline().into_std()).await;
-        let now_state = *state.borrow_and_update();
-        let term_at = match now_state {
-            LockState::AtRisk if !terminated => Some(
-                lease
-                    .deadline()
-                    .checked_sub(grace)
-                    .unwrap_or_else(Instant::now),
-            ),
-            _ => None,
-        };
-        if now_state == LockState::Lost && !killed {
-            eprintln!(
-                "distlock: lock \"{}\" was lost; killing the command",
-                guard.name()
-            );
-            let _ = killpg(group, Signal::SIGKILL);
-            killed = true;
-        }
-        tokio::select! {
-            biased;
-            status = child.wait() => {
-                let status = status.map_err(|e| Error::backend(format!("waiting for the command: {e}")))?;
-                if terminated || killed || guard.handle().is_lost() || lease.is_expired() {
-                    return Err(Error::Lost { name: guard.name().to_string() });
-                }
-                return Ok(status);
-            }
-            sig = forwarded.next() => {
-                let _ = killpg(group, sig);
-            }
-            changed = state.changed() => match (changed, *state.borrow()) {
-                (Ok(()), LockState::AtRisk) => eprintln!(
-                    "distlock: renewing lock \"{}\" is failing; it is still held for {}",
-                    guard.name(),
-                    human(guard.lease().remaining())
-                ),
-                (Ok(()), LockState::Held) => eprintln!("distlock: lock \"{}\" renewed again", guard.name()),
-                _ => {}
-            },
-            () = sleep_until_some(term_at) => {
-                eprintln!(
-                    "distlock: renewing lock \"{}\" kept failing and {} of it is left; stopping the command (SIGTERM, SIGKILL when the lease runs out)",
-                    guard.name(),
-                    human(guard.lease().remaining())
-                );
-                let _ = killpg(group, Signal::SIGTERM);
-                terminated = true;
-            }
-            () = tokio::time::sleep_until(lease.deadline()), if !killed => {
-                eprintln!("distlock: lock \"{}\" ran out; killing the command", guard.name());
-                let _ = killpg(group, Signal::SIGKILL);
-                killed = true;
-            }
-            () = tokio::time::sleep(tick) => {}
-        }
-    }
-}
-
-async fn sleep_until_some(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
 }
 
 async fn release(guard: LockGuard) {
@@ -237,50 +183,5 @@ fn status_code(status: ExitStatus) -> u8 {
         (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(exit::INTERNAL),
         (None, Some(sig)) => u8::try_from(128 + sig).unwrap_or(exit::INTERNAL),
         (None, None) => exit::INTERNAL,
-    }
-}
-
-fn human(d: Duration) -> String {
-    format!("{:.1}s", d.as_secs_f64())
-}
-
-/// The signals passed on to the command.
-///
-/// The command runs in a process group of its own, so signals sent to
-/// distlock's group (Ctrl-C from the terminal among them) do not reach it
-/// unless passed on.
-struct Forwarded {
-    terminate: Option<tokio::signal::unix::Signal>,
-    hangup: Option<tokio::signal::unix::Signal>,
-    quit: Option<tokio::signal::unix::Signal>,
-    interrupt: Option<tokio::signal::unix::Signal>,
-}
-
-impl Forwarded {
-    fn install() -> Self {
-        Self {
-            terminate: signal(SignalKind::terminate()).ok(),
-            hangup: signal(SignalKind::hangup()).ok(),
-            quit: signal(SignalKind::quit()).ok(),
-            interrupt: signal(SignalKind::interrupt()).ok(),
-        }
-    }
-
-    /// The next signal to pass on.
-    async fn next(&mut self) -> Signal {
-        async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
-            match s {
-                Some(s) => {
-                    s.recv().await;
-                }
-                None => std::future::pending().await,
-            }
-        }
-        tokio::select! {
-            () = recv(&mut self.terminate) => Signal::SIGTERM,
-            () = recv(&mut self.hangup) => Signal::SIGHUP,
-            () = recv(&mut self.quit) => Signal::SIGQUIT,
-            () = recv(&mut self.interrupt) => Signal::SIGINT,
-        }
     }
 }

@@ -4,37 +4,43 @@
 //! `distlock run` may die (SIGKILL, the OOM killer) or stall (SIGSTOP, a
 //! swap storm) while its command runs. Nothing in the dying process can act
 //! then, so a separate process must: `distlock run` starts this one as the
-//! leader of a new process group, puts the command into that group, and
-//! tells it every lease deadline over a pipe. The watchdog then
+//! leader of a new process group (before it even asks for the lock), puts
+//! the command into that group, and tells it over a pipe, for every lease,
+//! its deadline and when to send SIGTERM if nothing newer comes. The
+//! watchdog then
 //!
-//! - sends SIGTERM to the group when the last deadline it heard of is
-//!   `min(--grace, ttl/3)` away (a renewal would have moved it by then), and
-//!   SIGKILL at the deadline itself;
+//! - sends SIGTERM to the group at that instant and SIGKILL at the deadline,
+//!   unless it hears of a renewal first;
 //! - on end of file without a final `done` (distlock died), sends SIGTERM at
 //!   once and SIGKILL after `--grace` or at the deadline, whichever is first.
 //!
-//! It ignores the termination signals that reach the group (they are meant
-//! for the command) by keeping them blocked; SIGKILL to the group ends it
-//! with the command. Signalling the whole group reaches the command's own
-//! children too (`sh -c 'a & b'`).
+//! PR_SET_PDEATHSIG would do neither: it reaches only the direct child (not
+//! what a shell command starts), and nothing when distlock is stalled.
+//!
+//! The watchdog keeps every signal it can blocked: those sent to the group
+//! are meant for the command (and a stop signal would leave the command
+//! unguarded). It signals before it logs, and logs from a thread of its own,
+//! so a stderr that nobody reads cannot hold up a stop.
 
 use std::io::{BufRead, Write};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{SigSet, Signal, killpg};
+use distlock::Lease;
+use nix::sys::signal::{SigSet, Signal};
 use nix::time::{ClockId, clock_gettime};
-use nix::unistd::{Pid, getpgrp, getpid};
+use nix::unistd::{Pid, getpgrp};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 
 use super::args::WatchdogArgs;
+use super::group::Group;
 
 /// The hidden subcommand that runs the watchdog.
 pub(crate) const SUBCOMMAND: &str = "__watchdog";
 
 /// What `distlock run` says over the pipe, one line each.
-const DEADLINE: &str = "deadline";
+const LEASE: &str = "lease";
 const DONE: &str = "done";
 /// What the watchdog prints on stdout once its signals are blocked.
 const READY: &str = "ready";
@@ -45,24 +51,35 @@ const FAR: Duration = Duration::from_secs(365 * 24 * 3600);
 pub(crate) struct Watchdog {
     process: Child,
     pipe: Option<ChildStdin>,
-    group: Pid,
-    told: Option<Instant>,
+    group: Group,
+    grace: Duration,
+    /// The last deadline told, and when the watchdog would stop the command
+    /// if it heard nothing newer.
+    told: Option<(Instant, Instant)>,
 }
 
 impl Watchdog {
     /// Starts the watchdog as the leader of a new process group and waits
     /// until it is ready to guard it.
-    pub(crate) async fn start(grace: Duration, ttl: Duration) -> std::io::Result<Self> {
-        let exe = std::env::current_exe()?;
+    pub(crate) async fn start(grace: Duration) -> std::io::Result<Self> {
+        Self::spawn(grace, None).await
+    }
+
+    async fn spawn(grace: Duration, join: Option<Group>) -> std::io::Result<Self> {
+        // /proc/self/exe still works after a package upgrade replaced the
+        // binary on disk; current_exe() then names a deleted file.
+        let exe = match std::path::Path::new("/proc/self/exe") {
+            p if p.exists() => p.to_path_buf(),
+            _ => std::env::current_exe()?,
+        };
         let mut process = Command::new(exe)
             .arg(SUBCOMMAND)
             .arg(format!("--grace={}ms", grace.as_millis()))
-            .arg(format!("--ttl={}ms", ttl.as_millis()))
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
-            .process_group(0)
+            .process_group(join.map_or(0, |g| g.0.as_raw()))
             .spawn()?;
-        let group = process
+        let pid = process
             .id()
             .and_then(|id| i32::try_from(id).ok())
             .map(Pid::from_raw)
@@ -80,7 +97,8 @@ impl Watchdog {
             Ok(Ok(true)) => Ok(Self {
                 process,
                 pipe,
-                group,
+                group: join.unwrap_or(Group(pid)),
+                grace,
                 told: None,
             }),
             Ok(Err(e)) => Err(e),
@@ -92,20 +110,52 @@ impl Watchdog {
     }
 
     /// The process group the command must join.
-    pub(crate) fn group(&self) -> Pid {
+    pub(crate) fn group(&self) -> Group {
         self.group
     }
 
-    /// Tells the watchdog the lease's deadline if it moved.
-    pub(crate) async fn tell(&mut self, deadline: Instant) {
-        if self.told == Some(deadline) {
+    /// The watchdog's own process, which stays in the group.
+    pub(crate) fn pid(&self) -> Option<Pid> {
+        self.process
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .map(Pid::from_raw)
+    }
+
+    /// Tells the watchdog about `lease` if its deadline moved: the deadline,
+    /// and when to send SIGTERM if no renewal is heard of by then.
+    pub(crate) async fn tell(&mut self, lease: &Lease, grace: Duration) {
+        let deadline = lease.deadline().into_std();
+        if self.told.is_some_and(|(d, _)| d == deadline) {
             return;
         }
-        self.told = Some(deadline);
-        let Some(ns) = monotonic_ns(deadline) else {
+        let term_at = silent_term_at(lease, grace, Instant::now());
+        self.told = Some((deadline, term_at));
+        self.send_lease().await;
+    }
+
+    async fn send_lease(&mut self) {
+        let Some((deadline, term_at)) = self.told else {
             return;
         };
-        self.send(&format!("{DEADLINE} {ns}\n")).await;
+        if let (Some(d), Some(t)) = (monotonic_ns(deadline), monotonic_ns(term_at)) {
+            self.send(&format!("{LEASE} {d} {t}\n")).await;
+        }
+    }
+
+    /// Completes if the watchdog process exits.
+    pub(crate) async fn exited(&mut self) {
+        let _ = self.process.wait().await;
+    }
+
+    /// Starts a new watchdog in the same group after the last one died (it
+    /// was killed by its pid: every other signal is blocked).
+    pub(crate) async fn replace(&mut self) -> std::io::Result<()> {
+        let mut next = Self::spawn(self.grace, Some(self.group)).await?;
+        next.told = self.told;
+        next.send_lease().await;
+        *self = next;
+        Ok(())
     }
 
     /// Tells the watchdog it is no longer needed and waits for it to exit.
@@ -117,8 +167,8 @@ impl Watchdog {
 
     async fn send(&mut self, line: &str) {
         if let Some(pipe) = self.pipe.as_mut() {
-            // A watchdog that is gone was killed with the group; nothing to
-            // tell it any more.
+            // A watchdog that is gone was killed with the group, or will be
+            // replaced; nothing to tell it any more.
             if pipe.write_all(line.as_bytes()).await.is_err() {
                 self.pipe = None;
             }
@@ -126,33 +176,37 @@ impl Watchdog {
     }
 }
 
+/// When a watchdog that hears nothing newer sends SIGTERM: `grace` before
+/// the deadline, but never before halfway from the next renewal (a third of
+/// the lease's TTL after `now`, when the lease is told) to the deadline, so
+/// a renewal that is merely on its way does not stop a healthy command.
+pub(crate) fn silent_term_at(lease: &Lease, grace: Duration, now: Instant) -> Instant {
+    let deadline = lease.deadline().into_std();
+    let next_renewal = now + lease.ttl() / 3;
+    let halfway = match deadline.checked_duration_since(next_renewal) {
+        Some(left) => next_renewal + left / 2,
+        None => deadline,
+    };
+    deadline
+        .checked_sub(grace)
+        .unwrap_or(now)
+        .max(halfway)
+        .min(deadline)
+}
+
 /// What the watchdog hears.
 enum Heard {
-    Deadline(Instant),
+    Lease { deadline: Instant, term_at: Instant },
     Done,
 }
 
 /// The watchdog process itself; returns its exit status.
 pub(crate) fn main(args: &WatchdogArgs) -> u8 {
-    // Blocked before any thread exists, so every thread inherits it and
-    // these signals, sent to the group for the command, stay pending here.
-    let mut ignored = SigSet::empty();
-    for sig in [
-        Signal::SIGTERM,
-        Signal::SIGINT,
-        Signal::SIGHUP,
-        Signal::SIGQUIT,
-    ] {
-        ignored.add(sig);
-    }
-    if ignored.thread_block().is_err() {
+    // Blocked before any thread exists, so every thread inherits it.
+    if SigSet::all().thread_block().is_err() {
         return 1;
     }
-    let group = getpgrp();
-    if group != getpid() {
-        say("the watchdog must lead its own process group");
-        return 1;
-    }
+    let group = Group(getpgrp());
     let heard = listen();
     {
         let mut out = std::io::stdout().lock();
@@ -160,7 +214,7 @@ pub(crate) fn main(args: &WatchdogArgs) -> u8 {
             return 1;
         }
     }
-    guard(group, args, &heard);
+    guard(group, args.grace, &heard);
     0
 }
 
@@ -170,9 +224,16 @@ fn listen() -> mpsc::Receiver<Heard> {
     std::thread::spawn(move || {
         for line in std::io::stdin().lock().lines() {
             let Ok(line) = line else { return };
-            let heard = match line.split_once(' ') {
-                Some((DEADLINE, ns)) => ns.parse().ok().map(from_monotonic_ns).map(Heard::Deadline),
-                None if line == DONE => Some(Heard::Done),
+            let mut words = line.split(' ');
+            let heard = match (words.next(), words.next(), words.next()) {
+                (Some(LEASE), Some(d), Some(t)) => match (d.parse(), t.parse()) {
+                    (Ok(d), Ok(t)) => Some(Heard::Lease {
+                        deadline: from_monotonic_ns(d),
+                        term_at: from_monotonic_ns(t),
+                    }),
+                    _ => None,
+                },
+                (Some(DONE), None, None) => Some(Heard::Done),
                 _ => None,
             };
             if let Some(heard) = heard {
@@ -187,79 +248,52 @@ fn listen() -> mpsc::Receiver<Heard> {
 }
 
 /// Waits for news and acts on silence, until dismissed.
-fn guard(group: Pid, args: &WatchdogArgs, heard: &mpsc::Receiver<Heard>) {
-    let lead = args.grace.min(args.ttl / 3);
-    let mut deadline: Option<Instant> = None;
+fn guard(group: Group, grace: Duration, heard: &mpsc::Receiver<Heard>) {
+    let me = Pid::this();
+    let mut lease: Option<(Instant, Instant)> = None;
     let mut terminated = false;
     loop {
-        let wake = match deadline {
-            Some(d) if !terminated => d.checked_sub(lead).unwrap_or(d),
-            Some(d) => d,
+        let wake = match lease {
+            Some((_, term_at)) if !terminated => term_at,
+            Some((deadline, _)) => deadline,
             None => Instant::now() + FAR,
         };
         match heard.recv_timeout(wake.saturating_duration_since(Instant::now())) {
-            Ok(Heard::Deadline(d)) => deadline = Some(d),
+            Ok(Heard::Lease { deadline, term_at }) => lease = Some((deadline, term_at)),
             Ok(Heard::Done) => return,
-            Err(RecvTimeoutError::Timeout) if deadline.is_none() => {}
+            Err(RecvTimeoutError::Timeout) if lease.is_none() => {}
             Err(RecvTimeoutError::Timeout) if terminated => {
-                say("the lease ran out; killing the command");
-                let _ = killpg(group, Signal::SIGKILL);
+                group.signal(Signal::SIGKILL);
+                say("the lease ran out; killed the command");
                 return;
             }
             Err(RecvTimeoutError::Timeout) => {
-                say("distlock has not renewed the lock in time; stopping the command (SIGTERM)");
-                let _ = killpg(group, Signal::SIGTERM);
+                group.signal(Signal::SIGTERM);
                 terminated = true;
+                say("distlock has not renewed the lock in time; stopping the command (SIGTERM)");
             }
             Err(RecvTimeoutError::Disconnected) => {
+                group.signal(Signal::SIGTERM);
                 say("distlock is gone; stopping the command (SIGTERM)");
-                let _ = killpg(group, Signal::SIGTERM);
                 let now = Instant::now();
-                let kill_at = deadline.map_or(now + args.grace, |d| d.min(now + args.grace));
-                while Instant::now() < kill_at && others_in(group) {
+                let kill_at = lease.map_or(now + grace, |(d, _)| d.min(now + grace));
+                while Instant::now() < kill_at && group.has_members_besides(&[me]) {
                     std::thread::sleep(Duration::from_millis(20));
                 }
-                let _ = killpg(group, Signal::SIGKILL);
+                group.signal(Signal::SIGKILL);
                 return;
             }
         }
     }
 }
 
-/// Whether a live process other than this one is in `group`. Reads /proc
-/// (Linux); where that cannot be read, assumes there is.
-fn others_in(group: Pid) -> bool {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return true;
-    };
-    let me = getpid().as_raw();
-    entries.flatten().any(|entry| {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
-            return false;
-        };
-        if pid == me {
-            return false;
-        }
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            return false;
-        };
-        // After the command name in parentheses: state, ppid, pgrp, …
-        let mut fields = stat
-            .rsplit_once(')')
-            .map_or("", |(_, f)| f)
-            .split_whitespace();
-        let state = fields.next();
-        let pgrp = fields.nth(1).and_then(|p| p.parse::<i32>().ok());
-        pgrp == Some(group.as_raw()) && state != Some("Z")
-    })
-}
-
+/// Logs on a thread of its own: a full stderr pipe must not hold up the
+/// next signal.
 fn say(what: &str) {
-    let _ = writeln!(std::io::stderr(), "distlock watchdog: {what}");
+    let line = format!("distlock watchdog: {what}\n");
+    std::thread::spawn(move || {
+        let _ = std::io::stderr().write_all(line.as_bytes());
+    });
 }
 
 /// `at` as nanoseconds on `CLOCK_MONOTONIC`, the clock every process on the
@@ -284,5 +318,49 @@ fn from_monotonic_ns(ns: u128) -> Instant {
         now + apart(ns - now_ns)
     } else {
         now.checked_sub(apart(now_ns - ns)).unwrap_or(now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use distlock::{FencingToken, LockName, OwnerToken};
+
+    fn lease(ttl: Duration, sent_at: tokio::time::Instant) -> Lease {
+        let name = LockName::new("a").unwrap();
+        Lease::new(name, OwnerToken::random(), FencingToken(1), ttl, sent_at)
+    }
+
+    /// A backend may grant less than `--ttl` (ZooKeeper caps a lease at two
+    /// thirds of its session timeout): the watchdog must still wait for the
+    /// renewal of the lease it was told of.
+    #[test]
+    fn silence_counts_from_the_renewal_of_the_real_lease() {
+        let now = tokio::time::Instant::now();
+        let short = lease(Duration::from_millis(6_667), now);
+        let term = silent_term_at(&short, Duration::from_secs(10), now.into_std());
+        let renewal = now.into_std() + Duration::from_millis(2_222);
+        assert!(term > renewal, "SIGTERM before the first renewal was due");
+        assert!(term < short.deadline().into_std());
+    }
+
+    #[test]
+    fn silence_gives_grace_when_the_lease_leaves_room() {
+        let now = tokio::time::Instant::now();
+        let long = lease(Duration::from_secs(30), now);
+        let term = silent_term_at(&long, Duration::from_secs(2), now.into_std());
+        assert_eq!(
+            term,
+            long.deadline().into_std() - Duration::from_secs(2),
+            "SIGTERM --grace before the deadline"
+        );
+    }
+
+    #[test]
+    fn monotonic_nanoseconds_round_trip() {
+        let at = Instant::now() + Duration::from_millis(1500);
+        let back = from_monotonic_ns(monotonic_ns(at).unwrap());
+        let apart = if back > at { back - at } else { at - back };
+        assert!(apart < Duration::from_millis(5), "{apart:?}");
     }
 }

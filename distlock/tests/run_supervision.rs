@@ -1,0 +1,415 @@
+//! `distlock run` keeping its command inside the lease: when distlock is
+//! killed or paused, when renewal fails, when the lock is lost, when the
+//! command leaves processes behind, and with the signals it passes on.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+
+use common::*;
+
+#[test]
+fn a_killed_holder_frees_its_lock_within_its_ttl() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut victim = distlock(d)
+        .args(["run", "--url", &url(d), "--name", "k", "--ttl", "1s", "--"])
+        .args(["sh", "-c", "echo $$ > held; exec sleep 30"])
+        .spawn()
+        .unwrap();
+    eventually("the lock is held", || !read(&d.join("held")).is_empty());
+    signal(&victim, Signal::SIGKILL);
+    victim.wait().unwrap();
+    let started = Instant::now();
+    let out = distlock(d)
+        .args([
+            "run",
+            "--url",
+            &url(d),
+            "--name",
+            "k",
+            "--wait",
+            "20s",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let orphan: i32 = read(&d.join("held")).trim().parse().unwrap();
+    kill_all(&[orphan]);
+}
+
+/// A pause of distlock (GC, swap, SIGSTOP) longer than the TTL: the
+/// watchdog sends SIGTERM, and SIGKILL when the lease runs out, so the next
+/// holder never runs alongside the command — even one that does not stop on
+/// SIGTERM.
+#[test]
+fn a_paused_distlock_has_its_command_stopped_before_the_next_holder_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let script =
+        "trap 'echo term >> got-term' TERM; echo $$ > held.pid; while :; do sleep 0.05; done";
+    let holder = distlock(d)
+        .args([
+            "run",
+            "--url",
+            &url(d),
+            "--name",
+            "pause",
+            "--ttl",
+            "1s",
+            "--grace",
+            "500ms",
+            "--",
+        ])
+        .args(["sh", "-c", script])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    eventually("the lock is held", || !read(&d.join("held.pid")).is_empty());
+    signal(&holder, Signal::SIGSTOP);
+    // The next holder looks at the paused holder's command as it starts.
+    let look = "cat /proc/$(cat held.pid)/stat > seen 2>/dev/null; true";
+    let taker = distlock(d)
+        .args([
+            "run",
+            "--url",
+            &url(d),
+            "--name",
+            "pause",
+            "--wait",
+            "20s",
+            "--",
+        ])
+        .args(["sh", "-c", look])
+        .output()
+        .unwrap();
+    signal(&holder, Signal::SIGCONT);
+    let pid: i32 = read(&d.join("held.pid")).trim().parse().unwrap();
+    let seen = read(&d.join("seen"));
+    kill_all(&[pid]);
+    assert!(
+        taker.status.success(),
+        "another run took the expired lock: {}",
+        stderr(&taker)
+    );
+    assert!(
+        seen.is_empty()
+            || seen
+                .rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        "the paused holder's command still ran when the next holder started: {seen}"
+    );
+    assert_eq!(read(&d.join("got-term")), "term\n", "SIGTERM came first");
+    let out = holder.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(stderr(&out).contains("was lost"), "{}", stderr(&out));
+}
+
+/// Renewal fails (the database is locked by somebody else) while the command
+/// runs: the command gets SIGTERM while the lease still has --grace left,
+/// not when it has run out, and ends before the next holder starts.
+#[test]
+fn failing_renewal_stops_the_command_while_the_lease_is_still_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let db = d.join("locks.db");
+    let url = format!("sqlite://{}?timeout=100ms", db.display());
+    let script =
+        "trap 'date +%s%N > got-term; exit 0' TERM; touch held; while :; do sleep 0.05; done";
+    let holder = distlock(d)
+        .args([
+            "run", "--url", &url, "--name", "r", "--ttl", "3s", "--grace", "1500ms", "--",
+        ])
+        .args(["sh", "-c", script])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    eventually("the lock is held", || d.join("held").exists());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // Another writer holds the database: every renewal is refused.
+    let mut blocker = rt.block_on(async {
+        use sqlx::Connection;
+        let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display()))
+            .await
+            .unwrap();
+        sqlx::query("BEGIN EXCLUSIVE")
+            .execute(&mut c)
+            .await
+            .unwrap();
+        c
+    });
+    let blocked_at = unix_nanos();
+    let out = holder.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(
+        err.contains("kept failing") && !err.contains("ran out"),
+        "stopped while the lease was valid, not after: {err}"
+    );
+    let termed: u128 = read(&d.join("got-term")).trim().parse().unwrap();
+    assert!(
+        termed < blocked_at + 3_000_000_000,
+        "SIGTERM came before the lease (at most 3s from the last renewal) ran out"
+    );
+    rt.block_on(sqlx::query("ROLLBACK").execute(&mut blocker))
+        .unwrap();
+    drop(blocker);
+    let next = distlock(d)
+        .args(["run", "--url", &url, "--name", "r", "--wait", "20s", "--"])
+        .args(["sh", "-c", "date +%s%N > next"])
+        .output()
+        .unwrap();
+    assert!(next.status.success(), "{}", stderr(&next));
+    let next_at: u128 = read(&d.join("next")).trim().parse().unwrap();
+    assert!(
+        termed < next_at,
+        "the command ended before the next holder ran"
+    );
+}
+
+/// distlock killed with SIGKILL (or by the OOM killer): its watchdog stops
+/// the command and every process the command started, SIGKILL after --grace
+/// for those that ignore SIGTERM.
+#[test]
+fn killing_distlock_stops_the_command_and_its_children() {
+    for (script, grace) in [
+        (
+            "echo $$ > sh.pid; sleep 300 & echo $! > bg.pid; wait",
+            "10s",
+        ),
+        (
+            "trap '' TERM; echo $$ > sh.pid; sleep 300 & echo $! > bg.pid; wait",
+            "1s",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let mut victim = distlock(d)
+            .args([
+                "run",
+                "--url",
+                &url(d),
+                "--name",
+                "k",
+                "--ttl",
+                "30s",
+                "--grace",
+                grace,
+            ])
+            .args(["--", "sh", "-c", script])
+            .spawn()
+            .unwrap();
+        eventually("the command started its child", || {
+            !read(&d.join("bg.pid")).is_empty()
+        });
+        let pids: Vec<i32> = ["sh.pid", "bg.pid"]
+            .iter()
+            .map(|f| read(&d.join(f)).trim().parse().unwrap())
+            .collect();
+        signal(&victim, Signal::SIGKILL);
+        victim.wait().unwrap();
+        let killed = Instant::now();
+        while pids.iter().any(|&pid| alive(pid)) && killed.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let gone_after = killed.elapsed();
+        kill_all(&pids);
+        assert!(
+            gone_after < Duration::from_secs(2),
+            "{script}: the command and its child outlived distlock by {gone_after:?}"
+        );
+    }
+}
+
+/// Waits up to `limit` for every one of `pids` to be gone; how long it took,
+/// or `None`.
+fn all_gone_within(pids: &[i32], limit: Duration) -> Option<Duration> {
+    let started = Instant::now();
+    while pids.iter().any(|&pid| alive(pid)) {
+        if started.elapsed() > limit {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Some(started.elapsed())
+}
+
+fn pids(dir: &std::path::Path, files: &[&str]) -> Vec<i32> {
+    files
+        .iter()
+        .map(|f| read(&dir.join(f)).trim().parse().unwrap())
+        .collect()
+}
+
+/// Another owner takes the lock while the command runs (here: the row is
+/// rewritten behind distlock's back): the next renewal finds it gone, and
+/// the command and its children are killed at once.
+#[test]
+fn a_lock_taken_over_kills_the_command_and_its_children() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let db = d.join("locks.db");
+    let holder = distlock(d)
+        .args([
+            "run",
+            "--url",
+            &url(d),
+            "--name",
+            "over",
+            "--ttl",
+            "3s",
+            "--",
+        ])
+        .args([
+            "sh",
+            "-c",
+            "echo $$ > sh.pid; sleep 300 & echo $! > bg.pid; wait",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    eventually("the command started its child", || {
+        !read(&d.join("bg.pid")).is_empty()
+    });
+    let pids = pids(d, &["sh.pid", "bg.pid"]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        use sqlx::Connection;
+        let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display()))
+            .await
+            .unwrap();
+        sqlx::query("UPDATE distlock_locks SET owner = 'someone-else', version = version + 1")
+            .execute(&mut c)
+            .await
+            .unwrap();
+    });
+    let gone = all_gone_within(&pids, Duration::from_secs(15));
+    kill_all(&pids);
+    assert!(
+        gone.is_some(),
+        "the command and its child outlived the lock"
+    );
+    let out = holder.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(stderr(&out).contains("was lost"), "{}", stderr(&out));
+}
+
+/// The command exits but leaves a process running in the background: it is
+/// stopped before the lock is released, so nothing started under the lock
+/// outlives it.
+#[test]
+fn processes_left_behind_are_stopped_before_the_release() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let out = distlock(d)
+        .args([
+            "run",
+            "--url",
+            &url(d),
+            "--name",
+            "left",
+            "--ttl",
+            "3s",
+            "--",
+        ])
+        .args([
+            "sh",
+            "-c",
+            "sleep 300 >/dev/null 2>&1 & echo $! > bg.pid; exit 4",
+        ])
+        .output()
+        .unwrap();
+    let pids = pids(d, &["bg.pid"]);
+    let still = pids.iter().any(|&p| alive(p));
+    kill_all(&pids);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(!still, "the background process outlived the lock");
+    assert!(
+        stderr(&out).contains("left processes running"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// SIGINT sent to distlock alone reaches the command, which runs in a
+/// process group of its own; a signal distlock was started with ignored
+/// (`nohup`) stays ignored for the command.
+#[test]
+fn signals_reach_the_command_and_ignored_ones_stay_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let script = "trap 'echo int > got-int; exit 3' INT; touch ready; while :; do sleep 0.05; done";
+    let holder = distlock(d)
+        .args(["run", "--url", &url(d), "--name", "sig", "--"])
+        .args(["sh", "-c", script])
+        .spawn()
+        .unwrap();
+    eventually("the command runs", || d.join("ready").exists());
+    signal(&holder, Signal::SIGINT);
+    let out = holder.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(read(&d.join("got-int")), "int\n");
+
+    let out = std::process::Command::new("nohup")
+        .current_dir(d)
+        .args([BIN, "run", "--url", &url(d), "--name", "sig", "--"])
+        .args(["sh", "-c", "grep SigIgn /proc/self/status > ignored"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mask = read(&d.join("ignored"));
+    let mask = u64::from_str_radix(mask.trim().trim_start_matches("SigIgn:").trim(), 16).unwrap();
+    assert_eq!(
+        mask & 1,
+        1,
+        "SIGHUP (ignored by nohup) is still ignored by the command"
+    );
+}
+
+/// The command signals its whole group (`kill -USR1 0`) and ignores it
+/// itself; the watchdog, in the same group, survives it and still stops the
+/// command when distlock is killed.
+#[test]
+fn the_watchdog_survives_signals_meant_for_the_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let script = "trap '' USR1 ALRM; kill -USR1 0; kill -ALRM 0; echo $$ > sh.pid; sleep 300 & echo $! > bg.pid; wait";
+    let mut victim = distlock(d)
+        .args([
+            "run",
+            "--url",
+            &url(d),
+            "--name",
+            "usr",
+            "--ttl",
+            "30s",
+            "--",
+        ])
+        .args(["sh", "-c", script])
+        .spawn()
+        .unwrap();
+    eventually("the command started its child", || {
+        !read(&d.join("bg.pid")).is_empty()
+    });
+    let pids = pids(d, &["sh.pid", "bg.pid"]);
+    signal(&victim, Signal::SIGKILL);
+    victim.wait().unwrap();
+    let gone = all_gone_within(&pids, Duration::from_secs(10));
+    kill_all(&pids);
+    assert!(
+        gone.is_some_and(|t| t < Duration::from_secs(2)),
+        "the command outlived distlock by {gone:?}"
+    );
+}
