@@ -1,6 +1,6 @@
 //! A loopback TCP proxy that injects network faults between a client and a
-//! server: forward, stall every byte (both ways, or only the client's),
-//! delay new connections, or cut a
+//! server: forward, stall every byte (both ways, or only the client's, at
+//! once or after a few more requests), delay new connections, or cut a
 //! connection right after the server has answered a request (so the
 //! request was applied but its reply is lost, or its reply arrives and the
 //! connection is gone).
@@ -24,9 +24,13 @@ pub enum Fault {
     /// Hold every byte the client sends; the server's still reach the
     /// client (a link broken one way).
     StallRequests,
-    /// Forward the next request (a client message larger than a keep-alive
-    /// ping), then swallow the server's reply to it and close that
-    /// connection; then go back to [`Fault::None`].
+    /// Forward the next `n` requests (client messages larger than a
+    /// keep-alive ping), then hold every later byte the client sends: the
+    /// fault turns into [`Fault::StallRequests`]. Holds a request that
+    /// follows a read, to let another client write in between.
+    StallRequestsAfter(u32),
+    /// Forward the next request, then swallow the server's reply to it and
+    /// close that connection; then go back to [`Fault::None`].
     DropNextReply,
     /// Forward the next request and the server's first reply to it, then
     /// close that connection; then go back to [`Fault::None`].
@@ -45,6 +49,7 @@ pub struct Proxy {
     fault: Arc<Mutex<Fault>>,
     connect_delay: Arc<Mutex<Duration>>,
     cuts: Arc<AtomicU64>,
+    held: Arc<AtomicU64>,
     accept: JoinHandle<()>,
 }
 
@@ -63,17 +68,17 @@ impl Proxy {
         let addr = listener.local_addr().expect("proxy address");
         let fault = Arc::new(Mutex::new(Fault::None));
         let connect_delay = Arc::new(Mutex::new(Duration::ZERO));
-        let cuts = Arc::new(AtomicU64::new(0));
-        let (shared, delay, cut_count) = (fault.clone(), connect_delay.clone(), cuts.clone());
+        let counts = Counts::default();
+        let (shared, delay, shared_counts) = (fault.clone(), connect_delay.clone(), counts.clone());
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let fault = shared.clone();
-                let cuts = cut_count.clone();
+                let counts = shared_counts.clone();
                 let delay = *delay.lock().expect("poisoned");
                 tokio::spawn(async move {
                     tokio::time::sleep(delay).await;
                     if let Ok(server) = TcpStream::connect(target).await {
-                        relay(client, server, fault, cuts).await;
+                        relay(client, server, fault, counts).await;
                     }
                 });
             }
@@ -82,7 +87,8 @@ impl Proxy {
             addr,
             fault,
             connect_delay,
-            cuts,
+            cuts: counts.cuts,
+            held: counts.held,
             accept,
         }
     }
@@ -96,6 +102,12 @@ impl Proxy {
     /// How many connections a fault has cut so far.
     pub fn cuts(&self) -> u64 {
         self.cuts.load(Ordering::SeqCst)
+    }
+
+    /// How many messages (either way) a stall has held so far, each counted
+    /// once, when its hold begins.
+    pub fn held(&self) -> u64 {
+        self.held.load(Ordering::SeqCst)
     }
 
     /// The port clients should connect to.
@@ -124,12 +136,14 @@ impl Drop for Proxy {
 /// `COM_PING` is 5 bytes, PostgreSQL's `Sync` 5), not requests.
 const PING_SIZE: usize = 16;
 
-async fn relay(
-    client: TcpStream,
-    server: TcpStream,
-    fault: Arc<Mutex<Fault>>,
+/// What the relays of one proxy count.
+#[derive(Clone, Default)]
+struct Counts {
     cuts: Arc<AtomicU64>,
-) {
+    held: Arc<AtomicU64>,
+}
+
+async fn relay(client: TcpStream, server: TcpStream, fault: Arc<Mutex<Fault>>, counts: Counts) {
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
     // Set by the upstream pump when it forwards the request whose reply
@@ -140,12 +154,14 @@ async fn relay(
         server_write,
         fault.clone(),
         Direction::Request(cut.clone()),
+        counts.held.clone(),
     );
     let downstream = pump(
         server_read,
         client_write,
         fault,
-        Direction::Reply(cut, cuts),
+        Direction::Reply(cut, counts.cuts),
+        counts.held,
     );
     // When either direction ends, both sockets are dropped: the connection
     // is cut for both peers.
@@ -165,6 +181,7 @@ async fn pump(
     mut to: tokio::net::tcp::OwnedWriteHalf,
     fault: Arc<Mutex<Fault>>,
     direction: Direction,
+    held_count: Arc<AtomicU64>,
 ) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
@@ -172,8 +189,11 @@ async fn pump(
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
-        while held(&fault, &direction) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        if held(&fault, &direction) {
+            held_count.fetch_add(1, Ordering::SeqCst);
+            while held(&fault, &direction) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
         }
         match &direction {
             Direction::Request(cut) if n > PING_SIZE => {
@@ -181,6 +201,13 @@ async fn pump(
                 let then = match *now {
                     Fault::DropNextReply => DROP,
                     Fault::CutAfterNextReply => DELIVER_THEN_CUT,
+                    Fault::StallRequestsAfter(left) => {
+                        *now = match left {
+                            0 | 1 => Fault::StallRequests,
+                            _ => Fault::StallRequestsAfter(left - 1),
+                        };
+                        PASS
+                    }
                     Fault::None | Fault::Stall | Fault::StallRequests => PASS,
                 };
                 if then != PASS {
@@ -212,7 +239,12 @@ async fn pump(
 fn held(fault: &Mutex<Fault>, direction: &Direction) -> bool {
     match *fault.lock().expect("poisoned") {
         Fault::Stall => true,
-        Fault::StallRequests => matches!(direction, Direction::Request(_)),
-        Fault::None | Fault::DropNextReply | Fault::CutAfterNextReply => false,
+        Fault::StallRequests | Fault::StallRequestsAfter(0) => {
+            matches!(direction, Direction::Request(_))
+        }
+        Fault::None
+        | Fault::StallRequestsAfter(_)
+        | Fault::DropNextReply
+        | Fault::CutAfterNextReply => false,
     }
 }

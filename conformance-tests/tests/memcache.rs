@@ -1,7 +1,8 @@
 //! memcached beyond the conformance suite: a stale owner's compare-and-delete
 //! and compare-and-set against a new holder, eviction of a held lock, a
 //! restart that loses the fence counter, TTL limits, an unreachable server,
-//! requests cut mid-exchange, and an `add` whose reply was lost.
+//! requests cut mid-exchange, an `add` whose reply was lost, and writes that
+//! land between a release's or renewal's read and its conditional write.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -471,4 +472,266 @@ async fn a_retried_add_after_a_lost_reply_neither_outlasts_the_item_nor_reuses_a
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
     a.release(&lease).await.expect("release");
+}
+
+/// A backend whose requests go through a proxy, and one beside it that
+/// plays the other writers, on one fresh prefix.
+async fn proxied_pair(proxy: &Proxy) -> (Arc<MemcacheBackend>, Arc<MemcacheBackend>) {
+    let server = Memcached::shared().await;
+    // One connection: the proxy's count of requests is this backend's.
+    let query = format!("prefix={}:&pool_size=1", fresh_table());
+    (
+        backend(&server.url_via(proxy.port(), &query)).await,
+        backend(&server.url(&query)).await,
+    )
+}
+
+/// Runs `call` (a release or renewal through `proxy`) with the proxy holding
+/// each of its first `interleavings` conditional writes (every request but
+/// one follows a read: the first is the read, then a write and a read go
+/// through between holds); `meanwhile` runs while a write is held.
+async fn between_read_and_write<T: Send + 'static>(
+    proxy: &Proxy,
+    call: impl Future<Output = T> + Send + 'static,
+    mut meanwhile: impl AsyncFnMut(),
+    interleavings: u32,
+) -> T {
+    proxy.set(Fault::StallRequestsAfter(1));
+    let mut held = proxy.held();
+    let call = tokio::spawn(call);
+    for i in 0..interleavings {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while proxy.held() == held {
+            assert!(Instant::now() < deadline, "the proxy held no write");
+            sleep(Duration::from_millis(2)).await;
+        }
+        held = proxy.held();
+        meanwhile().await;
+        // The held write goes, then the next read; the write after that is
+        // held in turn.
+        proxy.set(if i + 1 < interleavings {
+            Fault::StallRequestsAfter(2)
+        } else {
+            Fault::None
+        });
+    }
+    timeout(Duration::from_secs(10), call)
+        .await
+        .expect("the call finishes")
+        .expect("task")
+}
+
+/// A write of `key` with the value it holds, as a renewal of the same lease
+/// that was cut on the client's side lands late: a new CAS, the same owner.
+async fn rewrite_as_a_late_renewal(b: &MemcacheBackend, key: &str, ttl: u64) {
+    let item = b.client().get(key).await.expect("get").expect("held");
+    assert!(
+        b.client()
+            .set_if(key, &item.value, ttl, item.cas)
+            .await
+            .expect("ms"),
+        "the late renewal applied"
+    );
+}
+
+/// A renewal of the lease that was cut on the client's side lands between
+/// the release's read and its compare-and-delete: the CAS moved, the lock is
+/// still ours, and the release must free it, not report it lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_renewal_between_the_read_and_the_delete_does_not_fail_the_release() {
+    let proxy = Proxy::start(Memcached::shared().await.port()).await;
+    let (a, b) = proxied_pair(&proxy).await;
+    let name = LockName::new("late-renewal").expect("name");
+    let key = a.lock_key(&name);
+    let lease = a
+        .try_acquire(&AcquireRequest::new(name, Duration::from_secs(10)))
+        .await
+        .expect("try_acquire")
+        .expect("free");
+    let released = between_read_and_write(
+        &proxy,
+        {
+            let (a, lease) = (a.clone(), lease.clone());
+            async move { a.release(&lease).await }
+        },
+        async || rewrite_as_a_late_renewal(&b, &key, 10).await,
+        1,
+    )
+    .await;
+    assert!(
+        released.is_ok(),
+        "the lock was ours when released: {released:?}"
+    );
+    assert_eq!(
+        b.client().get(&key).await.expect("get"),
+        None,
+        "the release freed the lock"
+    );
+}
+
+/// The same interleaving for a renewal: it must extend the lock, not report
+/// it lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_renewal_between_the_read_and_the_set_does_not_fail_the_renewal() {
+    let proxy = Proxy::start(Memcached::shared().await.port()).await;
+    let (a, b) = proxied_pair(&proxy).await;
+    let name = LockName::new("late-renewal").expect("name");
+    let key = a.lock_key(&name);
+    let lease = a
+        .try_acquire(&AcquireRequest::new(name, Duration::from_secs(10)))
+        .await
+        .expect("try_acquire")
+        .expect("free");
+    let longer = Duration::from_secs(30);
+    let renewed = between_read_and_write(
+        &proxy,
+        {
+            let (a, lease) = (a.clone(), lease.clone());
+            async move { a.renew(&lease, longer).await }
+        },
+        async || rewrite_as_a_late_renewal(&b, &key, 10).await,
+        1,
+    )
+    .await
+    .expect("the lock was ours when renewed");
+    let item = b.client().get(&key).await.expect("get").expect("held");
+    assert_eq!(item.value, lease.owner().to_hex());
+    assert!(
+        item.ttl.is_some_and(|t| t > 10),
+        "the renewal set the longer expiry: {item:?}"
+    );
+    assert!(renewed.deadline() <= Instant::now() + longer);
+    a.release(&renewed).await.expect("release");
+}
+
+/// The lock changes hands between the release's (or renewal's) read and its
+/// write: the retry reads the new holder's token and stops; it never deletes
+/// or extends the new holder's lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_taken_over_between_the_read_and_the_write_is_not_held_and_left_alone() {
+    let proxy = Proxy::start(Memcached::shared().await.port()).await;
+    let (a, b) = proxied_pair(&proxy).await;
+    let name = LockName::new("taken-over").expect("name");
+    let key = a.lock_key(&name);
+    let ttl = Duration::from_secs(10);
+    for renew in [false, true] {
+        let lease = a
+            .try_acquire(&AcquireRequest::new(name.clone(), ttl))
+            .await
+            .expect("try_acquire")
+            .expect("free");
+        let mut newer = None;
+        let take_over = async || {
+            // Gone (evicted, say), then another owner takes it.
+            let item = b.client().get(&key).await.expect("get").expect("held");
+            assert!(b.client().delete_if(&key, item.cas).await.expect("md"));
+            newer = b
+                .try_acquire(&AcquireRequest::new(name.clone(), ttl))
+                .await
+                .expect("try_acquire");
+        };
+        let call = {
+            let a = a.clone();
+            async move {
+                if renew {
+                    a.renew(&lease, Duration::from_secs(30)).await.map(drop)
+                } else {
+                    a.release(&lease).await
+                }
+            }
+        };
+        let outcome = between_read_and_write(&proxy, call, take_over, 1).await;
+        assert!(
+            matches!(outcome, Err(Error::NotHeld { .. })),
+            "renew: {renew}, {outcome:?}"
+        );
+        let newer = newer.expect("the other owner got the lock");
+        let item = b.client().get(&key).await.expect("get").expect("held");
+        assert_eq!(item.value, newer.owner().to_hex(), "the new holder's lock");
+        assert!(item.ttl.is_some_and(|t| t <= 10), "not extended: {item:?}");
+        b.release(&newer).await.expect("release");
+    }
+}
+
+/// Late writes of our own land before every one of the release's tries: the
+/// lock is still ours, so the release says it could not finish (retryable),
+/// not that the lock was lost, and the lock is still there to release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cas_that_moves_before_every_try_is_a_retryable_error_not_a_loss() {
+    let proxy = Proxy::start(Memcached::shared().await.port()).await;
+    let (a, b) = proxied_pair(&proxy).await;
+    let name = LockName::new("moving").expect("name");
+    let key = a.lock_key(&name);
+    let lease = a
+        .try_acquire(&AcquireRequest::new(name, Duration::from_secs(10)))
+        .await
+        .expect("try_acquire")
+        .expect("free");
+    let released = between_read_and_write(
+        &proxy,
+        {
+            let (a, lease) = (a.clone(), lease.clone());
+            async move { a.release(&lease).await }
+        },
+        async || rewrite_as_a_late_renewal(&b, &key, 10).await,
+        3,
+    )
+    .await;
+    match released {
+        Err(e) if e.is_retryable() => {}
+        other => panic!("the lock stayed ours through every try: {other:?}"),
+    }
+    let item = b.client().get(&key).await.expect("get").expect("held");
+    assert_eq!(item.value, lease.owner().to_hex());
+    a.release(&lease).await.expect("release");
+}
+
+/// A guard's release cuts its renewal in flight, as `LockGuard::release`
+/// does: the renewal is dropped at a random instant and the release sent at
+/// once. Whatever the renewal got to write, the lock was ours, so the
+/// release must free it and never report it lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_that_cuts_a_renewal_in_flight_never_reports_a_loss() {
+    let server = Memcached::shared().await;
+    let a = backend(&server.url(&format!("prefix={}:", fresh_table()))).await;
+    let ttl = Duration::from_secs(10);
+    let mut wrong = Vec::new();
+    for i in 0..2000 {
+        let req = AcquireRequest::new(
+            LockName::new(format!("cut-renewal-{i}")).expect("name"),
+            ttl,
+        );
+        let lease = a
+            .try_acquire(&req)
+            .await
+            .expect("try_acquire")
+            .expect("free");
+        let renewal = tokio::spawn({
+            let (a, lease) = (a.clone(), lease.clone());
+            async move { a.renew(&lease, ttl).await }
+        });
+        // Finer than a timer can sleep: the renewal's exchanges take about
+        // as long as this spins.
+        let cut_at = Duration::from_micros(rand::rng().random_range(0..100));
+        let spin = std::time::Instant::now();
+        while spin.elapsed() < cut_at {
+            std::hint::spin_loop();
+        }
+        renewal.abort();
+        if let Err(e) = a.release(&lease).await {
+            wrong.push(format!("cut after {cut_at:?}: {e}"));
+        }
+        let left = a.client().get(&a.lock_key(&req.name)).await.expect("get");
+        if left.is_some() {
+            wrong.push(format!(
+                "cut after {cut_at:?}: still held after the release"
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of 2000: {:#?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(5)]
+    );
 }

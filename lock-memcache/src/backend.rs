@@ -17,6 +17,10 @@ use crate::meta::MetaClient;
 /// second, so an item stored with `T<n>` may expire up to a second early.
 const GRANULARITY: Duration = Duration::from_secs(1);
 
+/// How often a conditional write on an owner's item is tried while the item
+/// stays the owner's but its CAS moves between the read and the write.
+const OWNER_WRITE_ATTEMPTS: usize = 3;
+
 /// The shortest TTL that leaves a lease after the granularity is taken off.
 pub const MIN_TTL: Duration = Duration::from_secs(2);
 
@@ -120,14 +124,57 @@ impl MemcacheBackend {
     /// Sets `key`'s expiry to `ttl` from now if `owner` holds it. `true` if
     /// extended.
     async fn extend_if_owner(&self, key: &str, owner: &str, ttl: Duration) -> Result<bool> {
-        match self.client.get(key).await? {
-            // The CAS makes the extension conditional on nobody having
-            // written the key since we read it.
-            Some(item) if item.value == owner => {
-                self.client.set_if(key, owner, exptime(ttl), item.cas).await
+        let exptime = exptime(ttl);
+        self.write_if_owner(key, owner, "compare-and-set", |cas| {
+            self.client.set_if(key, owner, exptime, cas)
+        })
+        .await
+    }
+
+    /// Reads `key` and, if `owner` holds it, applies `write` on the CAS just
+    /// read. `true` if a write applied, `false` if the key is gone or holds
+    /// another owner's token.
+    ///
+    /// The CAS can move while the item stays ours: a write of this owner's
+    /// that was cut on our side (a renewal whose future was dropped, or timed
+    /// out) may still land between our read and our write. That says nothing
+    /// about who holds the lock, so the read is repeated and the write
+    /// retried, a bounded number of times. Each write still applies only to
+    /// the very item its read saw holding our token, so a retry can never
+    /// touch another owner's lock.
+    async fn write_if_owner<F, W>(
+        &self,
+        key: &str,
+        owner: &str,
+        what: &'static str,
+        write: F,
+    ) -> Result<bool>
+    where
+        F: Fn(u64) -> W,
+        W: Future<Output = Result<bool>>,
+    {
+        for attempt in 0..=OWNER_WRITE_ATTEMPTS {
+            let cas = match self.client.get(key).await? {
+                Some(item) if item.value == owner => item.cas,
+                _ => return Ok(false),
+            };
+            if attempt == OWNER_WRITE_ATTEMPTS {
+                break;
             }
-            _ => Ok(false),
+            if write(cas).await? {
+                return Ok(true);
+            }
         }
+        // Still ours, but written under us every time: not a loss, and
+        // worth trying again later.
+        Err(Error::Unavailable {
+            backend: "memcache",
+            message: format!(
+                "{key}: the item stayed this owner's but changed before each of \
+                 {OWNER_WRITE_ATTEMPTS} tries of its {what}"
+            ),
+            source: None,
+        })
     }
 
     async fn current_token(&self, name: &LockName) -> Result<FencingToken> {
@@ -140,12 +187,10 @@ impl MemcacheBackend {
     /// Deletes `name` only if `owner` holds it. `true` if deleted.
     async fn delete_if_owner(&self, name: &LockName, owner: OwnerToken) -> Result<bool> {
         let key = self.lock_key(name);
-        match self.client.get(&key).await? {
-            Some(item) if item.value == owner.to_hex() => {
-                self.client.delete_if(&key, item.cas).await
-            }
-            _ => Ok(false),
-        }
+        self.write_if_owner(&key, &owner.to_hex(), "compare-and-delete", |cas| {
+            self.client.delete_if(&key, cas)
+        })
+        .await
     }
 }
 
@@ -200,6 +245,9 @@ impl LockBackend for MemcacheBackend {
     }
 
     async fn renew(&self, lease_now: &Lease, ttl: Duration) -> Result<Lease> {
+        // The lease counts from before the first read, even when a later
+        // try's write is the one that applied: every write is sent after
+        // this instant, so the lease never outlasts the expiry it set.
         let sent = Instant::now();
         let key = self.lock_key(lease_now.name());
         let owner = lease_now.owner().to_hex();
