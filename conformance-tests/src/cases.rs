@@ -2,9 +2,16 @@
 //! broken promise, and returns a [`Verdict`].
 //!
 //! TTLs are short and every wait is bounded, generously: these tests check
-//! behaviour, not speed.
+//! behaviour, not speed. The multi-process case, which runs the `contender`
+//! binary, is in `processes`; the FIFO case for backends that queue waiters
+//! on the server, which their own tests call, is in `fifo`.
 
-use std::path::Path;
+mod fifo;
+mod processes;
+
+pub use fifo::fifo_one_wake_up_per_release;
+pub use processes::multi_process;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -446,123 +453,4 @@ pub async fn bad_input_rejected(t: &dyn Target) -> Verdict {
         .expect("a free lock with an endless wait");
     g.release().await.expect("release");
     Verdict::Passed
-}
-
-/// For backends that queue waiters on the server (etcd, ZooKeeper): waiters
-/// are granted in the order they queued, and each release wakes exactly one
-/// of them — no herd. `queued(n)` returns once `n` contenders (holder
-/// included) are queued on the server; `wakeups()` reads the backend's count
-/// of server wake-ups. `locker` must be the backend `wakeups` counts for.
-pub async fn fifo_one_wake_up_per_release<Q, Fut>(
-    locker: &Locker,
-    waiters: usize,
-    ttl: Duration,
-    wakeups: impl Fn() -> u64,
-    queued: Q,
-) where
-    Q: Fn(usize) -> Fut,
-    Fut: std::future::Future,
-{
-    let holder = locker
-        .lock_with("fifo", opts(ttl, Wait::No))
-        .await
-        .expect("free");
-    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let mut tasks = Vec::new();
-    for i in 0..waiters {
-        let (l, order) = (locker.clone(), order.clone());
-        tasks.push(tokio::spawn(async move {
-            let g = l
-                .lock_with("fifo", opts(ttl, Wait::For(Duration::from_secs(30))))
-                .await
-                .expect("granted in turn");
-            order.lock().expect("poisoned").push(i);
-            sleep(Duration::from_millis(20)).await;
-            g.release().await.expect("release");
-        }));
-        let _ = queued(i + 2).await;
-    }
-    let woken_before = wakeups();
-    holder.release().await.expect("release");
-    for t in tasks {
-        t.await.expect("waiter");
-    }
-    assert_eq!(
-        *order.lock().expect("poisoned"),
-        (0..waiters).collect::<Vec<_>>(),
-        "FIFO"
-    );
-    assert_eq!(
-        wakeups() - woken_before,
-        waiters as u64,
-        "one wake-up per release, no herd"
-    );
-}
-
-/// Several OS processes contend for one name through the backend's URL; a
-/// shared log proves no two critical sections overlapped.
-pub async fn multi_process(t: &dyn Target, contender: &str) -> Verdict {
-    const PROCESSES: usize = 4;
-    const ROUNDS: usize = 6;
-    let caps = locker(t).await.capabilities();
-    let Some(url) = t.url().filter(|_| caps.shared_across_processes) else {
-        return Verdict::NotApplicable("the backend's locks live in one process".into());
-    };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let log = dir.path().join("sections.log");
-    let name = unique("procs");
-    let mut children = Vec::new();
-    for _ in 0..PROCESSES {
-        children.push(
-            tokio::process::Command::new(contender)
-                .args([url.as_str(), name.as_str(), &ROUNDS.to_string()])
-                .arg(&log)
-                .kill_on_drop(true)
-                .spawn()
-                .expect("start the contender binary"),
-        );
-    }
-    for mut child in children {
-        let status = timeout(Duration::from_secs(120), child.wait())
-            .await
-            .expect("a contender hung")
-            .expect("wait for a contender");
-        assert!(status.success(), "a contender failed: {status}");
-    }
-    check_section_log(&log, PROCESSES * ROUNDS, caps.fencing == Fencing::Strict);
-    Verdict::Passed
-}
-
-/// The log is `enter PID TOKEN` / `exit PID TOKEN` lines; every enter must be
-/// followed by its own exit before the next enter.
-fn check_section_log(log: &Path, sections: usize, strict: bool) {
-    let text = std::fs::read_to_string(log).expect("read the section log");
-    let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(
-        lines.len(),
-        sections * 2,
-        "expected {sections} sections in:\n{text}"
-    );
-    let mut tokens = Vec::new();
-    for pair in lines.chunks(2) {
-        let enter = pair[0]
-            .strip_prefix("enter ")
-            .unwrap_or_else(|| panic!("overlap at {pair:?}\n{text}"));
-        let exit = pair[1]
-            .strip_prefix("exit ")
-            .unwrap_or_else(|| panic!("overlap at {pair:?}\n{text}"));
-        assert_eq!(
-            enter, exit,
-            "sections of two processes interleaved:\n{text}"
-        );
-        let token = enter
-            .rsplit(' ')
-            .next()
-            .and_then(|t| t.parse::<u64>().ok())
-            .expect("token");
-        tokens.push(token);
-    }
-    if strict {
-        assert_increasing(&tokens);
-    }
 }
