@@ -34,11 +34,12 @@ pub(crate) enum Command {
     ///
     /// The command gets DISTLOCK_NAME and DISTLOCK_TOKEN (the fencing token)
     /// in its environment. It runs in a process group of its own, which
-    /// gets SIGTERM when renewal keeps failing and only --grace of the lease
-    /// is left, and SIGKILL when the lease runs out or the lock is lost. A
-    /// watchdog process does the same if distlock dies or stalls. SIGTERM,
-    /// SIGHUP, SIGQUIT and SIGINT sent to distlock are passed on to the
-    /// group.
+    /// gets SIGTERM when renewal keeps failing and only the grace is left,
+    /// and SIGKILL when the lease runs out or the lock is lost; a watchdog
+    /// process does the same if distlock dies or stalls. SIGTERM, SIGHUP,
+    /// SIGQUIT and SIGINT sent to distlock are passed on to the group;
+    /// Ctrl-Z stops the command and distlock together. The command cannot
+    /// use the terminal.
     #[command(after_help = exit::HELP)]
     Run(RunArgs),
 
@@ -92,9 +93,9 @@ pub(crate) struct RunArgs {
     pub(crate) no_wait: bool,
 
     /// How long before the lease runs out the command gets SIGTERM when
-    /// renewal keeps failing; SIGKILL follows when the lease runs out. Must
-    /// be shorter than --ttl [default: 10s or a third of --ttl, whichever is
-    /// less]
+    /// renewal keeps failing (at most a third of the lease granted); SIGKILL
+    /// follows when the lease runs out. Must be shorter than --ttl [default:
+    /// 10s or a third of --ttl, whichever is less]
     #[arg(long, value_parser = duration)]
     pub(crate) grace: Option<Duration>,
 

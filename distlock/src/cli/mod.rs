@@ -8,7 +8,6 @@ mod run;
 mod signals;
 mod status;
 mod supervise;
-mod terminal;
 mod watchdog;
 
 use std::process::ExitCode;

@@ -14,7 +14,6 @@ use super::group::Group;
 use super::human;
 use super::signals::Forwarded;
 use super::supervise::{self, Supervisor};
-use super::terminal::Terminal;
 use super::watchdog::Watchdog;
 
 pub(crate) async fn run(args: RunArgs) -> Result<u8> {
@@ -84,9 +83,7 @@ async fn run_locked(
             name: name.to_string(),
         });
     }
-    watchdog
-        .tell(&lease, supervise::grace_for(&lease, grace))
-        .await;
+    supervise::tell(watchdog, &guard, grace).await;
     let mut child = match spawn(args, &guard, watchdog.group()) {
         Ok(child) => child,
         Err((status, message)) => {
@@ -95,17 +92,14 @@ async fn run_locked(
             return Ok(status);
         }
     };
-    let terminal = Terminal::hand_to(watchdog.group());
     let outcome = Supervisor {
         guard: &guard,
         watchdog,
         signals,
-        terminal: terminal.as_ref(),
         grace,
     }
     .run(&mut child)
     .await;
-    drop(terminal);
     supervise::stop_leftovers(&guard, watchdog, grace).await;
     match outcome {
         Ok(status) => {

@@ -21,6 +21,11 @@ impl Forwarded {
             (Signal::SIGHUP, SignalKind::hangup()),
             (Signal::SIGQUIT, SignalKind::quit()),
             (Signal::SIGINT, SignalKind::interrupt()),
+            // Ctrl-Z: handled as a job stop, not passed on as is.
+            (
+                Signal::SIGTSTP,
+                SignalKind::from_raw(Signal::SIGTSTP as i32),
+            ),
         ];
         let streams = wanted
             .into_iter()

@@ -4,16 +4,16 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use distlock::{Error, Lease, LockGuard, LockState, Result};
-use nix::sys::signal::Signal;
+use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
-use nix::unistd::Pid;
+use nix::unistd::{Pid, getpgid};
 use tokio::process::Child;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::{Instant, sleep, sleep_until};
 
+use super::group::Group;
 use super::human;
 use super::signals::Forwarded;
-use super::terminal::Terminal;
 use super::watchdog::Watchdog;
 
 /// How long before its deadline a lease's command gets SIGTERM when renewal
@@ -24,12 +24,44 @@ pub(crate) fn grace_for(lease: &Lease, grace: Duration) -> Duration {
     grace.min(length / 3)
 }
 
+/// How often distlock looks at its lease and tells the watchdog it is alive.
+pub(crate) fn beat_for(lease: &Lease) -> Duration {
+    (lease.ttl() / 10).clamp(Duration::from_millis(10), Duration::from_secs(1))
+}
+
+/// Tells the watchdog about the guard's lease as it is now.
+pub(crate) async fn tell(watchdog: &mut Watchdog, guard: &LockGuard, grace: Duration) {
+    let lease = guard.lease();
+    watchdog
+        .tell(&lease, grace_for(&lease, grace), beat_for(&lease))
+        .await;
+}
+
+/// The command and its process group, signalled together: the group reaches
+/// everything the command started, the pid reaches the command even if it
+/// moved to a group of its own.
+#[derive(Clone, Copy)]
+struct Target {
+    group: Group,
+    pid: Option<Pid>,
+}
+
+impl Target {
+    fn signal(self, sig: Signal) {
+        self.group.signal(sig);
+        if let Some(pid) = self.pid
+            && getpgid(Some(pid)).is_ok_and(|g| g != self.group.0)
+        {
+            let _ = kill(pid, sig);
+        }
+    }
+}
+
 /// What supervising needs besides the command.
 pub(crate) struct Supervisor<'a> {
     pub(crate) guard: &'a LockGuard,
     pub(crate) watchdog: &'a mut Watchdog,
     pub(crate) signals: &'a mut Forwarded,
-    pub(crate) terminal: Option<&'a Terminal>,
     pub(crate) grace: Duration,
 }
 
@@ -38,27 +70,31 @@ impl Supervisor<'_> {
     /// before the lock can be somebody else's: SIGTERM once renewal is
     /// failing and only the grace is left, SIGKILL at the lease's deadline
     /// or as soon as the lock is known lost. The watchdog hears every new
-    /// deadline, to do the same if distlock itself dies or stalls.
+    /// lease and a heartbeat, to do the same if distlock itself dies or
+    /// stalls.
     ///
     /// `Err(Lost)` if the command was stopped for the lock's sake or the
     /// lock was lost while it ran.
     pub(crate) async fn run(&mut self, child: &mut Child) -> Result<ExitStatus> {
-        let group = self.watchdog.group();
+        let target = Target {
+            group: self.watchdog.group(),
+            pid: child
+                .id()
+                .and_then(|id| i32::try_from(id).ok())
+                .map(Pid::from_raw),
+        };
         let name = self.guard.name().clone();
         let mut states = self.guard.handle().watch();
         let mut states_open = true;
         let mut children = signal(SignalKind::child()).ok();
-        let tick = (self.guard.lease().ttl() / 10)
-            .clamp(Duration::from_millis(10), Duration::from_secs(1));
-        let mut stopped = false;
-        let (mut terminated, mut killed) = (false, false);
+        let (mut terminated, mut killed, mut said_stopped) = (false, false, false);
         loop {
+            tell(self.watchdog, self.guard, self.grace).await;
             let lease = self.guard.lease();
             let grace = grace_for(&lease, self.grace);
-            self.watchdog.tell(&lease, grace).await;
             let state = self.guard.state();
             if state == LockState::Lost && !killed {
-                group.signal(Signal::SIGKILL);
+                target.signal(Signal::SIGKILL);
                 killed = true;
                 eprintln!("distlock: lock \"{name}\" was lost; killed the command");
             }
@@ -79,7 +115,7 @@ impl Supervisor<'_> {
                         Err(e) => {
                             // Not knowing whether it still runs, make sure it
                             // does not.
-                            group.signal(Signal::SIGKILL);
+                            target.signal(Signal::SIGKILL);
                             return Err(Error::backend(format!("waiting for the command: {e}")));
                         }
                     };
@@ -88,7 +124,14 @@ impl Supervisor<'_> {
                     }
                     return Ok(status);
                 }
-                sig = self.signals.next() => group.signal(sig),
+                sig = self.signals.next() => match sig {
+                    Signal::SIGTSTP => suspend(target),
+                    sig => {
+                        target.signal(sig);
+                        // A stopped command acts on it once continued.
+                        target.signal(Signal::SIGCONT);
+                    }
+                },
                 changed = states.changed(), if states_open => match changed {
                     // The keep-alive is done; the lease's deadline still
                     // decides.
@@ -103,63 +146,82 @@ impl Supervisor<'_> {
                     },
                 },
                 () = sleep_until_some(term_at) => {
-                    group.signal(Signal::SIGTERM);
+                    target.signal(Signal::SIGTERM);
                     terminated = true;
                     eprintln!(
                         "distlock: renewing lock \"{name}\" kept failing and {} of it is left; stopping the command (SIGTERM, SIGKILL when the lease runs out)",
                         human(self.guard.lease().remaining())
                     );
                 }
+                // Looked at again when it fires: a renewal may have moved it.
                 () = sleep_until(lease.deadline()), if !killed => {
-                    group.signal(Signal::SIGKILL);
-                    killed = true;
-                    eprintln!("distlock: lock \"{name}\" ran out; killed the command");
+                    if self.guard.lease().is_expired() {
+                        target.signal(Signal::SIGKILL);
+                        killed = true;
+                        eprintln!("distlock: lock \"{name}\" ran out; killed the command");
+                    }
                 }
-                () = self.watchdog.exited() => {
+                () = self.watchdog.exited(), if !killed => {
                     if let Err(e) = self.watchdog.replace().await {
                         eprintln!("distlock: the watchdog died and could not be replaced: {e}");
                     }
                 }
-                _ = next_child_event(&mut children) => stopped = self.on_stop(child, stopped),
-                () = sleep(tick) => stopped = self.on_stop(child, stopped),
+                _ = next_child_event(&mut children) => self.on_stop(target, &mut said_stopped),
+                () = sleep(beat_for(&lease)) => self.on_stop(target, &mut said_stopped),
             }
         }
     }
 
-    /// Notices the command being stopped (Ctrl-Z, SIGTTIN): with the
-    /// terminal handed to it, suspends distlock's own job as a shell would;
-    /// otherwise says once that the lock stays held meanwhile. Returns
-    /// whether the command is stopped now.
-    fn on_stop(&self, child: &Child, was_stopped: bool) -> bool {
-        let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok()) else {
-            return false;
+    /// Notices the command being stopped. One that tried to use the
+    /// terminal (SIGTTIN, SIGTTOU: it runs in a background process group)
+    /// would wait for good while the lock is renewed, so it is stopped with
+    /// SIGTERM (its own status then tells how it ended); any other stop is
+    /// reported once.
+    fn on_stop(&self, target: Target, said: &mut bool) {
+        let Some(pid) = target.pid else {
+            return;
         };
         let flags = WaitPidFlag::WSTOPPED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
-        let Ok(WaitStatus::Stopped(_, sig)) = waitid(Id::Pid(Pid::from_raw(pid)), flags) else {
-            return false;
+        let Ok(WaitStatus::Stopped(_, sig)) = waitid(Id::Pid(pid), flags) else {
+            *said = false;
+            return;
         };
-        match self.terminal {
-            Some(terminal) => {
-                terminal.suspend_with_command();
-                false
-            }
-            None => {
-                if !was_stopped {
-                    eprintln!(
-                        "distlock: the command was stopped ({sig}); lock \"{}\" stays held until it is continued or the lease is lost",
-                        self.guard.name()
-                    );
-                }
-                true
-            }
+        if matches!(sig, Signal::SIGTTIN | Signal::SIGTTOU) {
+            target.signal(Signal::SIGTERM);
+            eprintln!(
+                "distlock: the command tried to use the terminal ({sig}), which a command under distlock run cannot; stopping it"
+            );
+            return;
+        }
+        if !*said {
+            *said = true;
+            eprintln!(
+                "distlock: the command was stopped ({sig}); lock \"{}\" stays held until it is continued or the lease is lost",
+                self.guard.name()
+            );
         }
     }
 }
 
+/// Ctrl-Z (SIGTSTP) reaches distlock, in the terminal's foreground group:
+/// stop the command, then distlock itself, as the shell expects of a job;
+/// once continued (`fg`, `bg`), continue the command. Nothing renews the
+/// lock meanwhile, so the watchdog stops the command if the pause outlasts
+/// the lease.
+fn suspend(target: Target) {
+    // SIGTSTP, not SIGSTOP: the watchdog, in the same group, blocks it and
+    // stays awake.
+    target.signal(Signal::SIGTSTP);
+    let _ = kill(Pid::this(), Signal::SIGSTOP);
+    target.signal(Signal::SIGCONT);
+}
+
 /// Stops what the command left running in its group once it exited: the
 /// lock is released only when nothing started under it still runs. SIGTERM
-/// first, SIGKILL after `grace` or at the lease's deadline.
-pub(crate) async fn stop_leftovers(guard: &LockGuard, watchdog: &Watchdog, grace: Duration) {
+/// first; SIGKILL after the grace, at the lease's deadline, or at once if
+/// the lock is lost meanwhile; then waits (within the lease) for the group
+/// to be empty.
+pub(crate) async fn stop_leftovers(guard: &LockGuard, watchdog: &mut Watchdog, grace: Duration) {
     let group = watchdog.group();
     let keep: Vec<Pid> = watchdog.pid().into_iter().collect();
     if !group.has_members_besides(&keep) {
@@ -169,13 +231,20 @@ pub(crate) async fn stop_leftovers(guard: &LockGuard, watchdog: &Watchdog, grace
     eprintln!(
         "distlock: the command left processes running; stopping them before releasing the lock"
     );
-    let lease = guard.lease();
-    let kill_at = (Instant::now() + grace_for(&lease, grace)).min(lease.deadline());
-    while Instant::now() < kill_at && group.has_members_besides(&keep) {
+    let kill_at = Instant::now() + grace_for(&guard.lease(), grace);
+    let mut killed = false;
+    while group.has_members_besides(&keep) {
+        tell(watchdog, guard, grace).await;
+        let lease = guard.lease();
+        if lease.is_expired() {
+            group.signal(Signal::SIGKILL);
+            break;
+        }
+        if !killed && (Instant::now() >= kill_at || guard.state() == LockState::Lost) {
+            group.signal(Signal::SIGKILL);
+            killed = true;
+        }
         sleep(Duration::from_millis(20)).await;
-    }
-    if group.has_members_besides(&keep) {
-        group.signal(Signal::SIGKILL);
     }
 }
 

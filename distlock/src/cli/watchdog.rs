@@ -2,17 +2,20 @@
 //! `distlock run` can no longer vouch for the lock.
 //!
 //! `distlock run` may die (SIGKILL, the OOM killer) or stall (SIGSTOP, a
-//! swap storm) while its command runs. Nothing in the dying process can act
-//! then, so a separate process must: `distlock run` starts this one as the
-//! leader of a new process group (before it even asks for the lock), puts
-//! the command into that group, and tells it over a pipe, for every lease,
-//! its deadline and when to send SIGTERM if nothing newer comes. The
+//! swap storm, a blocked stderr) while its command runs. Nothing in the
+//! stuck process can act then, so a separate process must: `distlock run`
+//! starts this one as the leader of a new process group (before it even
+//! asks for the lock) and puts the command into that group. Over a pipe it
+//! tells the watchdog each lease (its deadline, and how long before it the
+//! command should get SIGTERM) and sends a heartbeat every few moments. The
 //! watchdog then
 //!
-//! - sends SIGTERM to the group at that instant and SIGKILL at the deadline,
-//!   unless it hears of a renewal first;
+//! - sends SIGKILL to the group at the last deadline it heard of;
+//! - sends SIGTERM earlier, the grace before that deadline, but only if the
+//!   heartbeats have stopped (a live distlock handles a failing renewal
+//!   itself, and a renewal that is merely slow is no reason to stop);
 //! - on end of file without a final `done` (distlock died), sends SIGTERM at
-//!   once and SIGKILL after `--grace` or at the deadline, whichever is first.
+//!   once and SIGKILL after the grace or at the deadline, whichever is first.
 //!
 //! PR_SET_PDEATHSIG would do neither: it reaches only the direct child (not
 //! what a shell command starts), and nothing when distlock is stalled.
@@ -39,8 +42,11 @@ use super::group::Group;
 /// The hidden subcommand that runs the watchdog.
 pub(crate) const SUBCOMMAND: &str = "__watchdog";
 
-/// What `distlock run` says over the pipe, one line each.
+/// What `distlock run` says over the pipe, one line each: `lease DEADLINE
+/// GRACE SILENCE` (nanoseconds: the deadline on `CLOCK_MONOTONIC`, then
+/// durations), `beat`, `done`.
 const LEASE: &str = "lease";
+const BEAT: &str = "beat";
 const DONE: &str = "done";
 /// What the watchdog prints on stdout once its signals are blocked.
 const READY: &str = "ready";
@@ -53,9 +59,12 @@ pub(crate) struct Watchdog {
     pipe: Option<ChildStdin>,
     group: Group,
     grace: Duration,
-    /// The last deadline told, and when the watchdog would stop the command
-    /// if it heard nothing newer.
-    told: Option<(Instant, Instant)>,
+    /// The last lease told: deadline, grace, and the silence after which
+    /// distlock counts as stalled.
+    told: Option<(Instant, Duration, Duration)>,
+    beaten: Instant,
+    /// Set once it could not be replaced: not watched any more.
+    lost_for_good: bool,
 }
 
 impl Watchdog {
@@ -73,6 +82,7 @@ impl Watchdog {
             _ => std::env::current_exe()?,
         };
         let mut process = Command::new(exe)
+            .arg0("distlock")
             .arg(SUBCOMMAND)
             .arg(format!("--grace={}ms", grace.as_millis()))
             .stdin(std::process::Stdio::piped())
@@ -100,6 +110,8 @@ impl Watchdog {
                 group: join.unwrap_or(Group(pid)),
                 grace,
                 told: None,
+                beaten: Instant::now(),
+                lost_for_good: false,
             }),
             Ok(Err(e)) => Err(e),
             _ => {
@@ -122,40 +134,56 @@ impl Watchdog {
             .map(Pid::from_raw)
     }
 
-    /// Tells the watchdog about `lease` if its deadline moved: the deadline,
-    /// and when to send SIGTERM if no renewal is heard of by then.
-    pub(crate) async fn tell(&mut self, lease: &Lease, grace: Duration) {
+    /// Tells the watchdog about `lease` if its deadline moved, and beats if
+    /// `every` has passed since the last line: `grace` is how long before the
+    /// deadline a stalled distlock's command gets SIGTERM, and three missed
+    /// beats count as stalled.
+    pub(crate) async fn tell(&mut self, lease: &Lease, grace: Duration, every: Duration) {
         let deadline = lease.deadline().into_std();
-        if self.told.is_some_and(|(d, _)| d == deadline) {
-            return;
+        if self.told.is_none_or(|(d, _, _)| d != deadline) {
+            self.told = Some((deadline, grace, every * 3));
+            self.send_lease().await;
+        } else if self.beaten.elapsed() >= every {
+            self.send(&format!("{BEAT}\n")).await;
         }
-        let term_at = silent_term_at(lease, grace, Instant::now());
-        self.told = Some((deadline, term_at));
-        self.send_lease().await;
     }
 
     async fn send_lease(&mut self) {
-        let Some((deadline, term_at)) = self.told else {
+        let Some((deadline, grace, silence)) = self.told else {
             return;
         };
-        if let (Some(d), Some(t)) = (monotonic_ns(deadline), monotonic_ns(term_at)) {
-            self.send(&format!("{LEASE} {d} {t}\n")).await;
+        if let Some(d) = monotonic_ns(deadline) {
+            let line = format!("{LEASE} {d} {} {}\n", grace.as_nanos(), silence.as_nanos());
+            self.send(&line).await;
         }
     }
 
-    /// Completes if the watchdog process exits.
+    /// Completes if the watchdog process exits; never, once it could not
+    /// be replaced.
     pub(crate) async fn exited(&mut self) {
+        if self.lost_for_good {
+            return std::future::pending().await;
+        }
         let _ = self.process.wait().await;
     }
 
     /// Starts a new watchdog in the same group after the last one died (it
-    /// was killed by its pid: every other signal is blocked).
+    /// was killed by its pid: every other signal is blocked). Fails for good
+    /// if the group is gone (the command left it, or was killed with it).
     pub(crate) async fn replace(&mut self) -> std::io::Result<()> {
-        let mut next = Self::spawn(self.grace, Some(self.group)).await?;
-        next.told = self.told;
-        next.send_lease().await;
-        *self = next;
-        Ok(())
+        match Self::spawn(self.grace, Some(self.group)).await {
+            Ok(mut next) => {
+                next.told = self.told;
+                next.send_lease().await;
+                *self = next;
+                Ok(())
+            }
+            Err(e) => {
+                self.lost_for_good = true;
+                self.pipe = None;
+                Err(e)
+            }
+        }
     }
 
     /// Tells the watchdog it is no longer needed and waits for it to exit.
@@ -166,6 +194,7 @@ impl Watchdog {
     }
 
     async fn send(&mut self, line: &str) {
+        self.beaten = Instant::now();
         if let Some(pipe) = self.pipe.as_mut() {
             // A watchdog that is gone was killed with the group, or will be
             // replaced; nothing to tell it any more.
@@ -176,28 +205,20 @@ impl Watchdog {
     }
 }
 
-/// When a watchdog that hears nothing newer sends SIGTERM: `grace` before
-/// the deadline, but never before halfway from the next renewal (a third of
-/// the lease's TTL after `now`, when the lease is told) to the deadline, so
-/// a renewal that is merely on its way does not stop a healthy command.
-pub(crate) fn silent_term_at(lease: &Lease, grace: Duration, now: Instant) -> Instant {
-    let deadline = lease.deadline().into_std();
-    let next_renewal = now + lease.ttl() / 3;
-    let halfway = match deadline.checked_duration_since(next_renewal) {
-        Some(left) => next_renewal + left / 2,
-        None => deadline,
-    };
-    deadline
-        .checked_sub(grace)
-        .unwrap_or(now)
-        .max(halfway)
-        .min(deadline)
-}
-
 /// What the watchdog hears.
 enum Heard {
-    Lease { deadline: Instant, term_at: Instant },
+    Lease(Told),
+    Beat,
     Done,
+}
+
+/// One lease as told: its deadline, how long before it a stalled distlock's
+/// command gets SIGTERM, and how long a silence means stalled.
+#[derive(Clone, Copy)]
+struct Told {
+    deadline: Instant,
+    grace: Duration,
+    silence: Duration,
 }
 
 /// The watchdog process itself; returns its exit status.
@@ -224,16 +245,18 @@ fn listen() -> mpsc::Receiver<Heard> {
     std::thread::spawn(move || {
         for line in std::io::stdin().lock().lines() {
             let Ok(line) = line else { return };
-            let mut words = line.split(' ');
-            let heard = match (words.next(), words.next(), words.next()) {
-                (Some(LEASE), Some(d), Some(t)) => match (d.parse(), t.parse()) {
-                    (Ok(d), Ok(t)) => Some(Heard::Lease {
+            let words: Vec<&str> = line.split(' ').collect();
+            let heard = match words.as_slice() {
+                [LEASE, d, g, s] => match (d.parse(), g.parse(), s.parse()) {
+                    (Ok(d), Ok(g), Ok(s)) => Some(Heard::Lease(Told {
                         deadline: from_monotonic_ns(d),
-                        term_at: from_monotonic_ns(t),
-                    }),
+                        grace: nanos(g),
+                        silence: nanos(s),
+                    })),
                     _ => None,
                 },
-                (Some(DONE), None, None) => Some(Heard::Done),
+                [BEAT] => Some(Heard::Beat),
+                [DONE] => Some(Heard::Done),
                 _ => None,
             };
             if let Some(heard) = heard {
@@ -250,36 +273,60 @@ fn listen() -> mpsc::Receiver<Heard> {
 /// Waits for news and acts on silence, until dismissed.
 fn guard(group: Group, grace: Duration, heard: &mpsc::Receiver<Heard>) {
     let me = Pid::this();
-    let mut lease: Option<(Instant, Instant)> = None;
+    let log = Log::default();
+    let mut lease: Option<Told> = None;
+    let mut last_heard = Instant::now();
     let mut terminated = false;
     loop {
+        let now = Instant::now();
         let wake = match lease {
-            Some((_, term_at)) if !terminated => term_at,
-            Some((deadline, _)) => deadline,
-            None => Instant::now() + FAR,
+            None => now + FAR,
+            Some(l) if terminated => l.deadline,
+            // SIGTERM is due once the grace is left and distlock has been
+            // silent for long enough, whichever comes later.
+            Some(l) => l
+                .deadline
+                .checked_sub(l.grace)
+                .unwrap_or(now)
+                .max(last_heard + l.silence)
+                .min(l.deadline),
         };
-        match heard.recv_timeout(wake.saturating_duration_since(Instant::now())) {
-            Ok(Heard::Lease { deadline, term_at }) => lease = Some((deadline, term_at)),
-            Ok(Heard::Done) => return,
-            Err(RecvTimeoutError::Timeout) if lease.is_none() => {}
-            Err(RecvTimeoutError::Timeout) if terminated => {
-                group.signal(Signal::SIGKILL);
-                say("the lease ran out; killed the command");
-                return;
+        match heard.recv_timeout(wake.saturating_duration_since(now)) {
+            Ok(heard) => {
+                last_heard = Instant::now();
+                match heard {
+                    Heard::Lease(l) => lease = Some(l),
+                    Heard::Beat => {}
+                    Heard::Done => return log.flush(),
+                }
             }
             Err(RecvTimeoutError::Timeout) => {
-                group.signal(Signal::SIGTERM);
-                terminated = true;
-                say("distlock has not renewed the lock in time; stopping the command (SIGTERM)");
+                let Some(l) = lease else { continue };
+                let now = Instant::now();
+                if now >= l.deadline {
+                    group.signal(Signal::SIGKILL);
+                    log.say("the lease ran out; killed the command");
+                    return log.flush();
+                }
+                let silent = now >= last_heard + l.silence;
+                if !terminated && silent && now + l.grace >= l.deadline {
+                    group.signal(Signal::SIGTERM);
+                    terminated = true;
+                    log.say("distlock stopped renewing the lock; stopping the command (SIGTERM)");
+                }
             }
             Err(RecvTimeoutError::Disconnected) => {
+                if !group.has_members_besides(&[me]) {
+                    return;
+                }
                 group.signal(Signal::SIGTERM);
-                say("distlock is gone; stopping the command (SIGTERM)");
+                log.say("distlock is gone; stopping the command (SIGTERM)");
                 let now = Instant::now();
-                let kill_at = lease.map_or(now + grace, |(d, _)| d.min(now + grace));
+                let kill_at = lease.map_or(now + grace, |l| l.deadline.min(now + grace));
                 while Instant::now() < kill_at && group.has_members_besides(&[me]) {
                     std::thread::sleep(Duration::from_millis(20));
                 }
+                log.flush();
                 group.signal(Signal::SIGKILL);
                 return;
             }
@@ -287,13 +334,35 @@ fn guard(group: Group, grace: Duration, heard: &mpsc::Receiver<Heard>) {
     }
 }
 
-/// Logs on a thread of its own: a full stderr pipe must not hold up the
-/// next signal.
-fn say(what: &str) {
-    let line = format!("distlock watchdog: {what}\n");
-    std::thread::spawn(move || {
-        let _ = std::io::stderr().write_all(line.as_bytes());
-    });
+/// The watchdog's messages, written by threads of their own so that a full
+/// stderr pipe cannot hold up the next signal, and waited for (briefly)
+/// before the watchdog ends.
+#[derive(Default)]
+struct Log {
+    written: std::cell::RefCell<Vec<mpsc::Receiver<()>>>,
+}
+
+impl Log {
+    fn say(&self, what: &str) {
+        let line = format!("distlock watchdog: {what}\n");
+        let (done, written) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = std::io::stderr().write_all(line.as_bytes());
+            let _ = done.send(());
+        });
+        self.written.borrow_mut().push(written);
+    }
+
+    fn flush(&self) {
+        let until = Instant::now() + Duration::from_millis(200);
+        for written in self.written.borrow().iter() {
+            let _ = written.recv_timeout(until.saturating_duration_since(Instant::now()));
+        }
+    }
+}
+
+fn nanos(n: u128) -> Duration {
+    Duration::from_nanos(u64::try_from(n).unwrap_or(u64::MAX)).min(FAR)
 }
 
 /// `at` as nanoseconds on `CLOCK_MONOTONIC`, the clock every process on the
@@ -324,37 +393,6 @@ fn from_monotonic_ns(ns: u128) -> Instant {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use distlock::{FencingToken, LockName, OwnerToken};
-
-    fn lease(ttl: Duration, sent_at: tokio::time::Instant) -> Lease {
-        let name = LockName::new("a").unwrap();
-        Lease::new(name, OwnerToken::random(), FencingToken(1), ttl, sent_at)
-    }
-
-    /// A backend may grant less than `--ttl` (ZooKeeper caps a lease at two
-    /// thirds of its session timeout): the watchdog must still wait for the
-    /// renewal of the lease it was told of.
-    #[test]
-    fn silence_counts_from_the_renewal_of_the_real_lease() {
-        let now = tokio::time::Instant::now();
-        let short = lease(Duration::from_millis(6_667), now);
-        let term = silent_term_at(&short, Duration::from_secs(10), now.into_std());
-        let renewal = now.into_std() + Duration::from_millis(2_222);
-        assert!(term > renewal, "SIGTERM before the first renewal was due");
-        assert!(term < short.deadline().into_std());
-    }
-
-    #[test]
-    fn silence_gives_grace_when_the_lease_leaves_room() {
-        let now = tokio::time::Instant::now();
-        let long = lease(Duration::from_secs(30), now);
-        let term = silent_term_at(&long, Duration::from_secs(2), now.into_std());
-        assert_eq!(
-            term,
-            long.deadline().into_std() - Duration::from_secs(2),
-            "SIGTERM --grace before the deadline"
-        );
-    }
 
     #[test]
     fn monotonic_nanoseconds_round_trip() {
