@@ -18,7 +18,7 @@ use conformance_tests::servers::memcached::Memcached;
 use conformance_tests::targets::fresh_table;
 use distlock::lock_memcache::MemcacheBackend;
 use lock_core::{
-    AcquireOptions, AcquireRequest, Error, LockBackend, LockName, LockState, Locker, Wait,
+    AcquireOptions, AcquireRequest, Error, Lease, LockBackend, LockName, LockState, Locker, Wait,
 };
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 
@@ -267,6 +267,36 @@ async fn between_read_and_write<T: Send + 'static>(
         .expect("task")
 }
 
+/// A lock held by `a` through the proxy, `b` on the same memcached directly.
+struct Held {
+    proxy: Proxy,
+    a: Arc<MemcacheBackend>,
+    b: Arc<MemcacheBackend>,
+    key: String,
+    lease: Lease,
+}
+
+impl Held {
+    async fn new(name: &str) -> Self {
+        let proxy = Proxy::start(Memcached::shared().await.port()).await;
+        let (a, b) = proxied_pair(&proxy).await;
+        let name = LockName::new(name).expect("name");
+        let key = a.lock_key(&name);
+        let lease = a
+            .try_acquire(&AcquireRequest::new(name, Duration::from_secs(10)))
+            .await
+            .expect("try_acquire")
+            .expect("free");
+        Self {
+            proxy,
+            a,
+            b,
+            key,
+            lease,
+        }
+    }
+}
+
 /// A write of `key` with the value it holds, as a renewal of the same lease
 /// that was cut on the client's side lands late: a new CAS, the same owner.
 async fn rewrite_as_a_late_renewal(b: &MemcacheBackend, key: &str, ttl: u64) {
@@ -285,15 +315,13 @@ async fn rewrite_as_a_late_renewal(b: &MemcacheBackend, key: &str, ttl: u64) {
 /// still ours, and the release must free it, not report it lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_renewal_between_the_read_and_the_delete_does_not_fail_the_release() {
-    let proxy = Proxy::start(Memcached::shared().await.port()).await;
-    let (a, b) = proxied_pair(&proxy).await;
-    let name = LockName::new("late-renewal").expect("name");
-    let key = a.lock_key(&name);
-    let lease = a
-        .try_acquire(&AcquireRequest::new(name, Duration::from_secs(10)))
-        .await
-        .expect("try_acquire")
-        .expect("free");
+    let Held {
+        proxy,
+        a,
+        b,
+        key,
+        lease,
+    } = Held::new("late-renewal").await;
     let released = between_read_and_write(
         &proxy,
         {
@@ -319,15 +347,13 @@ async fn a_late_renewal_between_the_read_and_the_delete_does_not_fail_the_releas
 /// it lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_renewal_between_the_read_and_the_set_does_not_fail_the_renewal() {
-    let proxy = Proxy::start(Memcached::shared().await.port()).await;
-    let (a, b) = proxied_pair(&proxy).await;
-    let name = LockName::new("late-renewal").expect("name");
-    let key = a.lock_key(&name);
-    let lease = a
-        .try_acquire(&AcquireRequest::new(name, Duration::from_secs(10)))
-        .await
-        .expect("try_acquire")
-        .expect("free");
+    let Held {
+        proxy,
+        a,
+        b,
+        key,
+        lease,
+    } = Held::new("late-renewal").await;
     let longer = Duration::from_secs(30);
     let renewed = between_read_and_write(
         &proxy,
@@ -404,15 +430,13 @@ async fn a_lock_taken_over_between_the_read_and_the_write_is_not_held_and_left_a
 /// not that the lock was lost, and the lock is still there to release.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cas_that_moves_before_every_try_is_a_retryable_error_not_a_loss() {
-    let proxy = Proxy::start(Memcached::shared().await.port()).await;
-    let (a, b) = proxied_pair(&proxy).await;
-    let name = LockName::new("moving").expect("name");
-    let key = a.lock_key(&name);
-    let lease = a
-        .try_acquire(&AcquireRequest::new(name, Duration::from_secs(10)))
-        .await
-        .expect("try_acquire")
-        .expect("free");
+    let Held {
+        proxy,
+        a,
+        b,
+        key,
+        lease,
+    } = Held::new("moving").await;
     let released = between_read_and_write(
         &proxy,
         {

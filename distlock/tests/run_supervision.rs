@@ -131,22 +131,9 @@ fn failing_renewal_stops_the_command_while_the_lease_is_still_valid() {
         .spawn()
         .unwrap();
     eventually("the lock is held", || d.join("held").exists());
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     // Another writer holds the database: every renewal is refused.
-    let mut blocker = rt.block_on(async {
-        use sqlx::Connection;
-        let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display()))
-            .await
-            .unwrap();
-        sqlx::query("BEGIN EXCLUSIVE")
-            .execute(&mut c)
-            .await
-            .unwrap();
-        c
-    });
+    let mut blocker = Db::open(&db);
+    blocker.exec("BEGIN EXCLUSIVE");
     let blocked_at = unix_nanos();
     let out = holder.wait_with_output().unwrap();
     let err = stderr(&out);
@@ -160,8 +147,7 @@ fn failing_renewal_stops_the_command_while_the_lease_is_still_valid() {
         termed < blocked_at + 3_000_000_000,
         "SIGTERM came before the lease (at most 3s from the last renewal) ran out"
     );
-    rt.block_on(sqlx::query("ROLLBACK").execute(&mut blocker))
-        .unwrap();
+    blocker.exec("ROLLBACK");
     drop(blocker);
     let next = distlock(d)
         .args(["run", "--url", &url, "--name", "r", "--wait", "20s", "--"])
@@ -281,20 +267,7 @@ fn a_lock_taken_over_kills_the_command_and_its_children() {
         !read(&d.join("bg.pid")).is_empty()
     });
     let pids = pids(d, &["sh.pid", "bg.pid"]);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        use sqlx::Connection;
-        let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display()))
-            .await
-            .unwrap();
-        sqlx::query("UPDATE distlock_locks SET owner = 'someone-else', version = version + 1")
-            .execute(&mut c)
-            .await
-            .unwrap();
-    });
+    Db::open(&db).exec("UPDATE distlock_locks SET owner = 'someone-else', version = version + 1");
     let gone = all_gone_within(&pids, Duration::from_secs(15));
     kill_all(&pids);
     assert!(
@@ -453,26 +426,14 @@ fn slow_renewals_that_succeed_leave_the_command_alone() {
         .spawn()
         .unwrap();
     eventually("the lock is held", || d.join("held").exists());
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        use sqlx::Connection;
-        let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display()))
-            .await
-            .unwrap();
-        // Busy for most of each renewal's time limit, three times over.
-        for _ in 0..3 {
-            sqlx::query("BEGIN EXCLUSIVE")
-                .execute(&mut c)
-                .await
-                .unwrap();
-            tokio::time::sleep(Duration::from_millis(1_200)).await;
-            sqlx::query("COMMIT").execute(&mut c).await.unwrap();
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    });
+    let mut db = Db::open(&db);
+    // Busy for most of each renewal's time limit, three times over.
+    for _ in 0..3 {
+        db.exec("BEGIN EXCLUSIVE");
+        std::thread::sleep(Duration::from_millis(1_200));
+        db.exec("COMMIT");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let out = holder.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(read(&d.join("done")), "finished\n", "{}", stderr(&out));
@@ -505,4 +466,31 @@ fn a_command_reading_the_terminal_is_stopped_not_left_waiting() {
     assert!(!d.join("read").exists(), "the command read nothing");
     assert_eq!(read(&d.join("status")), "status=143\n", "{shown}");
     assert!(shown.contains("tried to use the terminal"), "{shown}");
+}
+
+/// A connection of the test's own to the SQLite file distlock uses.
+struct Db {
+    runtime: tokio::runtime::Runtime,
+    conn: sqlx::SqliteConnection,
+}
+
+impl Db {
+    fn open(path: &std::path::Path) -> Self {
+        use sqlx::Connection;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let url = format!("sqlite://{}", path.display());
+        let conn = runtime
+            .block_on(sqlx::SqliteConnection::connect(&url))
+            .unwrap();
+        Self { runtime, conn }
+    }
+
+    fn exec(&mut self, sql: &'static str) {
+        self.runtime
+            .block_on(sqlx::query(sql).execute(&mut self.conn))
+            .unwrap();
+    }
 }
