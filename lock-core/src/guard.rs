@@ -59,11 +59,20 @@ impl LockHandle {
         self.lease.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// Whether the lease's deadline has passed; reads it in place, since
+    /// `state` and `is_lost` run on every release.
+    fn expired(&self) -> bool {
+        self.lease
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_expired()
+    }
+
     /// The state now: `Lost` from the lease's deadline on, even before the
     /// keep-alive task has run to say so (a busy or paused runtime).
     pub fn state(&self) -> LockState {
         let state = *self.state.borrow();
-        if state != LockState::Lost && self.lease().is_expired() {
+        if state != LockState::Lost && self.expired() {
             return LockState::Lost;
         }
         state
@@ -71,7 +80,7 @@ impl LockHandle {
 
     /// Whether the lock has been lost (or its lease has run out).
     pub fn is_lost(&self) -> bool {
-        self.lost.is_cancelled() || self.lease().is_expired()
+        self.lost.is_cancelled() || self.expired()
     }
 
     /// Completes when the lock is lost (at once if it already is).
