@@ -2,6 +2,7 @@
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
+use tokio::process::Child;
 
 /// The command's process group: signalling it reaches the command and every
 /// process the command started that stayed in the group.
@@ -10,10 +11,11 @@ pub(crate) struct Group(pub(crate) Pid);
 
 impl Group {
     /// Sends `sig` to every process in the group. A stopped process only
-    /// acts on a signal once continued, so a SIGTERM goes with a SIGCONT.
+    /// acts on a signal once continued, so every signal but those that stop,
+    /// continue or kill goes with a SIGCONT.
     pub(crate) fn signal(self, sig: Signal) {
         let _ = killpg(self.0, sig);
-        if sig == Signal::SIGTERM {
+        if continues_after(sig) {
             let _ = killpg(self.0, Signal::SIGCONT);
         }
     }
@@ -49,4 +51,27 @@ impl Group {
             pgrp == Some(self.0.as_raw()) && state != Some("Z")
         })
     }
+}
+
+/// Whether a process stopped when it gets `sig` must be continued to act on
+/// it: not for SIGKILL (acted on regardless), SIGCONT itself, or a signal
+/// meant to stop it.
+pub(crate) fn continues_after(sig: Signal) -> bool {
+    !matches!(
+        sig,
+        Signal::SIGKILL
+            | Signal::SIGCONT
+            | Signal::SIGSTOP
+            | Signal::SIGTSTP
+            | Signal::SIGTTIN
+            | Signal::SIGTTOU
+    )
+}
+
+/// A child's pid, while it has not been reaped.
+pub(crate) fn pid_of(child: &Child) -> Option<Pid> {
+    child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .map(Pid::from_raw)
 }

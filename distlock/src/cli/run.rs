@@ -83,7 +83,7 @@ async fn run_locked(
             name: name.to_string(),
         });
     }
-    supervise::tell(watchdog, &guard, grace).await;
+    supervise::tell(watchdog, &lease, grace).await;
     let mut child = match spawn(args, &guard, watchdog.group()) {
         Ok(child) => child,
         Err((status, message)) => {

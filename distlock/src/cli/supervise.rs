@@ -11,7 +11,7 @@ use tokio::process::Child;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::{Instant, sleep, sleep_until};
 
-use super::group::Group;
+use super::group::{Group, continues_after, pid_of};
 use super::human;
 use super::signals::Forwarded;
 use super::watchdog::Watchdog;
@@ -29,11 +29,11 @@ pub(crate) fn beat_for(lease: &Lease) -> Duration {
     (lease.ttl() / 10).clamp(Duration::from_millis(10), Duration::from_secs(1))
 }
 
-/// Tells the watchdog about the guard's lease as it is now.
-pub(crate) async fn tell(watchdog: &mut Watchdog, guard: &LockGuard, grace: Duration) {
-    let lease = guard.lease();
+/// Tells the watchdog about `lease`, with the grace and heartbeat that go
+/// with it.
+pub(crate) async fn tell(watchdog: &mut Watchdog, lease: &Lease, grace: Duration) {
     watchdog
-        .tell(&lease, grace_for(&lease, grace), beat_for(&lease))
+        .tell(lease, grace_for(lease, grace), beat_for(lease))
         .await;
 }
 
@@ -53,6 +53,9 @@ impl Target {
             && getpgid(Some(pid)).is_ok_and(|g| g != self.group.0)
         {
             let _ = kill(pid, sig);
+            if continues_after(sig) {
+                let _ = kill(pid, Signal::SIGCONT);
+            }
         }
     }
 }
@@ -78,10 +81,7 @@ impl Supervisor<'_> {
     pub(crate) async fn run(&mut self, child: &mut Child) -> Result<ExitStatus> {
         let target = Target {
             group: self.watchdog.group(),
-            pid: child
-                .id()
-                .and_then(|id| i32::try_from(id).ok())
-                .map(Pid::from_raw),
+            pid: pid_of(child),
         };
         let name = self.guard.name().clone();
         let mut states = self.guard.handle().watch();
@@ -89,8 +89,8 @@ impl Supervisor<'_> {
         let mut children = signal(SignalKind::child()).ok();
         let (mut terminated, mut killed, mut said_stopped) = (false, false, false);
         loop {
-            tell(self.watchdog, self.guard, self.grace).await;
             let lease = self.guard.lease();
+            tell(self.watchdog, &lease, self.grace).await;
             let grace = grace_for(&lease, self.grace);
             let state = self.guard.state();
             if state == LockState::Lost && !killed {
@@ -126,11 +126,7 @@ impl Supervisor<'_> {
                 }
                 sig = self.signals.next() => match sig {
                     Signal::SIGTSTP => suspend(target),
-                    sig => {
-                        target.signal(sig);
-                        // A stopped command acts on it once continued.
-                        target.signal(Signal::SIGCONT);
-                    }
+                    sig => target.signal(sig),
                 },
                 changed = states.changed(), if states_open => match changed {
                     // The keep-alive is done; the lease's deadline still
@@ -234,8 +230,8 @@ pub(crate) async fn stop_leftovers(guard: &LockGuard, watchdog: &mut Watchdog, g
     let kill_at = Instant::now() + grace_for(&guard.lease(), grace);
     let mut killed = false;
     while group.has_members_besides(&keep) {
-        tell(watchdog, guard, grace).await;
         let lease = guard.lease();
+        tell(watchdog, &lease, grace).await;
         if lease.is_expired() {
             group.signal(Signal::SIGKILL);
             break;

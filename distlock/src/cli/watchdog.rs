@@ -37,7 +37,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 
 use super::args::WatchdogArgs;
-use super::group::Group;
+use super::group::{Group, pid_of};
 
 /// The hidden subcommand that runs the watchdog.
 pub(crate) const SUBCOMMAND: &str = "__watchdog";
@@ -89,11 +89,8 @@ impl Watchdog {
             .stdout(std::process::Stdio::piped())
             .process_group(join.map_or(0, |g| g.0.as_raw()))
             .spawn()?;
-        let pid = process
-            .id()
-            .and_then(|id| i32::try_from(id).ok())
-            .map(Pid::from_raw)
-            .ok_or_else(|| std::io::Error::other("the watchdog exited at once"))?;
+        let pid =
+            pid_of(&process).ok_or_else(|| std::io::Error::other("the watchdog exited at once"))?;
         let pipe = process.stdin.take();
         let stdout = process.stdout.take();
         let ready = async {
@@ -128,10 +125,7 @@ impl Watchdog {
 
     /// The watchdog's own process, which stays in the group.
     pub(crate) fn pid(&self) -> Option<Pid> {
-        self.process
-            .id()
-            .and_then(|id| i32::try_from(id).ok())
-            .map(Pid::from_raw)
+        pid_of(&self.process)
     }
 
     /// Tells the watchdog about `lease` if its deadline moved, and beats if
@@ -382,11 +376,10 @@ fn from_monotonic_ns(ns: u128) -> Instant {
     let now_ns = clock_gettime(ClockId::CLOCK_MONOTONIC)
         .map(|ts| Duration::from(ts).as_nanos())
         .unwrap_or(0);
-    let apart = |ns: u128| Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX)).min(FAR);
     if ns >= now_ns {
-        now + apart(ns - now_ns)
+        now + nanos(ns - now_ns)
     } else {
-        now.checked_sub(apart(now_ns - ns)).unwrap_or(now)
+        now.checked_sub(nanos(now_ns - ns)).unwrap_or(now)
     }
 }
 
