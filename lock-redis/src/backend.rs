@@ -79,25 +79,22 @@ impl RedisBackend {
         let outcome = node
             .acquire_confirmed(&req.name, req.owner, req.ttl, wait.replicas, wait.timeout)
             .await;
-        let confirmed = match outcome {
+        let error = match outcome {
             Ok((token, confirmed)) if token.is_none() || confirmed >= wait.replicas => {
                 return Ok(token);
             }
-            Ok((_, confirmed)) => confirmed,
-            Err(e) => {
-                let _ = self.node.release(&req.name, req.owner).await;
-                return Err(e);
-            }
+            Ok((_, confirmed)) => Error::Unavailable {
+                backend: "redis",
+                message: format!(
+                    "the grant of lock \"{}\" reached too few replicas within {:?} ({} needed, {confirmed} confirmed); it was given back",
+                    req.name, wait.timeout, wait.replicas
+                ),
+                source: None,
+            },
+            Err(e) => e,
         };
         let _ = self.node.release(&req.name, req.owner).await;
-        Err(Error::Unavailable {
-            backend: "redis",
-            message: format!(
-                "the grant of lock \"{}\" reached too few replicas within {:?} ({} needed, {confirmed} confirmed); it was given back",
-                req.name, wait.timeout, wait.replicas
-            ),
-            source: None,
-        })
+        Err(error)
     }
 }
 

@@ -60,9 +60,7 @@ impl Member {
     }
 }
 
-/// The first pause between two connection attempts to one master; it
-/// doubles up to [`RETRY_CAP`].
-const FIRST_RETRY: Duration = Duration::from_millis(50);
+/// The longest pause between two connection attempts to one master.
 const RETRY_CAP: Duration = Duration::from_secs(2);
 
 /// How far the members' connection tasks have got.
@@ -84,7 +82,7 @@ async fn keep_connecting(
     keys: Keys,
     progress: watch::Sender<Progress>,
 ) {
-    let mut pause = FIRST_RETRY;
+    let mut backoff = Backoff::with_cap(RETRY_CAP);
     let mut attempts = 0u32;
     loop {
         match Node::connect(&config, keys.clone()).await {
@@ -112,8 +110,7 @@ async fn keep_connecting(
             }
         }
         attempts += 1;
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(RETRY_CAP);
+        tokio::time::sleep(backoff.next_nap()).await;
     }
 }
 
