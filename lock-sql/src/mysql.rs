@@ -26,7 +26,7 @@ use tokio::sync::OnceCell;
 use crate::backend::SqlBackend;
 use crate::driver::{Driver, Released, Row};
 use crate::errors::ErrorMap;
-use crate::options::{COMMON, CommonOptions, driver_url};
+use crate::options::{COMMON, CommonOptions, driver_url, server_limit};
 
 /// Options handed to sqlx unchanged: TLS.
 const PASSTHROUGH: &[&str] = &["ssl-mode", "ssl-ca", "ssl-cert", "ssl-key"];
@@ -183,13 +183,12 @@ impl SessionLimits {
 fn set_limits(flavour: Flavour, timeout: Duration) -> String {
     const MAX_LOCK_WAIT_S: u128 = 1 << 30;
     const MAX_STATEMENT_US: u128 = 31_536_000 * 1_000_000;
-    let nanos = timeout.as_nanos();
-    let lock_wait = nanos.div_ceil(1_000_000_000).clamp(1, MAX_LOCK_WAIT_S);
+    let lock_wait = server_limit(timeout, Duration::from_secs(1), MAX_LOCK_WAIT_S);
     let lock_wait = format!("SET SESSION innodb_lock_wait_timeout = {lock_wait}");
     match flavour {
         Flavour::MySql => lock_wait,
         Flavour::MariaDb => {
-            let us = nanos.div_ceil(1_000).clamp(1, MAX_STATEMENT_US);
+            let us = server_limit(timeout, Duration::from_micros(1), MAX_STATEMENT_US);
             let (s, us) = (us / 1_000_000, us % 1_000_000);
             format!("{lock_wait}, max_statement_time = {s}.{us:06}")
         }

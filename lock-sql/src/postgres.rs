@@ -19,7 +19,7 @@ use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 
 use crate::backend::SqlBackend;
 use crate::errors::ErrorMap;
-use crate::options::{COMMON, CommonOptions, driver_url};
+use crate::options::{COMMON, CommonOptions, driver_url, server_limit};
 use crate::returning::{ReturningDriver, Statements};
 use crate::table::TableName;
 
@@ -126,11 +126,7 @@ pub(crate) async fn connect(url: &str) -> Result<SqlBackend> {
 /// limit) and within the server's range.
 fn statement_timeout_ms(timeout: Duration) -> String {
     const MAX_MS: u128 = i32::MAX as u128;
-    timeout
-        .as_nanos()
-        .div_ceil(1_000_000)
-        .clamp(1, MAX_MS)
-        .to_string()
+    server_limit(timeout, Duration::from_millis(1), MAX_MS).to_string()
 }
 
 /// `CREATE TABLE IF NOT EXISTS` alone is not safe when two sessions race
