@@ -161,6 +161,9 @@ impl LockBackend for ZkBackend {
             // and token, whatever session holds it.
             None => {
                 let parent = parent_path(lease.name());
+                // The lease may have been granted through another member
+                // moments ago; ours may not have seen its node yet.
+                self.catch_up(&client, &parent).await;
                 let children = self.children(&client, &parent).await?.unwrap_or_default();
                 let found = self
                     .nodes_of(&client, &parent, lease.owner(), &children)
@@ -208,10 +211,7 @@ impl LockBackend for ZkBackend {
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
         let client = self.client().await?;
         let parent = parent_path(name);
-        // The server we are connected to may lag behind the leader.
-        if let Ok(Err(e)) = self.call("sync", client.sync(&parent)).await {
-            tracing::debug!(error = %e, "sync before reading the holder failed");
-        }
+        self.catch_up(&client, &parent).await;
         for _ in 0..3 {
             let Some(children) = self.children(&client, &parent).await? else {
                 return Ok(None);

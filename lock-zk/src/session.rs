@@ -152,6 +152,16 @@ impl ZkBackend {
         }
     }
 
+    /// Brings the server we are connected to up to date with the leader
+    /// before a read that must see other sessions' writes: a follower may
+    /// lag behind. A failed sync is only logged; the read that follows
+    /// reports the trouble if there is any.
+    pub(crate) async fn catch_up(&self, client: &zk::Client, path: &str) {
+        if let Ok(Err(e)) = self.call("sync", client.sync(path)).await {
+            tracing::debug!(error = %e, path, "sync with the leader failed");
+        }
+    }
+
     /// Runs one request within the timeout. The outer error is ours (the
     /// timeout); the inner one is ZooKeeper's answer, for the caller to sort.
     pub(crate) async fn call<T>(
