@@ -1,0 +1,321 @@
+//! The history: one line per event, appended by every process of a run to
+//! one file, stamped with `CLOCK_MONOTONIC` (one clock for every process on
+//! a Linux host).
+//!
+//! A line is `<ns> <pid> <event> [fields…]`:
+//!
+//! | event | fields | meaning |
+//! |---|---|---|
+//! | `invoke` | | an acquire starts |
+//! | `grant` | token, deadline ns | the acquire returned a lease valid until the deadline |
+//! | `fail` | kind | the acquire failed |
+//! | `read` | token, value | the register let a holder with this token read it |
+//! | `read-rejected` | token | the register refused the read: it has seen a greater token |
+//! | `write` | token, value | a holder asks the register to store the value |
+//! | `accepted` / `rejected` | | the register's answer to that write |
+//! | `release` | deadline ns | a release starts: the critical section ends here; the lease's deadline as renewals left it |
+//! | `released` / `release-failed` | kind | its outcome |
+//! | `at-risk` / `lost` | | the guard's lost signal changed |
+//! | `fault` | label | a nemesis starts a fault |
+//! | `healed` | label | the fault ends |
+//! | `final` | value | the register's value when the run ended |
+
+use std::fmt;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+/// One event of the history.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// An acquire starts.
+    Invoke,
+    /// The acquire returned a lease.
+    Grant {
+        /// Its fencing token.
+        token: u64,
+        /// The holder's own lease deadline, on `CLOCK_MONOTONIC`.
+        deadline_ns: u64,
+    },
+    /// The acquire failed; `kind` is [`error_kind`]'s name.
+    Fail(String),
+    /// The register let the holder read it.
+    Read {
+        /// The holder's token.
+        token: u64,
+        /// The value read.
+        value: u64,
+    },
+    /// The register refused the read.
+    ReadRejected(u64),
+    /// A holder asks the register to store a value.
+    Write {
+        /// The holder's token.
+        token: u64,
+        /// The value to store.
+        value: u64,
+    },
+    /// The register stored the last write.
+    Accepted,
+    /// The register refused the last write.
+    Rejected,
+    /// A release starts; the lease's deadline as renewals left it.
+    Release {
+        /// On `CLOCK_MONOTONIC`.
+        deadline_ns: u64,
+    },
+    /// The release succeeded.
+    Released,
+    /// The release failed.
+    ReleaseFailed(String),
+    /// The guard reports the lock at risk.
+    AtRisk,
+    /// The guard reports the lock lost.
+    Lost,
+    /// A nemesis starts a fault.
+    Fault(String),
+    /// The fault ends.
+    Healed(String),
+    /// The register's value when the run ended.
+    Final(u64),
+}
+
+/// One line of the history.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// `CLOCK_MONOTONIC`, nanoseconds.
+    pub ns: u64,
+    /// The process that wrote it.
+    pub pid: u32,
+    /// What happened.
+    pub event: Event,
+}
+
+impl fmt::Display for Record {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {} ", self.ns, self.pid)?;
+        match &self.event {
+            Event::Invoke => write!(f, "invoke"),
+            Event::Grant { token, deadline_ns } => write!(f, "grant {token} {deadline_ns}"),
+            Event::Fail(kind) => write!(f, "fail {kind}"),
+            Event::Read { token, value } => write!(f, "read {token} {value}"),
+            Event::ReadRejected(token) => write!(f, "read-rejected {token}"),
+            Event::Write { token, value } => write!(f, "write {token} {value}"),
+            Event::Accepted => write!(f, "accepted"),
+            Event::Rejected => write!(f, "rejected"),
+            Event::Release { deadline_ns } => write!(f, "release {deadline_ns}"),
+            Event::Released => write!(f, "released"),
+            Event::ReleaseFailed(kind) => write!(f, "release-failed {kind}"),
+            Event::AtRisk => write!(f, "at-risk"),
+            Event::Lost => write!(f, "lost"),
+            Event::Fault(label) => write!(f, "fault {label}"),
+            Event::Healed(label) => write!(f, "healed {label}"),
+            Event::Final(value) => write!(f, "final {value}"),
+        }
+    }
+}
+
+impl FromStr for Record {
+    type Err = String;
+
+    fn from_str(line: &str) -> Result<Self, String> {
+        let bad = || format!("bad history line {line:?}");
+        let mut words = line.split_whitespace();
+        let mut number =
+            || -> Result<u64, String> { words.next().and_then(|w| w.parse().ok()).ok_or_else(bad) };
+        let ns = number()?;
+        let pid = u32::try_from(number()?).map_err(|_| bad())?;
+        let rest: Vec<&str> = line.split_whitespace().skip(2).collect();
+        let int = |i: usize| -> Result<u64, String> {
+            rest.get(i).and_then(|w| w.parse().ok()).ok_or_else(bad)
+        };
+        let text = |i: usize| -> Result<String, String> {
+            rest.get(i).map(|w| (*w).to_owned()).ok_or_else(bad)
+        };
+        let event = match rest.first().copied().ok_or_else(bad)? {
+            "invoke" => Event::Invoke,
+            "grant" => Event::Grant {
+                token: int(1)?,
+                deadline_ns: int(2)?,
+            },
+            "fail" => Event::Fail(text(1)?),
+            "read" => Event::Read {
+                token: int(1)?,
+                value: int(2)?,
+            },
+            "read-rejected" => Event::ReadRejected(int(1)?),
+            "write" => Event::Write {
+                token: int(1)?,
+                value: int(2)?,
+            },
+            "accepted" => Event::Accepted,
+            "rejected" => Event::Rejected,
+            "release" => Event::Release {
+                deadline_ns: int(1)?,
+            },
+            "released" => Event::Released,
+            "release-failed" => Event::ReleaseFailed(text(1)?),
+            "at-risk" => Event::AtRisk,
+            "lost" => Event::Lost,
+            "fault" => Event::Fault(text(1)?),
+            "healed" => Event::Healed(text(1)?),
+            "final" => Event::Final(int(1)?),
+            _ => return Err(bad()),
+        };
+        Ok(Record { ns, pid, event })
+    }
+}
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds: the same clock in every process
+/// of the host, and the one `std::time::Instant` reads on Linux.
+pub fn now_ns() -> u64 {
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .expect("CLOCK_MONOTONIC is always readable");
+    u64::try_from(Duration::from(now).as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// An `Instant` of this process on the shared `CLOCK_MONOTONIC` scale.
+pub fn instant_ns(at: Instant) -> u64 {
+    let (now, ns) = (Instant::now(), now_ns());
+    let to_ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    if at >= now {
+        ns.saturating_add(to_ns(at - now))
+    } else {
+        ns.saturating_sub(to_ns(now - at))
+    }
+}
+
+/// The history file of a run, appended to by every process.
+#[derive(Clone, Debug)]
+pub struct History {
+    path: PathBuf,
+    pid: u32,
+}
+
+impl History {
+    /// Appends to `path` as this process.
+    pub fn open(path: impl Into<PathBuf>) -> Self {
+        Self {
+            path: path.into(),
+            pid: std::process::id(),
+        }
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends one event stamped now. One `write` on a file opened with
+    /// `O_APPEND`: lines of different processes never tear.
+    pub fn log(&self, event: Event) -> std::io::Result<()> {
+        let record = Record {
+            ns: now_ns(),
+            pid: self.pid,
+            event,
+        };
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)?
+            .write_all(format!("{record}\n").as_bytes())
+    }
+
+    /// Every record in the file, in time order. A last line cut short by a
+    /// killed process is skipped; any other bad line is an error.
+    pub fn read(path: &Path) -> Result<Vec<Record>, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read the history {}: {e}", path.display()))?;
+        let mut records = Vec::new();
+        let lines: Vec<&str> = text.split('\n').collect();
+        let whole = lines.len().saturating_sub(1); // after the last '\n'
+        for (i, line) in lines.iter().enumerate() {
+            if line.is_empty() {
+                continue;
+            }
+            match line.parse() {
+                Ok(record) => records.push(record),
+                Err(_) if i == whole => {}
+                Err(e) => return Err(e),
+            }
+        }
+        records.sort_by_key(|r: &Record| r.ns);
+        Ok(records)
+    }
+}
+
+/// A short, stable name for an error, for the `fail` and `release-failed`
+/// events and the errors-by-kind figure.
+pub fn error_kind(error: &lock_core::Error) -> &'static str {
+    use lock_core::Error;
+    match error {
+        Error::Busy { .. } => "busy",
+        Error::WaitTimeout { .. } => "wait-timeout",
+        Error::NotHeld { .. } => "not-held",
+        Error::Lost { .. } => "lost",
+        Error::Unavailable { .. } => "unavailable",
+        Error::Timeout { .. } => "timeout",
+        Error::Backend { .. } => "backend",
+        e if e.is_invalid_input() => "invalid-input",
+        _ => "other",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_event_round_trips_through_its_line() {
+        let events = [
+            Event::Invoke,
+            Event::Grant {
+                token: 7,
+                deadline_ns: 99,
+            },
+            Event::Fail("timeout".into()),
+            Event::Read { token: 7, value: 3 },
+            Event::ReadRejected(6),
+            Event::Write { token: 7, value: 4 },
+            Event::Accepted,
+            Event::Rejected,
+            Event::Release { deadline_ns: 5 },
+            Event::Released,
+            Event::ReleaseFailed("not-held".into()),
+            Event::AtRisk,
+            Event::Lost,
+            Event::Fault("pause-holder".into()),
+            Event::Healed("pause-holder".into()),
+            Event::Final(12),
+        ];
+        for event in events {
+            let record = Record {
+                ns: 12_345,
+                pid: 42,
+                event,
+            };
+            assert_eq!(record.to_string().parse::<Record>(), Ok(record));
+        }
+    }
+
+    #[test]
+    fn a_torn_last_line_is_skipped_and_others_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h");
+        std::fs::write(&path, "2 1 invoke\n1 1 grant 3 9\n3 1 rel").unwrap();
+        let records = History::read(&path).unwrap();
+        assert_eq!(records.len(), 2);
+        assert_eq!(records[0].ns, 1, "sorted by time");
+        std::fs::write(&path, "2 1 bogus\n1 1 invoke\n").unwrap();
+        assert!(History::read(&path).is_err());
+    }
+
+    #[test]
+    fn instants_map_onto_the_shared_clock() {
+        let later = Instant::now() + Duration::from_secs(2);
+        let ns = instant_ns(later);
+        let expected = now_ns() + 2_000_000_000;
+        assert!(ns.abs_diff(expected) < 50_000_000, "{ns} vs {expected}");
+    }
+}

@@ -1,0 +1,351 @@
+//! One run: worker processes taking one lock while a nemesis strikes on a
+//! schedule, then the checker's figures.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use lock_core::async_trait;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::process::{Child, Command};
+
+use crate::checker::{Figures, check};
+use crate::history::{Event, History, now_ns};
+use crate::register::Register;
+use crate::worker::WorkerPlan;
+
+/// What a run does.
+#[derive(Clone, Debug)]
+pub struct RunPlan {
+    /// The lock service.
+    pub url: String,
+    /// The lock every worker takes.
+    pub name: String,
+    /// Worker processes.
+    pub clients: usize,
+    /// How long the workers take the lock.
+    pub duration: Duration,
+    /// The lease each acquire asks for.
+    pub ttl: Duration,
+    /// The longest hold (keep it under a third of the TTL: a holder then
+    /// never renews, and its promise is exactly its first lease).
+    pub hold: Duration,
+    /// How long one acquire waits before it fails.
+    pub wait: Duration,
+    /// Quiet time before the first fault and after each one.
+    pub quiet: Duration,
+    /// How long each fault lasts.
+    pub fault: Duration,
+    /// The program and leading arguments that run one worker; the
+    /// [`WorkerPlan`]'s arguments follow.
+    pub worker: Vec<String>,
+    /// Where the history, the register and the workers' output go.
+    pub dir: PathBuf,
+}
+
+impl RunPlan {
+    /// A plan with the usual proportions for `ttl`: holds of up to a fifth
+    /// of it, faults of twice it, and quiet times of one TTL.
+    pub fn new(
+        url: &str,
+        ttl: Duration,
+        duration: Duration,
+        worker: Vec<String>,
+        dir: &Path,
+    ) -> Self {
+        Self {
+            url: url.to_owned(),
+            name: format!("torture-{:08x}", rand::random::<u32>()),
+            clients: 4,
+            duration,
+            ttl,
+            hold: ttl / 5,
+            wait: ttl * 4,
+            quiet: ttl,
+            fault: ttl * 2,
+            worker,
+            dir: dir.to_owned(),
+        }
+    }
+}
+
+/// A fault: started by [`inject`](Nemesis::inject), ended by
+/// [`heal`](Nemesis::heal).
+#[async_trait]
+pub trait Nemesis: Send {
+    /// A name without spaces, for the history and the report.
+    fn label(&self) -> String;
+    /// Starts the fault.
+    async fn inject(&mut self, run: &Run) -> std::io::Result<()>;
+    /// Ends it.
+    async fn heal(&mut self, run: &Run) -> std::io::Result<()>;
+}
+
+/// No fault: the baseline.
+#[derive(Debug, Default)]
+pub struct Calm;
+
+#[async_trait]
+impl Nemesis for Calm {
+    fn label(&self) -> String {
+        "none".into()
+    }
+    async fn inject(&mut self, _: &Run) -> std::io::Result<()> {
+        Ok(())
+    }
+    async fn heal(&mut self, _: &Run) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// SIGSTOP of a holder's whole process group for the fault's length (set
+/// it past the TTL), then SIGCONT: a GC pause, a stalled VM.
+#[derive(Debug, Default)]
+pub struct PauseHolder {
+    paused: Option<u32>,
+}
+
+#[async_trait]
+impl Nemesis for PauseHolder {
+    fn label(&self) -> String {
+        "pause-holder".into()
+    }
+    async fn inject(&mut self, run: &Run) -> std::io::Result<()> {
+        let pid = run.holder().await;
+        run.signal(pid, Signal::SIGSTOP)?;
+        self.paused = Some(pid);
+        Ok(())
+    }
+    async fn heal(&mut self, run: &Run) -> std::io::Result<()> {
+        match self.paused.take() {
+            Some(pid) => run.signal(pid, Signal::SIGCONT),
+            None => Ok(()),
+        }
+    }
+}
+
+/// SIGKILL of a holder; a new worker takes its place, as a supervisor
+/// would restart it.
+#[derive(Debug, Default)]
+pub struct KillHolder;
+
+#[async_trait]
+impl Nemesis for KillHolder {
+    fn label(&self) -> String {
+        "kill-holder".into()
+    }
+    async fn inject(&mut self, run: &Run) -> std::io::Result<()> {
+        let pid = run.holder().await;
+        run.replace(pid).await
+    }
+    async fn heal(&mut self, _: &Run) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A run in progress, as a nemesis sees it.
+#[derive(Debug)]
+pub struct Run {
+    plan: RunPlan,
+    until_ns: u64,
+    history: History,
+    workers: Mutex<Vec<Child>>,
+}
+
+impl Run {
+    /// The plan.
+    pub fn plan(&self) -> &RunPlan {
+        &self.plan
+    }
+
+    /// The history file.
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
+    /// The workers' process ids.
+    pub fn workers(&self) -> Vec<u32> {
+        let workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        workers.iter().filter_map(Child::id).collect()
+    }
+
+    /// A worker that holds the lock now, by the history; if none does
+    /// within a TTL, any worker.
+    pub async fn holder(&self) -> u32 {
+        let deadline = tokio::time::Instant::now() + self.plan.ttl;
+        loop {
+            let workers = self.workers();
+            if let Some(pid) = holding(self.history.path(), &workers) {
+                return pid;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return workers[rand::random_range(0..workers.len())];
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// Sends `signal` to a worker's process group.
+    pub fn signal(&self, pid: u32, signal: Signal) -> std::io::Result<()> {
+        killpg(Pid::from_raw(pid as i32), signal).map_err(std::io::Error::from)
+    }
+
+    /// Kills a worker with SIGKILL and starts another in its place.
+    pub async fn replace(&self, pid: u32) -> std::io::Result<()> {
+        let old = {
+            let mut workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+            let at = workers.iter().position(|c| c.id() == Some(pid));
+            at.map(|at| workers.swap_remove(at))
+        };
+        if let Some(mut old) = old {
+            self.signal(pid, Signal::SIGKILL)?;
+            old.wait().await?;
+        }
+        let fresh = self.spawn()?;
+        self.workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(fresh);
+        Ok(())
+    }
+
+    fn spawn(&self) -> std::io::Result<Child> {
+        let plan = WorkerPlan {
+            url: self.plan.url.clone(),
+            name: self.plan.name.clone(),
+            ttl: self.plan.ttl,
+            hold: self.plan.hold,
+            wait: self.plan.wait,
+            until_ns: self.until_ns,
+            history: self.history.path().to_owned(),
+            register: self.plan.dir.join("register"),
+        };
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.plan.dir.join("workers.log"))?;
+        Command::new(&self.plan.worker[0])
+            .args(&self.plan.worker[1..])
+            .args(plan.to_args())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            // Its own group, so a pause stops the whole worker.
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+    }
+}
+
+/// The pid of a worker whose last lock event says it holds the lock.
+fn holding(history: &Path, workers: &[u32]) -> Option<u32> {
+    let records = History::read(history).ok()?;
+    let mut candidates: Vec<u32> = workers
+        .iter()
+        .copied()
+        .filter(|pid| {
+            records
+                .iter()
+                .rev()
+                .find(|r| r.pid == *pid && !matches!(r.event, Event::AtRisk | Event::Lost))
+                .is_some_and(|r| {
+                    matches!(
+                        r.event,
+                        Event::Grant { .. } | Event::Read { .. } | Event::Write { .. }
+                    )
+                })
+        })
+        .collect();
+    candidates.sort_unstable();
+    candidates.first().copied()
+}
+
+/// What a run produced.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The checker's figures.
+    pub figures: Figures,
+    /// The history file.
+    pub history: PathBuf,
+    /// The tail of the workers' output, for failure messages.
+    pub worker_log: String,
+}
+
+/// Starts the workers, applies `nemesis` on the plan's schedule until the
+/// duration is over, waits for the workers, and checks the history.
+pub async fn run(plan: RunPlan, nemesis: &mut dyn Nemesis) -> std::io::Result<Outcome> {
+    std::fs::create_dir_all(&plan.dir)?;
+    let history = History::open(plan.dir.join("history"));
+    let _ = std::fs::remove_file(history.path());
+    let _ = std::fs::remove_file(plan.dir.join("register"));
+    let started = now_ns();
+    let until_ns = started + plan.duration.as_nanos() as u64;
+    let run = Run {
+        plan,
+        until_ns,
+        history,
+        workers: Mutex::new(Vec::new()),
+    };
+    for _ in 0..run.plan.clients {
+        let child = run.spawn()?;
+        run.workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(child);
+    }
+    let label = nemesis.label();
+    let pass = run.plan.quiet + run.plan.fault;
+    tokio::time::sleep(run.plan.quiet).await;
+    while now_ns() + (pass.as_nanos() as u64) <= until_ns {
+        run.history.log(Event::Fault(label.clone()))?;
+        let injected = nemesis.inject(&run).await;
+        if injected.is_ok() {
+            tokio::time::sleep(run.plan.fault).await;
+        }
+        // Heal even after a failed injection: it may have half-happened.
+        let healed = nemesis.heal(&run).await;
+        run.history.log(Event::Healed(label.clone()))?;
+        injected.and(healed)?;
+        tokio::time::sleep(run.plan.quiet).await;
+    }
+    finish(&run).await?;
+    let value = Register::open(run.plan.dir.join("register")).value()?;
+    run.history.log(Event::Final(value))?;
+    let records =
+        History::read(run.history.path()).map_err(|e| std::io::Error::other(e.to_string()))?;
+    let worker_log = std::fs::read_to_string(run.plan.dir.join("workers.log")).unwrap_or_default();
+    Ok(Outcome {
+        figures: check(&records),
+        history: run.history.path().to_owned(),
+        worker_log: tail(&worker_log, 4000),
+    })
+}
+
+/// Lets the workers finish their last round, then kills stragglers.
+async fn finish(run: &Run) -> std::io::Result<()> {
+    let workers = std::mem::take(&mut *run.workers.lock().unwrap_or_else(|p| p.into_inner()));
+    let grace = run.plan.wait + run.plan.ttl * 2 + Duration::from_secs(5);
+    for mut child in workers {
+        // A worker left paused by a failed heal would never finish.
+        if let Some(pid) = child.id() {
+            let _ = run.signal(pid, Signal::SIGCONT);
+        }
+        if tokio::time::timeout(grace, child.wait()).await.is_err() {
+            if let Some(pid) = child.id() {
+                let _ = run.signal(pid, Signal::SIGKILL);
+            }
+            child.wait().await?;
+        }
+    }
+    Ok(())
+}
+
+fn tail(text: &str, max: usize) -> String {
+    let start = text.len().saturating_sub(max);
+    let start = (start..=text.len())
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(text.len());
+    text[start..].to_owned()
+}

@@ -1,0 +1,172 @@
+//! One worker process: takes the lock over and over, reads the register
+//! with its token, holds a moment, writes the value plus one back, and
+//! releases, logging every step. It writes whether or not its lease is
+//! still valid — as a process waking from a pause would, which is what
+//! the fence is for.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use lock_core::{AcquireOptions, LockState, Locker, Wait};
+use rand::Rng;
+
+use crate::history::{Event, History, error_kind, instant_ns, now_ns};
+use crate::register::{Register, Verdict};
+
+/// What a worker does, passed to its process as `key=value` arguments.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerPlan {
+    /// The lock service.
+    pub url: String,
+    /// The lock every worker takes.
+    pub name: String,
+    /// The lease each acquire asks for.
+    pub ttl: Duration,
+    /// The longest hold; each hold is uniformly random up to it.
+    pub hold: Duration,
+    /// How long one acquire waits before it fails.
+    pub wait: Duration,
+    /// When to stop taking the lock, on `CLOCK_MONOTONIC`.
+    pub until_ns: u64,
+    /// The history file.
+    pub history: PathBuf,
+    /// The register file.
+    pub register: PathBuf,
+}
+
+impl WorkerPlan {
+    /// The plan as command-line arguments.
+    pub fn to_args(&self) -> Vec<String> {
+        vec![
+            format!("url={}", self.url),
+            format!("name={}", self.name),
+            format!("ttl-ms={}", self.ttl.as_millis()),
+            format!("hold-ms={}", self.hold.as_millis()),
+            format!("wait-ms={}", self.wait.as_millis()),
+            format!("until-ns={}", self.until_ns),
+            format!("history={}", self.history.display()),
+            format!("register={}", self.register.display()),
+        ]
+    }
+
+    /// The plan from [`to_args`](Self::to_args)'s arguments.
+    pub fn from_args(args: &[String]) -> Result<Self, String> {
+        let get = |key: &str| -> Result<&str, String> {
+            args.iter()
+                .find_map(|a| a.strip_prefix(key)?.strip_prefix('='))
+                .ok_or_else(|| format!("worker: missing {key}=…"))
+        };
+        let millis = |key: &str| -> Result<Duration, String> {
+            get(key)?
+                .parse()
+                .map(Duration::from_millis)
+                .map_err(|e| format!("worker: {key}: {e}"))
+        };
+        Ok(Self {
+            url: get("url")?.to_owned(),
+            name: get("name")?.to_owned(),
+            ttl: millis("ttl-ms")?,
+            hold: millis("hold-ms")?,
+            wait: millis("wait-ms")?,
+            until_ns: get("until-ns")?
+                .parse()
+                .map_err(|e| format!("worker: until-ns: {e}"))?,
+            history: get("history")?.into(),
+            register: get("register")?.into(),
+        })
+    }
+}
+
+/// Runs the worker's loop until `plan.until_ns`. Lock errors are logged and
+/// the loop goes on; only a history or register that cannot be written
+/// ends it.
+pub async fn work(locker: &Locker, plan: &WorkerPlan) -> std::io::Result<()> {
+    let history = History::open(&plan.history);
+    let register = Register::open(&plan.register);
+    let opts = AcquireOptions::with_ttl(plan.ttl).wait(Wait::For(plan.wait));
+    while now_ns() < plan.until_ns {
+        history.log(Event::Invoke)?;
+        let guard = match locker.lock_with(&plan.name, opts).await {
+            Ok(guard) => guard,
+            Err(e) => {
+                history.log(Event::Fail(error_kind(&e).to_owned()))?;
+                // Not a busy loop while the service is down.
+                tokio::time::sleep(plan.ttl / 10).await;
+                continue;
+            }
+        };
+        let token = guard.token().get();
+        history.log(Event::Grant {
+            token,
+            deadline_ns: instant_ns(guard.lease().deadline().into()),
+        })?;
+        let signals = tokio::spawn(log_signals(guard.handle().watch(), history.clone()));
+        match register.read(token)? {
+            Verdict::Served(value) => {
+                history.log(Event::Read { token, value })?;
+                let hold = rand::rng().random_range(Duration::ZERO..=plan.hold);
+                tokio::time::sleep(hold).await;
+                history.log(Event::Write {
+                    token,
+                    value: value + 1,
+                })?;
+                history.log(match register.write(token, value + 1)? {
+                    Verdict::Served(()) => Event::Accepted,
+                    Verdict::Stale => Event::Rejected,
+                })?;
+            }
+            Verdict::Stale => history.log(Event::ReadRejected(token))?,
+        }
+        history.log(Event::Release {
+            deadline_ns: instant_ns(guard.lease().deadline().into()),
+        })?;
+        let released = guard.release().await;
+        signals.abort();
+        history.log(match released {
+            Ok(()) => Event::Released,
+            Err(e) => Event::ReleaseFailed(error_kind(&e).to_owned()),
+        })?;
+    }
+    Ok(())
+}
+
+async fn log_signals(mut state: tokio::sync::watch::Receiver<LockState>, history: History) {
+    let mut last = LockState::Held;
+    loop {
+        let now = *state.borrow_and_update();
+        if now != last {
+            let event = match now {
+                LockState::AtRisk => Some(Event::AtRisk),
+                LockState::Lost => Some(Event::Lost),
+                LockState::Held => None,
+            };
+            if let Some(event) = event {
+                let _ = history.log(event);
+            }
+            last = now;
+        }
+        if now == LockState::Lost || state.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plan_survives_its_arguments() {
+        let plan = WorkerPlan {
+            url: "redis://127.0.0.1:1/?prefix=a=b".into(),
+            name: "torture".into(),
+            ttl: Duration::from_millis(500),
+            hold: Duration::from_millis(100),
+            wait: Duration::from_secs(2),
+            until_ns: 123,
+            history: "/tmp/h".into(),
+            register: "/tmp/r".into(),
+        };
+        assert_eq!(WorkerPlan::from_args(&plan.to_args()), Ok(plan));
+    }
+}
