@@ -14,6 +14,7 @@
 pub mod checker;
 pub mod history;
 pub mod register;
+pub mod report;
 pub mod run;
 pub mod worker;
 

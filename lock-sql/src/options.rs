@@ -78,6 +78,7 @@ pub(crate) fn driver_url(url: &str, q: &mut QueryOptions, passthrough: &[&str]) 
 /// `timeout` in whole `unit`s for a server-side limit: rounded up, since a
 /// limit of zero means none to every server here, and at most `max`, the
 /// largest the server accepts.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) fn server_limit(timeout: Duration, unit: Duration, max: u128) -> u128 {
     timeout.as_nanos().div_ceil(unit.as_nanos()).clamp(1, max)
 }

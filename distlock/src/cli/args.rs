@@ -57,6 +57,27 @@ pub(crate) enum Command {
     /// real locks, but it adds a few rows to it.
     Bench(BenchArgs),
 
+    /// Measure what a lock service does to a fenced resource under faults.
+    ///
+    /// Starts --clients worker processes that take one lock over and over;
+    /// each reads a fenced register (a file that serves only the highest
+    /// fencing token it has seen) with its token, holds for a moment,
+    /// writes the register back, and releases. With --pause or --kill, a
+    /// holder is paused past its TTL (SIGSTOP, then SIGCONT) or killed and
+    /// replaced, every 3×TTL. Then it checks the history and prints what
+    /// broke: critical sections overlapping while both leases were valid,
+    /// stale writes the fence let through, tokens out of order, lost
+    /// writes, and how long the lock took to come back. Exits 1 if the
+    /// backend broke a promise it makes (any overlap; the fence's figures
+    /// when its tokens are strict). Server and network faults are yours
+    /// to inject meanwhile.
+    #[command(after_help = exit::HELP)]
+    Torture(TortureArgs),
+
+    /// Internal: one worker process of `torture`.
+    #[command(name = "__torture-worker", hide = true)]
+    TortureWorker(TortureWorkerArgs),
+
     /// Internal: started by `run` to stop the command if distlock dies.
     #[command(name = "__watchdog", hide = true)]
     Watchdog(WatchdogArgs),
@@ -149,6 +170,49 @@ pub(crate) struct BenchArgs {
     /// Where the JSON data file and the SVG chart go; created if missing.
     #[arg(long, default_value = "bench-results")]
     pub(crate) out: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct TortureArgs {
+    /// The lock service to measure: sqlite://PATH, redis://…, … The lock
+    /// name is unique to the run.
+    #[arg(long, env = "DISTLOCK_URL", hide_env_values = true)]
+    pub(crate) url: String,
+
+    /// Worker processes.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(2..=256))]
+    pub(crate) clients: u16,
+
+    /// How long the workers take the lock.
+    #[arg(long, value_parser = positive_duration, default_value = "30s")]
+    pub(crate) duration: Duration,
+
+    /// The lease each acquire asks for; holds last up to a fifth of it.
+    #[arg(long, value_parser = positive_duration, default_value = "2s")]
+    pub(crate) ttl: Duration,
+
+    /// Pause a holder (its whole process group) for 2×TTL every 3×TTL.
+    #[arg(long, conflicts_with = "kill")]
+    pub(crate) pause: bool,
+
+    /// Kill a holder with SIGKILL every 3×TTL; a new worker replaces it.
+    #[arg(long)]
+    pub(crate) kill: bool,
+
+    /// Print the figures as JSON instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+
+    /// Keep the history (one event per line) in this directory.
+    #[arg(long)]
+    pub(crate) keep: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct TortureWorkerArgs {
+    /// The worker's plan, as `key=value` arguments.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub(crate) plan: Vec<String>,
 }
 
 fn positive_duration(text: &str) -> Result<Duration, String> {

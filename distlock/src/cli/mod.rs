@@ -8,6 +8,7 @@ mod run;
 mod signals;
 mod status;
 mod supervise;
+mod torture;
 mod watchdog;
 
 use std::process::ExitCode;
@@ -51,6 +52,8 @@ pub(crate) fn main() -> ExitCode {
             Command::Run(args) => run::run(args).await,
             Command::Status(args) => status::status(args).await,
             Command::Bench(args) => bench::bench(args).await,
+            Command::Torture(args) => torture::torture(args).await,
+            Command::TortureWorker(args) => torture::worker(args).await,
             Command::Watchdog(_) => Ok(exit::INTERNAL),
         }
     });

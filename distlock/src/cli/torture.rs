@@ -1,0 +1,95 @@
+//! `distlock torture`: the fault suite's client side against any URL.
+
+use distlock::{Error, Result};
+use distlock_torture::{Calm, KillHolder, Nemesis, PauseHolder, RunPlan, WorkerPlan};
+
+use super::args::{TortureArgs, TortureWorkerArgs};
+use super::exit;
+
+/// A run broke a promise the backend makes.
+const BROKEN: u8 = 1;
+
+pub(crate) async fn torture(args: TortureArgs) -> Result<u8> {
+    // Connecting first turns a bad URL or an unreachable service into one
+    // clear error instead of a worker log full of them.
+    let locker = distlock::connect(&args.url).await?;
+    let capabilities = locker.capabilities();
+    capabilities.check_ttl(args.ttl)?;
+    let strict = capabilities.fencing == distlock::Fencing::Strict;
+    drop(locker);
+
+    let exe = std::env::current_exe()
+        .map_err(|e| Error::backend(format!("cannot find the distlock binary: {e}")))?;
+    let temp = tempfile_dir()?;
+    let dir = args.keep.clone().unwrap_or_else(|| temp.clone());
+    let worker = vec![exe.display().to_string(), "__torture-worker".to_owned()];
+    let mut plan = RunPlan::new(&args.url, args.ttl, args.duration, worker, &dir);
+    plan.clients = usize::from(args.clients);
+    let mut nemesis: Box<dyn Nemesis> = if args.pause {
+        Box::<PauseHolder>::default()
+    } else if args.kill {
+        Box::new(KillHolder)
+    } else {
+        Box::new(Calm)
+    };
+    let label = nemesis.label();
+    eprintln!(
+        "distlock torture: {} workers on {} for {:?} (TTL {:?}, fault: {label})",
+        plan.clients, capabilities.backend, args.duration, args.ttl
+    );
+    let outcome = distlock_torture::run(plan, nemesis.as_mut()).await;
+    if args.keep.is_none() {
+        let _ = std::fs::remove_dir_all(&temp);
+    }
+    let outcome = outcome.map_err(|e| Error::backend(format!("the run failed: {e}")))?;
+    let figures = &outcome.figures;
+    if args.json {
+        let json = serde_json::json!({
+            "backend": capabilities.backend,
+            "fault": label,
+            "strict_fencing": strict,
+            "figures": figures,
+        });
+        println!("{json:#}");
+    } else {
+        print!(
+            "{}",
+            distlock_torture::report::table([(label.as_str(), figures)])
+        );
+    }
+    if figures.grants == 0 {
+        eprintln!(
+            "distlock torture: no worker got the lock; their output:\n{}",
+            outcome.worker_log
+        );
+        return Ok(exit::UNAVAILABLE);
+    }
+    let broken = figures.broken_promises(strict);
+    if broken.is_empty() {
+        Ok(0)
+    } else {
+        eprintln!("distlock torture: broken promises: {}", broken.join(", "));
+        Ok(BROKEN)
+    }
+}
+
+pub(crate) async fn worker(args: TortureWorkerArgs) -> Result<u8> {
+    let plan = WorkerPlan::from_args(&args.plan).map_err(Error::backend)?;
+    let locker = distlock::connect(&plan.url).await?;
+    distlock_torture::work(&locker, &plan)
+        .await
+        .map_err(|e| Error::backend(format!("worker: {e}")))?;
+    Ok(0)
+}
+
+/// A fresh private directory for the run's files.
+fn tempfile_dir() -> Result<std::path::PathBuf> {
+    let dir = std::env::temp_dir().join(format!(
+        "distlock-torture-{}-{}",
+        std::process::id(),
+        distlock_torture::history::now_ns()
+    ));
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Error::backend(format!("cannot create {}: {e}", dir.display())))?;
+    Ok(dir)
+}
