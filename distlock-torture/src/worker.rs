@@ -5,6 +5,8 @@
 //! the fence is for.
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use lock_core::{AcquireOptions, LockState, Locker, Wait};
@@ -100,12 +102,16 @@ pub async fn work(locker: &Locker, plan: &WorkerPlan) -> std::io::Result<()> {
             token,
             deadline_ns: instant_ns(guard.lease().deadline().into()),
         })?;
-        let signals = tokio::spawn(log_signals(guard.handle().watch(), history.clone()));
+        let signals = Signals::new(history.clone());
+        let watching = tokio::spawn(signals.clone().follow(guard.handle().watch()));
         match register.read(token)? {
             Verdict::Served(value) => {
                 history.log(Event::Read { token, value })?;
                 let hold = rand::rng().random_range(Duration::ZERO..=plan.hold);
                 tokio::time::sleep(hold).await;
+                // A holder that slept through its lease learns it here at
+                // the latest, as `state()` reads the deadline.
+                signals.note(guard.state());
                 history.log(Event::Write {
                     token,
                     value: value + 1,
@@ -120,8 +126,9 @@ pub async fn work(locker: &Locker, plan: &WorkerPlan) -> std::io::Result<()> {
         history.log(Event::Release {
             deadline_ns: instant_ns(guard.lease().deadline().into()),
         })?;
+        signals.note(guard.state());
         let released = guard.release().await;
-        signals.abort();
+        watching.abort();
         history.log(match released {
             Ok(()) => Event::Released,
             Err(e) => Event::ReleaseFailed(error_kind(&e).to_owned()),
@@ -130,23 +137,40 @@ pub async fn work(locker: &Locker, plan: &WorkerPlan) -> std::io::Result<()> {
     Ok(())
 }
 
-async fn log_signals(mut state: tokio::sync::watch::Receiver<LockState>, history: History) {
-    let mut last = LockState::Held;
-    loop {
-        let now = *state.borrow_and_update();
-        if now != last {
-            let event = match now {
-                LockState::AtRisk => Some(Event::AtRisk),
-                LockState::Lost => Some(Event::Lost),
-                LockState::Held => None,
-            };
-            if let Some(event) = event {
-                let _ = history.log(event);
-            }
-            last = now;
+/// Logs each step of a guard's lost signal once, whether the watch or the
+/// worker's own look at the state sees it first.
+#[derive(Clone)]
+struct Signals {
+    logged: Arc<AtomicU8>,
+    history: History,
+}
+
+impl Signals {
+    fn new(history: History) -> Self {
+        Self {
+            logged: Arc::new(AtomicU8::new(LockState::Held as u8)),
+            history,
         }
-        if now == LockState::Lost || state.changed().await.is_err() {
-            return;
+    }
+
+    fn note(&self, state: LockState) {
+        let event = match state {
+            LockState::Held => return,
+            LockState::AtRisk => Event::AtRisk,
+            LockState::Lost => Event::Lost,
+        };
+        if self.logged.fetch_max(state as u8, Ordering::SeqCst) < state as u8 {
+            let _ = self.history.log(event);
+        }
+    }
+
+    async fn follow(self, mut state: tokio::sync::watch::Receiver<LockState>) {
+        loop {
+            let now = *state.borrow_and_update();
+            self.note(now);
+            if now == LockState::Lost || state.changed().await.is_err() {
+                return;
+            }
         }
     }
 }
