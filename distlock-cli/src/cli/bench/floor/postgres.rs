@@ -7,9 +7,9 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use distlock::lock_sql::CommonOptions;
 use distlock::url::QueryOptions;
 use distlock::{Error, OwnerToken, Result, async_trait};
-use lock_sql::CommonOptions;
 use sqlx::Row as _;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
