@@ -61,7 +61,7 @@ fn a_paused_holder_is_fenced_and_nothing_breaks() {
 }
 
 #[test]
-fn bad_input_and_an_unreachable_service_fail_at_once() {
+fn bad_input_and_an_unusable_service_fail_at_once() {
     let run = torture(&["--url", "nope://x"]);
     assert_eq!(run.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&run.stderr).contains("nope"));
@@ -79,7 +79,7 @@ fn bad_input_and_an_unreachable_service_fail_at_once() {
     let run = torture(&["--url", &url, "--pause", "--kill"]);
     assert_eq!(run.status.code(), Some(64), "--pause and --kill conflict");
 
-    let run = torture(&["--url", "redis://127.0.0.1:1/?connect_timeout=1s"]);
+    let run = torture(&["--url", "sqlite:///nonexistent-distlock-dir/locks.db"]);
     assert_eq!(
         run.status.code(),
         Some(69),

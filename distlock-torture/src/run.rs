@@ -113,9 +113,7 @@ impl Nemesis for PauseHolder {
         "pause-holder".into()
     }
     async fn inject(&mut self, run: &Run) -> std::io::Result<()> {
-        let pid = run.holder().await;
-        run.signal(pid, Signal::SIGSTOP)?;
-        self.paused = Some(pid);
+        self.paused = Some(run.pause_holder().await?);
         Ok(())
     }
     async fn heal(&mut self, run: &Run) -> std::io::Result<()> {
@@ -171,17 +169,45 @@ impl Run {
         workers.iter().filter_map(Child::id).collect()
     }
 
-    /// A worker that holds the lock now, by the history; if none does
+    /// A worker that holds the lock now, by the history (it has read the
+    /// register and not yet written it: it is in its hold); if none does
     /// within a TTL, any worker.
     pub async fn holder(&self) -> u32 {
         let deadline = tokio::time::Instant::now() + self.plan.ttl;
         loop {
             let workers = self.workers();
-            if let Some(pid) = holding(self.history.path(), &workers) {
-                return pid;
+            if let Some(pid) = phase(self.history.path(), &workers, Phase::Holding).first() {
+                return *pid;
             }
             if tokio::time::Instant::now() >= deadline {
                 return workers[rand::random_range(0..workers.len())];
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// Stops a holder's process group with SIGSTOP and returns its pid. The
+    /// holder is caught in its hold, never inside a register call: a worker
+    /// stopped with the register's `flock` would stop every other worker
+    /// too. So it is stopped, then the history is read again, and if it
+    /// had gone on to its write meanwhile it is continued and another
+    /// chance is taken. If no holder is caught within a TTL, a worker that
+    /// is not in a register call is stopped instead.
+    pub async fn pause_holder(&self) -> std::io::Result<u32> {
+        let deadline = tokio::time::Instant::now() + self.plan.ttl;
+        loop {
+            let wanted = if tokio::time::Instant::now() < deadline {
+                Phase::Holding
+            } else {
+                Phase::OutsideTheRegister
+            };
+            let workers = self.workers();
+            for pid in phase(self.history.path(), &workers, wanted) {
+                self.signal(pid, Signal::SIGSTOP)?;
+                if phase(self.history.path(), &[pid], wanted) == [pid] {
+                    return Ok(pid);
+                }
+                self.signal(pid, Signal::SIGCONT)?;
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
@@ -239,27 +265,41 @@ impl Run {
     }
 }
 
-/// The pid of a worker whose last lock event says it holds the lock.
-fn holding(history: &Path, workers: &[u32]) -> Option<u32> {
-    let records = History::read(history).ok()?;
-    let mut candidates: Vec<u32> = workers
+/// Where a worker is in its loop, by its last event.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Between its read of the register and its write.
+    Holding,
+    /// Not between announcing a register call and finishing it.
+    OutsideTheRegister,
+}
+
+/// The workers (in pid order) whose last event puts them in `wanted`.
+fn phase(history: &Path, workers: &[u32], wanted: Phase) -> Vec<u32> {
+    let Ok(records) = History::read(history) else {
+        return Vec::new();
+    };
+    let mut found: Vec<u32> = workers
         .iter()
         .copied()
         .filter(|pid| {
-            records
+            let last = records
                 .iter()
                 .rev()
-                .find(|r| r.pid == *pid && !matches!(r.event, Event::AtRisk | Event::Lost))
-                .is_some_and(|r| {
-                    matches!(
-                        r.event,
-                        Event::Grant { .. } | Event::Read { .. } | Event::Write { .. }
-                    )
-                })
+                .find(|r| r.pid == *pid && !matches!(r.event, Event::AtRisk | Event::Lost));
+            match (wanted, last.map(|r| &r.event)) {
+                (Phase::Holding, Some(Event::Read { .. })) => true,
+                (Phase::Holding, _) => false,
+                // A grant is followed by a read, a write line by the write.
+                (Phase::OutsideTheRegister, Some(Event::Grant { .. } | Event::Write { .. })) => {
+                    false
+                }
+                (Phase::OutsideTheRegister, _) => true,
+            }
         })
         .collect();
-    candidates.sort_unstable();
-    candidates.first().copied()
+    found.sort_unstable();
+    found
 }
 
 /// What a run produced.
