@@ -1,15 +1,21 @@
-//! The trait every backend implements.
+//! What a backend author needs, in one place (opendal's `raw`): the
+//! [`LockBackend`] trait and the request types its methods take, how a
+//! [`Lease`] is made, the polling and wake-up helpers for waiting, the URL
+//! parsers, and the `async_trait` macro the trait is written with.
+//! Applications use [`Locker`](crate::Locker) and rarely need this module.
 
 use std::fmt;
 use std::time::Duration;
 
-use async_trait::async_trait;
+pub use crate::lease::Lease;
+pub use crate::options::{AcquireRequest, WaitBudget};
+pub use crate::url::{HostList, QueryOptions};
+pub use crate::wait::{Backoff, ReleaseSignals, poll_acquire, poll_acquire_with};
+pub use async_trait::async_trait;
 
 use crate::capabilities::Capabilities;
 use crate::error::{Error, Result};
-use crate::lease::Lease;
 use crate::name::LockName;
-use crate::options::{AcquireRequest, WaitBudget};
 use crate::token::FencingToken;
 
 /// A distributed-lock backend: one object-safe trait, so a backend chosen at
@@ -35,7 +41,7 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// Waits for the lock within `budget`, then fails with
     /// [`WaitBudget::exhausted`]. The default polls
     /// [`try_acquire`](Self::try_acquire) with jittered backoff (see
-    /// [`poll_acquire`](crate::wait::poll_acquire)); backends that can be
+    /// [`poll_acquire`]); backends that can be
     /// woken by the server override it.
     ///
     /// Implementations stop waiting when the budget's cancellation token

@@ -147,18 +147,25 @@ pub enum Error {
 }
 
 impl Error {
-    /// Whether the same call may succeed if tried again later: the lock was
-    /// busy, a wait or a call timed out, or the backend was unreachable.
-    /// Invalid input, a lost lease and unsupported operations never get
-    /// better by retrying.
+    /// Whether the same call may succeed if tried again later: either
+    /// [contention](Self::is_contention) or [transient backend
+    /// trouble](Self::is_transient). Invalid input, a lost lease and
+    /// unsupported operations never get better by retrying.
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            Error::Busy { .. }
-                | Error::WaitTimeout { .. }
-                | Error::Unavailable { .. }
-                | Error::Timeout { .. }
-        )
+        self.is_contention() || self.is_transient()
+    }
+
+    /// Whether somebody else holding the lock is all that went wrong: it was
+    /// busy, or the wait for it ran out. The backend is fine.
+    pub fn is_contention(&self) -> bool {
+        matches!(self, Error::Busy { .. } | Error::WaitTimeout { .. })
+    }
+
+    /// Whether the backend was in trouble — unreachable, or a call timed
+    /// out — so the outcome of the call is unknown and a retry may get
+    /// through. Says nothing about the lock itself.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Error::Unavailable { .. } | Error::Timeout { .. })
     }
 
     /// Whether the error is about the caller's input rather than the backend
@@ -172,6 +179,14 @@ impl Error {
                 | Error::UnknownScheme { .. }
                 | Error::FeatureDisabled { .. }
         )
+    }
+
+    /// An [`Error::NotHeld`] for `name`: the lease is no longer the
+    /// caller's.
+    pub fn not_held(name: &crate::LockName) -> Self {
+        Error::NotHeld {
+            name: name.to_string(),
+        }
     }
 
     /// A [`Error::Backend`] with a message and no source.
@@ -206,6 +221,14 @@ mod tests {
             .is_retryable()
         );
         assert!(!Error::NotHeld { name: "a".into() }.is_retryable());
+        let busy = Error::Busy { name: "a".into() };
+        assert!(busy.is_contention() && !busy.is_transient());
+        let down = Error::Unavailable {
+            backend: "x",
+            message: "down".into(),
+            source: None,
+        };
+        assert!(down.is_transient() && !down.is_contention());
         assert!(!Error::backend("x").is_retryable());
         assert!(Error::invalid_url("x://", "no").is_invalid_input());
     }

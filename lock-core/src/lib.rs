@@ -2,7 +2,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
-mod backend;
+pub mod backend;
 mod capabilities;
 mod error;
 mod guard;

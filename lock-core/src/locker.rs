@@ -257,7 +257,7 @@ impl Drop for InFlight {
 
 /// Whether a failed acquire may have left a grant or a queue entry behind.
 fn outcome_unknown(e: &Error) -> bool {
-    !matches!(e, Error::Busy { .. } | Error::WaitTimeout { .. }) && !e.is_invalid_input()
+    !e.is_contention() && !e.is_invalid_input()
 }
 
 impl fmt::Debug for Locker {

@@ -15,9 +15,33 @@ use crate::error::{Error, Result};
 pub struct FencingToken(pub u64);
 
 impl FencingToken {
+    /// A token from a backend's counter.
+    pub const fn new(value: u64) -> Self {
+        Self(value)
+    }
+
     /// The token as a number.
-    pub fn get(self) -> u64 {
+    pub const fn get(self) -> u64 {
         self.0
+    }
+
+    /// A token from a signed counter (a SQL `BIGINT`, an etcd revision, a
+    /// ZooKeeper zxid); those never go below zero, and a negative value
+    /// reads as 0, the token no grant has.
+    pub fn from_i64(value: i64) -> Self {
+        Self(u64::try_from(value).unwrap_or(0))
+    }
+
+    /// The token as a signed counter, for a column or field that stores it
+    /// signed; saturates at `i64::MAX`, which no counter reaches.
+    pub fn to_i64(self) -> i64 {
+        i64::try_from(self.0).unwrap_or(i64::MAX)
+    }
+}
+
+impl From<FencingToken> for u64 {
+    fn from(token: FencingToken) -> u64 {
+        token.0
     }
 }
 
@@ -103,6 +127,15 @@ impl fmt::Display for OwnerToken {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn signed_counters_convert_both_ways() {
+        assert_eq!(FencingToken::from_i64(42).get(), 42);
+        assert_eq!(FencingToken::from_i64(-1).get(), 0);
+        assert_eq!(FencingToken::new(7).to_i64(), 7);
+        assert_eq!(FencingToken::new(u64::MAX).to_i64(), i64::MAX);
+        assert_eq!(u64::from(FencingToken::new(9)), 9);
+    }
 
     #[test]
     fn hex_round_trips_and_is_fixed_width() {

@@ -45,7 +45,7 @@ pub async fn poll_acquire_with<B: LockBackend + ?Sized>(
         let failure = match backend.try_acquire(req).await {
             Ok(Some(lease)) => return Ok(lease),
             Ok(None) => None,
-            Err(e) if e.is_retryable() => {
+            Err(e) if e.is_transient() => {
                 tracing::debug!(lock = %req.name, error = %e, "acquire attempt failed; retrying");
                 Some(e)
             }
