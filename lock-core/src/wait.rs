@@ -111,6 +111,81 @@ impl Default for Backoff {
     }
 }
 
+/// The retry rule of a backend that waits on the server (etcd, ZooKeeper):
+/// an attempt that failed on [transient](crate::Error::is_transient)
+/// trouble — a lost connection, an election, an expired session — is tried
+/// again after a backoff nap, within the wait's budget; contention and
+/// every other error end the wait.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use lock_core::backend::{Backoff, WaitBudget};
+/// use lock_core::wait::Retry;
+/// use lock_core::Error;
+///
+/// let budget = WaitBudget::forever();
+/// let mut retry = Retry::new("example", &budget, Backoff::new());
+/// let mut tries = 0;
+/// let outcome: Result<u32, Error> = loop {
+///     tries += 1;
+///     let attempt = if tries < 3 {
+///         Err(Error::Timeout { operation: "acquire", after: Default::default() })
+///     } else {
+///         Ok(tries)
+///     };
+///     match attempt {
+///         Ok(granted) => break Ok(granted),
+///         Err(e) => {
+///             if let Err(e) = retry.after(e).await {
+///                 break Err(e);
+///             }
+///         }
+///     }
+/// };
+/// assert_eq!(outcome.unwrap(), 3);
+/// assert_eq!(retry.attempts(), 2);
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Retry<'a> {
+    backend: &'static str,
+    budget: &'a WaitBudget,
+    backoff: Backoff,
+    failed: u32,
+}
+
+impl<'a> Retry<'a> {
+    /// The rule for one wait of `backend` (for the log) within `budget`.
+    pub fn new(backend: &'static str, budget: &'a WaitBudget, backoff: Backoff) -> Self {
+        Self {
+            backend,
+            budget,
+            backoff,
+            failed: 0,
+        }
+    }
+
+    /// Decides after a failed attempt: `Ok(())` once the nap is over and
+    /// the next attempt may start, or the error that ends the wait.
+    pub async fn after(&mut self, error: crate::Error) -> crate::Result<()> {
+        self.failed += 1;
+        if !error.is_transient() || self.budget.is_over() {
+            return Err(error);
+        }
+        tracing::debug!(backend = self.backend, error = %error, "waiting for a lock failed; trying again");
+        if self.budget.sleep(self.backoff.next_nap()).await {
+            Ok(())
+        } else {
+            Err(error)
+        }
+    }
+
+    /// How many attempts have failed so far.
+    pub fn attempts(&self) -> u32 {
+        self.failed
+    }
+}
+
 /// Per-name wake-ups for waiters in this process.
 ///
 /// A backend calls [`ReleaseSignals::notify`] after each successful release;
