@@ -144,6 +144,21 @@ fn unsupported(scheme: &str) -> Error {
     }
 }
 
+/// `url` without the options distlock reads itself (`ttl`): the URL a
+/// backend crate's own `connect` accepts, for an application that wants a
+/// backend's concrete type from the same URL it gives [`connect`].
+///
+/// ```
+/// assert_eq!(
+///     distlock::backend_url("sqlite://locks.db?ttl=5s&table=jobs")?,
+///     "sqlite://locks.db?table=jobs"
+/// );
+/// # Ok::<(), distlock::Error>(())
+/// ```
+pub fn backend_url(url: &str) -> Result<String> {
+    Ok(split_common_options(url)?.0)
+}
+
 /// Removes the common options from `url`, returning the URL the backend sees
 /// and the values taken.
 fn split_common_options(url: &str) -> Result<(String, Option<std::time::Duration>)> {

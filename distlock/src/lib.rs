@@ -4,7 +4,7 @@
 
 mod connect;
 
-pub use connect::{SCHEMES, connect, connect_backend};
+pub use connect::{SCHEMES, backend_url, connect, connect_backend};
 pub use lock_core::*;
 
 /// The SQL backend: SQLite, PostgreSQL, MySQL/MariaDB.

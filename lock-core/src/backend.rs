@@ -76,6 +76,8 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
 }
 
 /// The current holder of a lock, as [`LockBackend::holder`] reports it.
+///
+/// Backends make one with [`Holder::new`]; the fields can be read directly.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Holder {
     /// The first hex digits of the holder's owner token (see
@@ -85,4 +87,25 @@ pub struct Holder {
     pub token: FencingToken,
     /// Time left on the lease by the server's clock, if it is known.
     pub expires_in: Option<Duration>,
+}
+
+/// A duration in whole milliseconds for a server that counts in them (a
+/// `PX`, an interval column), saturating: TTLs are bounded by
+/// [`Capabilities`] long before it could.
+pub fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Holder {
+    /// A holder as a backend reads it: `owner` is the owner token as the
+    /// backend stores it (its hex form), of which only the first 8 digits
+    /// are kept, as [`OwnerToken::short`](crate::OwnerToken::short) shows
+    /// them: the full token would let its reader release the lock.
+    pub fn new(owner: &str, token: FencingToken, expires_in: Option<Duration>) -> Self {
+        Self {
+            owner: owner.chars().take(8).collect(),
+            token,
+            expires_in,
+        }
+    }
 }
