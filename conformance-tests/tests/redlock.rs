@@ -156,6 +156,57 @@ async fn delayed_restart_prevents_double_grants() {
     assert_eq!(double[1], 0, "a delayed restart does not");
 }
 
+/// Martin Kleppmann's clock jump, by its effect: one master's clock leaps
+/// forward and the held key expires there early (`PEXPIRE key 1` on that
+/// master alone; Debian's `redis-server` cannot run under libfaketime). A
+/// holder on all five masters keeps a majority; a holder on exactly three
+/// is left with two, and a second client takes the lock while the first
+/// lease is valid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_early_expiry_on_one_master_breaks_a_bare_majority() {
+    let set = RedisSet::start(5).await;
+    let ttl = Duration::from_secs(5);
+    let prefix = format!("{}:", fresh_table());
+    let url = set.url(&format!("prefix={prefix}&timeout=50ms"));
+    let a = locker(&url).await;
+    let b = locker(&url).await;
+
+    let first = a.acquire_lease("all", opts(ttl)).await.expect("5 of 5");
+    set.nodes[0].cli(&["PEXPIRE", &format!("{prefix}all"), "1"]);
+    assert!(
+        b.try_lock("all")
+            .await
+            .expect("a majority answers")
+            .is_none(),
+        "four of five masters still have the lock"
+    );
+    assert!(!first.is_expired());
+
+    // The first grant lands on exactly nodes 0, 1 and 2.
+    set.nodes[3].process().stop();
+    set.nodes[4].process().stop();
+    let first = a.acquire_lease("bare", opts(ttl)).await.expect("3 of 5");
+    for n in &set.nodes[3..] {
+        n.process().restart();
+        n.wait_ready().await;
+    }
+    set.nodes[0].cli(&["PEXPIRE", &format!("{prefix}bare"), "1"]);
+    let mut double = false;
+    while !first.is_expired() {
+        // b reconnects to nodes 3 and 4 by itself.
+        if let Ok(Some(second)) = b.try_lock("bare").await {
+            double = !first.is_expired();
+            second.release().await.ok();
+            break;
+        }
+        sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        double,
+        "one early expiry under a bare majority lets a second holder in (the failure reproduced)"
+    );
+}
+
 /// A master that may evict lock keys is left out like a master that is
 /// down, unless the URL accepts eviction: with it, a majority of three is
 /// still there, and the lock key never lands on it.
