@@ -26,6 +26,8 @@ use lock_core::async_trait;
 use crate::proxy::{Fault, Proxy};
 use crate::servers::Supervised;
 
+pub mod recovered;
+
 /// What a README promises for one figure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Bound {

@@ -327,7 +327,12 @@ fn convert(operation: &'static str, e: etcd_client::Error) -> Error {
             if matches!(
                 status.code(),
                 // Unknown: a broken HTTP/2 stream to a member that died.
+                // Cancelled: the client's own request timeout (tonic's
+                // `TimeoutExpired`, racing ours), or etcd's "request
+                // cancelled"; either way the outcome is unknown and a retry
+                // may get through.
                 tonic_code::Unavailable
+                    | tonic_code::Cancelled
                     | tonic_code::DeadlineExceeded
                     | tonic_code::Aborted
                     | tonic_code::ResourceExhausted

@@ -31,10 +31,18 @@ pub(crate) fn no_data_change(e: &zk::Error) -> bool {
 
 /// ZooKeeper's answer to `operation` as a distlock error: the ones a retry
 /// (or a new session) can get past are `Unavailable`.
+///
+/// zookeeper-client fails the requests in flight on a connection that broke
+/// with the error that broke it: `ConnectionLoss` when the server closed it,
+/// but a `Custom` error for an I/O error or a server silent past the
+/// client's timeout ("no response from connection in …"). Those are
+/// connection losses too — the request's outcome is unknown, and a retry on
+/// the next connection can get past them.
 pub(crate) fn convert(operation: &'static str, e: zk::Error) -> Error {
     use zk::Error as E;
     match e {
         E::ConnectionLoss
+        | E::Custom(_)
         | E::Timeout
         | E::NoHosts
         | E::SessionExpired
