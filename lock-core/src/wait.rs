@@ -153,7 +153,8 @@ impl ReleaseSignals {
         }
     }
 
-    /// How many wake-ups were sent so far (for the herd-effect benchmark).
+    /// How many wake-ups were sent so far: what a backend feeding these
+    /// signals reports as [`BackendStats::wakeups`](crate::BackendStats::wakeups).
     pub fn wakeups(&self) -> u64 {
         self.wakeups.load(Ordering::Relaxed)
     }

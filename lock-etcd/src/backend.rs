@@ -12,8 +12,8 @@ use etcd_client::{
 };
 use lock_core::wait::Backoff;
 use lock_core::{
-    AcquireRequest, Capabilities, Error, Fencing, FencingToken, Holder, Lease, LockBackend,
-    LockName, OwnerToken, Result, WaitBudget, async_trait,
+    AcquireRequest, BackendStats, Capabilities, Error, Fencing, FencingToken, Holder, Lease,
+    LockBackend, LockName, OwnerToken, Result, WaitBudget, async_trait,
 };
 use tokio::time::Instant;
 
@@ -78,12 +78,6 @@ impl EtcdBackend {
             .call("connect", |mut c| async move { c.status().await })
             .await?;
         Ok(backend)
-    }
-
-    /// Watch events that woke a waiter, so far: one per release with FIFO
-    /// waiters, since each waiter watches only its predecessor.
-    pub fn wakeups(&self) -> u64 {
-        self.wakeups.load(Ordering::Relaxed)
     }
 
     /// Runs one request within the timeout.
@@ -362,6 +356,12 @@ use tonic::Code as tonic_code;
 impl LockBackend for EtcdBackend {
     fn capabilities(&self) -> Capabilities {
         CAPABILITIES
+    }
+
+    /// `wakeups`: watch events that woke a waiter: one per release with FIFO
+    /// waiters, since each waiter watches only its predecessor.
+    fn stats(&self) -> BackendStats {
+        BackendStats::default().with_wakeups(self.wakeups.load(Ordering::Relaxed))
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use lock_core::wait::{Backoff, ReleaseSignals, poll_acquire_with};
 use lock_core::{
-    AcquireRequest, Capabilities, Error, Fencing, FencingToken, Holder, Lease, LockBackend,
-    LockName, Result, WaitBudget, async_trait,
+    AcquireRequest, BackendStats, Capabilities, Error, Fencing, FencingToken, Holder, Lease,
+    LockBackend, LockName, Result, WaitBudget, async_trait,
 };
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -62,11 +62,6 @@ impl RedisBackend {
         })
     }
 
-    /// Release notices delivered to local waiters so far.
-    pub fn wakeups(&self) -> u64 {
-        self.signals.wakeups()
-    }
-
     /// Takes the lock and waits for `wait.replicas` to have it (see
     /// [`Node::acquire_confirmed`]); gives it back unless they confirm, or
     /// when the answer was lost (the script may have run).
@@ -114,6 +109,11 @@ fn not_held(name: &LockName) -> Error {
 impl LockBackend for RedisBackend {
     fn capabilities(&self) -> Capabilities {
         self.capabilities.clone()
+    }
+
+    /// `wakeups`: release notices (pub/sub messages) delivered to local waiters.
+    fn stats(&self) -> BackendStats {
+        BackendStats::default().with_wakeups(self.signals.wakeups())
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {

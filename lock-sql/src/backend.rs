@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use lock_core::wait::{Backoff, ReleaseSignals, poll_acquire_with};
 use lock_core::{
-    AcquireRequest, Capabilities, Error, FencingToken, Holder, Lease, LockBackend, LockName,
-    OwnerToken, Result, WaitBudget, async_trait,
+    AcquireRequest, BackendStats, Capabilities, Error, FencingToken, Holder, Lease, LockBackend,
+    LockName, OwnerToken, Result, WaitBudget, async_trait,
 };
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -121,11 +121,6 @@ impl SqlBackend {
         }
     }
 
-    /// Release notices sent to local waiters so far.
-    pub fn wakeups(&self) -> u64 {
-        self.signals.wakeups()
-    }
-
     /// Runs one statement within the operation timeout.
     async fn bounded<T>(
         &self,
@@ -156,6 +151,12 @@ fn not_held(name: &LockName) -> Error {
 impl LockBackend for SqlBackend {
     fn capabilities(&self) -> Capabilities {
         self.driver.capabilities()
+    }
+
+    /// `wakeups`: release notices sent to local waiters (PostgreSQL: from
+    /// `LISTEN`; the other dialects: releases in this process).
+    fn stats(&self) -> BackendStats {
+        BackendStats::default().with_wakeups(self.signals.wakeups())
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {

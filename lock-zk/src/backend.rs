@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use lock_core::wait::Backoff;
 use lock_core::{
-    AcquireRequest, Capabilities, Error, Fencing, Holder, Lease, LockBackend, LockName, Result,
-    WaitBudget, async_trait,
+    AcquireRequest, BackendStats, Capabilities, Error, Fencing, Holder, Lease, LockBackend,
+    LockName, Result, WaitBudget, async_trait,
 };
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -32,6 +32,17 @@ const CAPABILITIES: Capabilities = Capabilities::new("zookeeper", Fencing::Stric
 impl LockBackend for ZkBackend {
     fn capabilities(&self) -> Capabilities {
         CAPABILITIES
+    }
+
+    /// `wakeups`: predecessor deletions that woke a waiter: one per release
+    /// when waiters queue, since each waiter watches only the node just
+    /// before its own.
+    fn stats(&self) -> BackendStats {
+        BackendStats::default().with_wakeups(
+            self.inner
+                .wakeups
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {

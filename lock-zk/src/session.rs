@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -71,13 +71,6 @@ impl ZkBackend {
     /// The configuration in use.
     pub fn config(&self) -> &ZkConfig {
         &self.inner.config
-    }
-
-    /// Predecessor deletions that woke a waiter, so far: one per release when
-    /// waiters queue, since each waiter watches only the node just before
-    /// its own.
-    pub fn wakeups(&self) -> u64 {
-        self.inner.wakeups.load(Ordering::Relaxed)
     }
 
     /// The current session's id, if there is a live one.

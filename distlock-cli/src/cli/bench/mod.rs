@@ -8,7 +8,6 @@ mod contender;
 mod counting;
 mod date;
 mod floor;
-mod notices;
 mod peer;
 mod progress;
 mod report;
@@ -39,20 +38,19 @@ pub(crate) async fn bench(args: BenchArgs) -> Result<u8> {
     let locker = distlock::connect(&args.url).await?;
     let backend = locker.capabilities().backend;
     let ttl = locker.defaults().ttl;
-    let (library, counted): (Arc<dyn Contender>, Arc<dyn Contender>) =
-        if let Some(own) = notices::library(backend, &args.url, &locker).await? {
-            // Counts its wake-ups itself, in every workload.
-            let own: Arc<dyn Contender> = Arc::new(own);
-            (own.clone(), own)
-        } else if Counting::fits(backend) {
-            (
-                Arc::new(Library::new(locker.clone())),
-                Arc::new(Library::counted(&locker)),
-            )
-        } else {
-            let plain: Arc<dyn Contender> = Arc::new(Library::new(locker.clone()));
-            (plain.clone(), plain)
-        };
+    let (library, counted): (Arc<dyn Contender>, Arc<dyn Contender>) = if Counting::fits(backend) {
+        (
+            Arc::new(Library::new(locker.clone())),
+            Arc::new(Library::counted(&locker)),
+        )
+    } else if locker.capabilities().server_side_wait {
+        // Counts its wake-ups itself, in every workload.
+        let own: Arc<dyn Contender> = Arc::new(Library::with_notices(locker.clone()));
+        (own.clone(), own)
+    } else {
+        let plain: Arc<dyn Contender> = Arc::new(Library::new(locker.clone()));
+        (plain.clone(), plain)
+    };
     let floor = floor::connect(backend, &args.url, ttl).await?;
     let peers = peer::for_backend(backend, &args.url, ttl).await?;
     let mut contenders = vec![floor.clone(), library.clone()];

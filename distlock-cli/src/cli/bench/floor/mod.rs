@@ -116,7 +116,7 @@ fn base_url(url: &str) -> &str {
 
 /// `url` without the options distlock reads itself (`ttl`), for the
 /// backends' own URL parsers, which refuse options they do not know.
-pub(crate) fn without_common_options(url: &str) -> String {
+fn without_common_options(url: &str) -> String {
     let Some((base, query)) = url.split_once('?') else {
         return url.to_owned();
     };
