@@ -3,6 +3,11 @@
 #![deny(missing_docs)]
 
 mod backend;
+pub mod config;
+#[cfg(feature = "raw")]
 pub mod meta;
+#[cfg(not(feature = "raw"))]
+#[allow(unreachable_pub)]
+mod meta;
 
 pub use backend::{MIN_TTL, MemcacheBackend};

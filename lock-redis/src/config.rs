@@ -18,7 +18,7 @@ pub struct NodeConfig {
     /// The longest wait for a connection.
     pub connect_timeout: Duration,
     /// Whether to use a server that may evict lock keys (see
-    /// [`Eviction`](crate::eviction::Eviction)).
+    /// `Eviction`).
     pub allow_eviction: bool,
 }
 

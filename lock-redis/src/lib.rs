@@ -4,8 +4,16 @@
 
 mod backend;
 pub mod config;
+#[cfg(feature = "raw")]
 pub mod eviction;
+#[cfg(not(feature = "raw"))]
+#[allow(unreachable_pub)]
+mod eviction;
+#[cfg(feature = "raw")]
 pub mod node;
+#[cfg(not(feature = "raw"))]
+#[allow(unreachable_pub)]
+mod node;
 mod notices;
 mod scripts;
 

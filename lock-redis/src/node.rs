@@ -166,6 +166,7 @@ impl Node {
     }
 
     /// `host:port`, for messages.
+    #[cfg_attr(not(feature = "raw"), allow(dead_code))]
     pub fn label(&self) -> &str {
         &self.label
     }

@@ -14,6 +14,7 @@ use lock_core::{
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::config::SqlConfig;
 use crate::driver::{Driver, Released};
 use crate::orphans::{Attempt, Orphans, Undo};
 
@@ -106,19 +107,12 @@ impl SqlBackend {
     /// `postgres://` and `postgresql://` (feature `postgres`), `mysql://` and
     /// `mariadb://` (feature `mysql`).
     pub async fn connect(url: &str) -> Result<Self> {
-        let scheme = url.split_once(':').map_or(url, |(s, _)| s);
-        match scheme {
-            #[cfg(feature = "sqlite")]
-            "sqlite" => crate::sqlite::connect(url).await,
-            #[cfg(feature = "postgres")]
-            "postgres" | "postgresql" => crate::postgres::connect(url).await,
-            #[cfg(feature = "mysql")]
-            "mysql" | "mariadb" => crate::mysql::connect(url).await,
-            _ => Err(Error::UnknownScheme {
-                scheme: scheme.to_owned(),
-                supported: crate::SCHEMES.to_vec(),
-            }),
-        }
+        Self::connect_with(SqlConfig::parse(url)?).await
+    }
+
+    /// Connects to the database `config` names; see [`connect`](Self::connect).
+    pub async fn connect_with(config: SqlConfig) -> Result<Self> {
+        config.connect().await
     }
 
     /// Runs one statement within the operation timeout.

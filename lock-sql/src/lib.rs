@@ -3,11 +3,12 @@
 #![deny(missing_docs)]
 
 mod backend;
+#[cfg_attr(not(feature = "raw"), allow(unreachable_pub))]
+mod config;
 mod driver;
-mod errors;
+mod error;
 #[cfg(feature = "mysql")]
 mod mysql;
-mod options;
 mod orphans;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -18,9 +19,20 @@ mod sqlite;
 mod table;
 
 pub use backend::SqlBackend;
-pub use errors::is_transient;
-pub use options::CommonOptions;
+#[cfg(feature = "raw")]
+pub use config::CommonOptions;
+pub use config::SqlConfig;
+#[cfg(feature = "raw")]
+pub use error::is_transient;
 pub use table::TableName;
+
+/// The schemes of SQLite (whether or not the `sqlite` feature is on).
+pub const SQLITE_SCHEMES: &[&str] = &["sqlite"];
+/// The schemes of PostgreSQL (whether or not the `postgres` feature is on).
+pub const POSTGRES_SCHEMES: &[&str] = &["postgres", "postgresql"];
+/// The schemes of MySQL and MariaDB (whether or not the `mysql` feature is
+/// on).
+pub const MYSQL_SCHEMES: &[&str] = &["mysql", "mariadb"];
 
 /// The URL schemes this build of lock-sql accepts.
 pub const SCHEMES: &[&str] = &[

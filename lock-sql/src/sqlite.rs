@@ -18,8 +18,8 @@ use sqlx::error::DatabaseError;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
 use crate::backend::SqlBackend;
-use crate::errors::ErrorMap;
-use crate::options::{COMMON, CommonOptions};
+use crate::config::{COMMON, CommonOptions};
+use crate::error::ErrorMap;
 use crate::returning::{ReturningDriver, Statements};
 
 /// The database's clock in milliseconds since the Unix epoch. SQLite keeps
@@ -28,7 +28,7 @@ const NOW_MS: &str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
 
 /// The parts of a `sqlite://` URL.
 #[derive(Debug)]
-struct Config {
+pub(crate) struct Config {
     path: PathBuf,
     common: CommonOptions,
     synchronous: SqliteSynchronous,
@@ -44,7 +44,7 @@ impl Config {
         Capabilities::new("sqlite", fencing)
     }
 
-    fn parse(url: &str) -> Result<Self> {
+    pub(crate) fn parse(url: &str) -> Result<Self> {
         let rest = url
             .strip_prefix("sqlite://")
             .or_else(|| url.strip_prefix("sqlite:"))
@@ -134,9 +134,8 @@ pub(crate) fn transient(e: &dyn DatabaseError) -> bool {
     matches!(primary, Some(BUSY | LOCKED))
 }
 
-/// Opens (creating if needed) the database a `sqlite://` URL names.
-pub(crate) async fn connect(url: &str) -> Result<SqlBackend> {
-    let config = Config::parse(url)?;
+/// Opens (creating if needed) the database `config` names.
+pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
     check_directory(&config.path)?;
     let common = &config.common;
     let errors = ErrorMap {
@@ -271,7 +270,7 @@ mod tests {
         ];
         for (query, fencing) in cases {
             let url = format!("sqlite://{}/locks.db{query}", dir.path().display());
-            let backend = connect(&url).await.unwrap();
+            let backend = SqlBackend::connect(&url).await.unwrap();
             let capabilities = lock_core::LockBackend::capabilities(&backend);
             assert_eq!(capabilities.fencing, fencing, "{url}");
         }
@@ -281,14 +280,14 @@ mod tests {
     async fn a_missing_directory_is_named() {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}/missing/x.db", dir.path().display());
-        let err = connect(&url).await.unwrap_err().to_string();
+        let err = SqlBackend::connect(&url).await.unwrap_err().to_string();
         assert!(
             err.contains("does not exist") && err.contains("missing"),
             "{err}"
         );
         let file = dir.path().join("plain");
         std::fs::write(&file, "").unwrap();
-        let err = connect(&format!("sqlite://{}/x.db", file.display()))
+        let err = SqlBackend::connect(&format!("sqlite://{}/x.db", file.display()))
             .await
             .unwrap_err();
         assert!(err.to_string().contains("is not a directory"), "{err}");

@@ -116,6 +116,12 @@ fn base_url(url: &str) -> &str {
 
 /// `url` without the options distlock reads itself (`ttl`), for the
 /// backends' own URL parsers, which refuse options they do not know.
+#[cfg(any(
+    feature = "redis",
+    feature = "redlock",
+    feature = "etcd",
+    feature = "zk"
+))]
 fn without_common_options(url: &str) -> String {
     let Some((base, query)) = url.split_once('?') else {
         return url.to_owned();
