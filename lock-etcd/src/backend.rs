@@ -24,7 +24,7 @@ use crate::config::EtcdConfig;
 /// timeout. Shorter TTLs are refused rather than silently lengthened.
 pub const MIN_TTL: Duration = Duration::from_secs(2);
 
-const CAPABILITIES: Capabilities = Capabilities::new("etcd", Fencing::Strict)
+const CAPABILITIES: Capabilities = Capabilities::new(crate::NAME, Fencing::Strict)
     .with_server_side_wait(true)
     .with_fifo(true)
     .with_survives_node_loss(true)
@@ -224,7 +224,7 @@ impl EtcdBackend {
                     }
                     if message.canceled() {
                         return Err(Error::Unavailable {
-                            backend: "etcd",
+                            backend: crate::NAME,
                             message: format!(
                                 "the watch was cancelled: {}",
                                 message.cancel_reason()
@@ -234,7 +234,7 @@ impl EtcdBackend {
                     }
                 }
                 Err(Error::Unavailable {
-                    backend: "etcd",
+                    backend: crate::NAME,
                     message: "the watch stream ended".into(),
                     source: None,
                 })
@@ -329,7 +329,7 @@ fn convert(operation: &'static str, e: etcd_client::Error) -> Error {
             ) =>
         {
             Error::Unavailable {
-                backend: "etcd",
+                backend: crate::NAME,
                 message: format!("{operation}: {}", status.message()),
                 source: Some(Box::new(status)),
             }
@@ -339,7 +339,7 @@ fn convert(operation: &'static str, e: etcd_client::Error) -> Error {
         | E::WatchError(_)
         | E::LeaseKeepAliveError(_)
         | E::EndpointError(_) => Error::Unavailable {
-            backend: "etcd",
+            backend: crate::NAME,
             message: format!("{operation}: {e}"),
             source: Some(Box::new(e)),
         },

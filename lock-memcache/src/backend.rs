@@ -26,7 +26,7 @@ pub const MIN_TTL: Duration = Duration::from_secs(2);
 
 /// Past 30 days memcached reads an expiry as an absolute Unix time; well
 /// below that, the default maximum of a day applies.
-const CAPABILITIES: Capabilities = Capabilities::new("memcache", Fencing::BestEffort)
+const CAPABILITIES: Capabilities = Capabilities::new(crate::NAME, Fencing::BestEffort)
     .with_ttl_range(MIN_TTL, Capabilities::DEFAULT_MAX_TTL);
 
 /// A lock backend on one memcached (see the crate docs).
@@ -150,7 +150,7 @@ impl MemcacheBackend {
         // Still ours, but written under us every time: not a loss, and
         // worth trying again later.
         Err(Error::Unavailable {
-            backend: "memcache",
+            backend: crate::NAME,
             message: format!(
                 "{key}: the item stayed this owner's but changed before each of \
                  {OWNER_WRITE_ATTEMPTS} tries of its {what}"

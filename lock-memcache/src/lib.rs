@@ -11,3 +11,10 @@ pub mod meta;
 mod meta;
 
 pub use backend::{MIN_TTL, MemcacheBackend};
+
+/// The backend's name, as [`Capabilities::backend`](lock_core::Capabilities::backend) and
+/// error messages give it.
+pub const NAME: &str = "memcache";
+
+/// The URL schemes this backend accepts.
+pub const SCHEMES: &[&str] = &["memcache"];

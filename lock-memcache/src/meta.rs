@@ -90,7 +90,7 @@ impl MetaClient {
 
     fn unavailable(&self, what: String) -> Error {
         Error::Unavailable {
-            backend: "memcache",
+            backend: crate::NAME,
             message: format!("{} ({what})", self.addr),
             source: None,
         }

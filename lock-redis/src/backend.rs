@@ -56,7 +56,7 @@ impl RedisBackend {
         Ok(Self {
             node,
             confirm,
-            capabilities: Capabilities::new("redis", fencing).with_server_side_wait(true),
+            capabilities: Capabilities::new(crate::NAME, fencing).with_server_side_wait(true),
             signals,
             subscriber,
         })
@@ -79,7 +79,7 @@ impl RedisBackend {
                 return Ok(token);
             }
             Ok((_, confirmed)) => Error::Unavailable {
-                backend: "redis",
+                backend: crate::NAME,
                 message: format!(
                     "the grant of lock \"{}\" reached too few replicas within {:?} ({} needed, {confirmed} confirmed); it was given back",
                     req.name, wait.timeout, wait.replicas

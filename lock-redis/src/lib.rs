@@ -18,3 +18,10 @@ mod notices;
 mod scripts;
 
 pub use backend::RedisBackend;
+
+/// The backend's name, as [`Capabilities::backend`](lock_core::Capabilities::backend) and
+/// error messages give it.
+pub const NAME: &str = "redis";
+
+/// The URL schemes this backend accepts (`rediss` is TLS).
+pub const SCHEMES: &[&str] = &["redis", "rediss"];

@@ -378,7 +378,7 @@ fn convert(server: &str, operation: &'static str, limit: Duration, e: RedisError
     }
     if unanswered(&e) {
         return Error::Unavailable {
-            backend: "redis",
+            backend: crate::NAME,
             message: format!("{operation} on {server}: {e}"),
             source: Some(e.into()),
         };

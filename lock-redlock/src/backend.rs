@@ -35,7 +35,7 @@ impl Member {
     /// The node, or at once an error saying it is not connected yet.
     fn node(&self) -> Result<&Node> {
         self.node.get().ok_or_else(|| Error::Unavailable {
-            backend: "redlock",
+            backend: crate::NAME,
             message: match self.failure() {
                 Some(why) => format!("{} is not connected: {why}", self.label),
                 None => format!("{} is still connecting", self.label),
@@ -230,7 +230,7 @@ impl RedlockBackend {
             .map(|e| format!("; first failure: {e}"))
             .unwrap_or_default();
         Error::Unavailable {
-            backend: "redlock",
+            backend: crate::NAME,
             message: format!(
                 "{operation}: only {answered} of {} nodes answered within {limit:?}, and Redlock needs {}{first}",
                 self.members.len(),
@@ -275,7 +275,7 @@ impl Drop for RedlockBackend {
 #[async_trait]
 impl LockBackend for RedlockBackend {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new("redlock", Fencing::BestEffort)
+        Capabilities::new(crate::NAME, Fencing::BestEffort)
             .with_survives_node_loss(true)
             .with_ttl_range(self.node_timeout * 2, Capabilities::DEFAULT_MAX_TTL)
     }

@@ -26,24 +26,32 @@ pub use config::SqlConfig;
 pub use error::is_transient;
 pub use table::TableName;
 
-/// The schemes of SQLite (whether or not the `sqlite` feature is on).
+/// SQLite's name, as [`Capabilities::backend`](lock_core::Capabilities::backend) and error
+/// messages give it.
+pub const SQLITE_NAME: &str = "sqlite";
+/// SQLite's URL schemes (whether or not the `sqlite` feature is on).
 pub const SQLITE_SCHEMES: &[&str] = &["sqlite"];
-/// The schemes of PostgreSQL (whether or not the `postgres` feature is on).
+/// PostgreSQL's name.
+pub const POSTGRES_NAME: &str = "postgres";
+/// PostgreSQL's URL schemes (whether or not the `postgres` feature is on).
 pub const POSTGRES_SCHEMES: &[&str] = &["postgres", "postgresql"];
-/// The schemes of MySQL and MariaDB (whether or not the `mysql` feature is
+/// MySQL's and MariaDB's name.
+pub const MYSQL_NAME: &str = "mysql";
+/// MySQL's and MariaDB's URL schemes (whether or not the `mysql` feature is
 /// on).
 pub const MYSQL_SCHEMES: &[&str] = &["mysql", "mariadb"];
 
-/// The URL schemes this build of lock-sql accepts.
+/// The URL schemes this build of lock-sql accepts: those of each dialect
+/// whose feature is on.
 pub const SCHEMES: &[&str] = &[
     #[cfg(feature = "sqlite")]
-    "sqlite",
+    SQLITE_SCHEMES[0],
     #[cfg(feature = "postgres")]
-    "postgres",
+    POSTGRES_SCHEMES[0],
     #[cfg(feature = "postgres")]
-    "postgresql",
+    POSTGRES_SCHEMES[1],
     #[cfg(feature = "mysql")]
-    "mysql",
+    MYSQL_SCHEMES[0],
     #[cfg(feature = "mysql")]
-    "mariadb",
+    MYSQL_SCHEMES[1],
 ];

@@ -31,7 +31,7 @@ use crate::error::ErrorMap;
 /// Options handed to sqlx unchanged: TLS.
 const PASSTHROUGH: &[&str] = &["ssl-mode", "ssl-ca", "ssl-cert", "ssl-key"];
 
-const CAPABILITIES: Capabilities = Capabilities::new("mysql", Fencing::Strict);
+const CAPABILITIES: Capabilities = Capabilities::new(crate::MYSQL_NAME, Fencing::Strict);
 
 /// The database's clock in milliseconds; `NOW(3)` is fixed for the length of
 /// one statement.
@@ -80,7 +80,7 @@ impl Config {
 pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
     let Config { common, options } = config;
     let errors = ErrorMap {
-        backend: "mysql",
+        backend: crate::MYSQL_NAME,
         pool_timeout: common.connect_timeout,
     };
     let limits = Arc::new(SessionLimits::new(common.timeout));

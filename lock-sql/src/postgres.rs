@@ -36,7 +36,7 @@ const PASSTHROUGH: &[&str] = &[
 const POLL_CAP: Duration = Duration::from_millis(500);
 
 const CAPABILITIES: Capabilities =
-    Capabilities::new("postgres", Fencing::Strict).with_server_side_wait(true);
+    Capabilities::new(crate::POSTGRES_NAME, Fencing::Strict).with_server_side_wait(true);
 
 /// Where the locks table lives: `schema.table`, or `table` on the search path.
 #[derive(Debug)]
@@ -114,7 +114,7 @@ pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
         options,
     } = config;
     let errors = ErrorMap {
-        backend: "postgres",
+        backend: crate::POSTGRES_NAME,
         pool_timeout: common.connect_timeout,
     };
     let pool = PgPoolOptions::new()

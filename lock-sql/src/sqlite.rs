@@ -41,7 +41,7 @@ impl Config {
             SqliteSynchronous::Full => Fencing::Strict,
             _ => Fencing::BestEffort,
         };
-        Capabilities::new("sqlite", fencing)
+        Capabilities::new(crate::SQLITE_NAME, fencing)
     }
 
     pub(crate) fn parse(url: &str) -> Result<Self> {
@@ -108,7 +108,7 @@ fn check_directory(path: &Path) -> Result<()> {
         _ => Path::new("."),
     };
     let unusable = |why: &str| Error::Unavailable {
-        backend: "sqlite",
+        backend: crate::SQLITE_NAME,
         message: format!(
             "cannot open database {}: directory {} {why}",
             path.display(),
@@ -139,7 +139,7 @@ pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
     check_directory(&config.path)?;
     let common = &config.common;
     let errors = ErrorMap {
-        backend: "sqlite",
+        backend: crate::SQLITE_NAME,
         pool_timeout: common.connect_timeout,
     };
     let options = SqliteConnectOptions::new()
@@ -158,7 +158,7 @@ pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
         .await
         .map_err(|e| match e {
             sqlx::Error::Database(db) if !transient(&*db) => Error::Unavailable {
-                backend: "sqlite",
+                backend: crate::SQLITE_NAME,
                 message: format!("cannot open database {}: {db}", config.path.display()),
                 source: Some(db.into()),
             },

@@ -22,7 +22,7 @@ use crate::session::{ZkBackend, connected, lease_ttl};
 /// confirmation through the leader each time.
 pub const MIN_TTL: Duration = Duration::from_millis(100);
 
-const CAPABILITIES: Capabilities = Capabilities::new("zookeeper", Fencing::Strict)
+const CAPABILITIES: Capabilities = Capabilities::new(crate::NAME, Fencing::Strict)
     .with_server_side_wait(true)
     .with_fifo(true)
     .with_survives_node_loss(true)

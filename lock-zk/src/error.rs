@@ -42,7 +42,7 @@ pub(crate) fn convert(operation: &'static str, e: zk::Error) -> Error {
         | E::ClientClosed
         | E::Throttled
         | E::NotReadOnly => Error::Unavailable {
-            backend: "zookeeper",
+            backend: crate::NAME,
             message: format!("{operation}: {e}"),
             source: Some(Box::new(e)),
         },
@@ -56,7 +56,7 @@ pub(crate) fn convert(operation: &'static str, e: zk::Error) -> Error {
 /// A retryable failure described by `message`.
 pub(crate) fn unavailable(message: String) -> Error {
     Error::Unavailable {
-        backend: "zookeeper",
+        backend: crate::NAME,
         message,
         source: None,
     }

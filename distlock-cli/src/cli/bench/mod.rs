@@ -38,7 +38,8 @@ pub(crate) async fn bench(args: BenchArgs) -> Result<u8> {
     let locker = distlock::connect(&args.url).await?;
     let backend = locker.capabilities().backend;
     let ttl = locker.defaults().ttl;
-    let (library, counted): (Arc<dyn Contender>, Arc<dyn Contender>) = if Counting::fits(backend) {
+    let (library, counted): (Arc<dyn Contender>, Arc<dyn Contender>) = if Counting::fits(&args.url)
+    {
         (
             Arc::new(Library::new(locker.clone())),
             Arc::new(Library::counted(&locker)),
@@ -52,7 +53,7 @@ pub(crate) async fn bench(args: BenchArgs) -> Result<u8> {
         (plain.clone(), plain)
     };
     let floor = floor::connect(backend, &args.url, ttl).await?;
-    let peers = peer::for_backend(backend, &args.url, ttl).await?;
+    let peers = peer::for_backend(&args.url, ttl).await?;
     let mut contenders = vec![floor.clone(), library.clone()];
     contenders.extend(peers.iter().cloned());
     let clients = usize::from(args.clients);
@@ -132,6 +133,11 @@ pub(crate) async fn bench(args: BenchArgs) -> Result<u8> {
             Ok(exit::USAGE)
         }
     }
+}
+
+/// The scheme of `url` (what picks the backend, its floor and its peers).
+fn scheme(url: &str) -> &str {
+    url.split_once(':').map_or(url, |(s, _)| s)
 }
 
 /// Writes the data file and the chart into `dir`.
