@@ -4,6 +4,8 @@
 
 mod backend;
 pub mod config;
+mod error;
+mod queue;
 
 pub use backend::{EtcdBackend, MIN_TTL};
 
