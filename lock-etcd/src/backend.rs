@@ -10,8 +10,8 @@ use etcd_client::{
 };
 use lock_core::wait::Backoff;
 use lock_core::{
-    AcquireRequest, BackendStats, Capabilities, Error, Fencing, FencingToken, Holder, Lease,
-    LockBackend, LockName, Result, WaitBudget, async_trait,
+    AcquireRequest, BackendStats, Capabilities, Error, FencingToken, Holder, Lease, LockBackend,
+    LockName, Result, WaitBudget, async_trait,
 };
 use tokio::time::Instant;
 
@@ -24,11 +24,7 @@ use crate::queue::lease_id;
 /// timeout. Shorter TTLs are refused rather than silently lengthened.
 pub const MIN_TTL: Duration = Duration::from_secs(2);
 
-const CAPABILITIES: Capabilities = Capabilities::new(crate::NAME, Fencing::Strict)
-    .with_server_side_wait(true)
-    .with_fifo(true)
-    .with_survives_node_loss(true)
-    .with_ttl_range(MIN_TTL, Capabilities::DEFAULT_MAX_TTL);
+const CAPABILITIES: Capabilities = Capabilities::consensus_queue(crate::NAME, MIN_TTL);
 
 /// A lock backend on an etcd cluster (see the crate docs).
 #[derive(Clone)]
@@ -59,10 +55,7 @@ impl EtcdBackend {
         let connect = Client::connect(config.endpoints.clone(), Some(options));
         let client = tokio::time::timeout(config.connect_timeout, connect)
             .await
-            .map_err(|_| Error::Timeout {
-                operation: "connecting to etcd",
-                after: config.connect_timeout,
-            })?
+            .map_err(|_| Error::timeout("connecting to etcd", config.connect_timeout))?
             .map_err(|e| convert("connect", e))?;
         let backend = Self {
             client,
@@ -114,9 +107,7 @@ impl LockBackend for EtcdBackend {
                 // deadline counts from this renewal.
                 let renewed = Instant::now();
                 if self.keep_alive(place.lease).await? <= 0 {
-                    return Err(Error::NotHeld {
-                        name: req.name.to_string(),
-                    });
+                    return Err(Error::not_held(&req.name));
                 }
                 Ok::<_, Error>((place, renewed))
             };
@@ -166,9 +157,7 @@ impl LockBackend for EtcdBackend {
             .first()
             .is_some_and(|kv| kv.create_revision() == token);
         if remaining? <= 0 || !still_ours {
-            return Err(Error::NotHeld {
-                name: lease.name().to_string(),
-            });
+            return Err(Error::not_held(lease.name()));
         }
         // etcd renews a lease to the TTL it was granted with, whatever `ttl` asks.
         let _ = ttl;
@@ -193,9 +182,7 @@ impl LockBackend for EtcdBackend {
         if deleted.succeeded() {
             Ok(())
         } else {
-            Err(Error::NotHeld {
-                name: lease.name().to_string(),
-            })
+            Err(Error::not_held(lease.name()))
         }
     }
 

@@ -34,16 +34,7 @@ impl EtcdConfig {
         let mut q = QueryOptions::parse(url)?;
         let user = q.take("user");
         let password = q.take("password");
-        let tls = match q.take("tls").as_deref() {
-            None | Some("false") => false,
-            Some("true") => true,
-            Some(other) => {
-                return Err(Error::invalid_url(
-                    url,
-                    format!("option \"tls\" must be true or false, got \"{other}\""),
-                ));
-            }
-        };
+        let tls = q.take_bool("tls", false)?;
         let timeout = q.take_positive_duration("timeout", Self::DEFAULT_TIMEOUT)?;
         let connect_timeout = q.take_positive_duration("connect_timeout", Self::DEFAULT_TIMEOUT)?;
         q.finish(Self::OPTIONS)?;

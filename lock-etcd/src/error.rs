@@ -28,14 +28,7 @@ pub(crate) fn convert(operation: &'static str, e: etcd_client::Error) -> Error {
         | E::IoError(_)
         | E::WatchError(_)
         | E::LeaseKeepAliveError(_)
-        | E::EndpointError(_) => Error::Unavailable {
-            backend: crate::NAME,
-            message: format!("{operation}: {e}"),
-            source: Some(Box::new(e)),
-        },
-        other => Error::Backend {
-            message: format!("etcd {operation}: {other}"),
-            source: Some(Box::new(other)),
-        },
+        | E::EndpointError(_) => Error::unavailable_from(crate::NAME, operation, e),
+        other => Error::backend_from(crate::NAME, operation, other),
     }
 }

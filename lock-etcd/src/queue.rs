@@ -36,10 +36,7 @@ impl EtcdBackend {
     {
         tokio::time::timeout(self.config.timeout, request(self.client.clone()))
             .await
-            .map_err(|_| Error::Timeout {
-                operation,
-                after: self.config.timeout,
-            })?
+            .map_err(|_| Error::timeout(operation, self.config.timeout))?
             .map_err(|e| convert(operation, e))
     }
 
@@ -209,9 +206,7 @@ impl EtcdBackend {
             .await?;
         match mine.kvs().first() {
             Some(kv) if kv.create_revision() == place.revision => Ok(()),
-            _ => Err(Error::NotHeld {
-                name: name.to_string(),
-            }),
+            _ => Err(Error::not_held(name)),
         }
     }
 

@@ -242,9 +242,7 @@ impl LockBackend for MemcacheBackend {
                 sent,
             ))
         } else {
-            Err(Error::NotHeld {
-                name: lease_now.name().to_string(),
-            })
+            Err(Error::not_held(lease_now.name()))
         }
     }
 
@@ -254,9 +252,7 @@ impl LockBackend for MemcacheBackend {
         if deleted {
             Ok(())
         } else {
-            Err(Error::NotHeld {
-                name: lease.name().to_string(),
-            })
+            Err(Error::not_held(lease.name()))
         }
     }
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use lock_core::url::QueryOptions;
+use lock_core::url::{QueryOptions, host_with_port};
 use lock_core::{Error, Result};
 
 /// The parts of a `memcache://host:port[?options]` URL.
@@ -32,17 +32,7 @@ impl MemcacheConfig {
             .strip_prefix("memcache://")
             .ok_or_else(|| Error::invalid_url(url, "expected memcache://HOST:PORT"))?;
         let addr = rest.split(['?', '/']).next().unwrap_or_default();
-        if addr.is_empty() {
-            return Err(Error::invalid_url(
-                url,
-                "no host; write memcache://HOST:PORT",
-            ));
-        }
-        let addr = if addr.contains(':') {
-            addr.to_owned()
-        } else {
-            format!("{addr}:11211")
-        };
+        let addr = host_with_port(url, addr, 11211, "memcache://HOST:PORT")?;
         let mut q = QueryOptions::parse(url)?;
         let prefix = q.take("prefix").unwrap_or_else(|| "distlock:".into());
         if prefix.len() > 64 || !prefix.chars().all(|c| c.is_ascii_graphic() && c != '#') {

@@ -99,10 +99,7 @@ impl MetaClient {
     async fn connect(&self) -> Result<Connection> {
         let stream = timeout(self.connect_timeout, TcpStream::connect(&self.addr))
             .await
-            .map_err(|_| Error::Timeout {
-                operation: "connecting to memcached",
-                after: self.connect_timeout,
-            })?
+            .map_err(|_| Error::timeout("connecting to memcached", self.connect_timeout))?
             .map_err(|e| self.unavailable(format!("connect: {e}")))?;
         let _ = stream.set_nodelay(true);
         Ok(BufReader::new(stream))
@@ -115,10 +112,7 @@ impl MetaClient {
         line: &str,
         data: Option<&[u8]>,
     ) -> Result<Reply> {
-        let timed_out = || Error::Timeout {
-            operation,
-            after: self.timeout,
-        };
+        let timed_out = || Error::timeout(operation, self.timeout);
         // Waiting for a free connection counts against the timeout.
         let mut deadline = Instant::now() + self.timeout;
         let _permit = timeout_at(deadline, self.permits.acquire())

@@ -34,7 +34,11 @@ impl RedisBackend {
     /// Connects to the server a `redis://` or `rediss://` URL names and
     /// subscribes to release notices.
     pub async fn connect(url: &str) -> Result<Self> {
-        let config = RedisConfig::parse(url)?;
+        Self::connect_with(RedisConfig::parse(url)?).await
+    }
+
+    /// Connects to the server `config` names; see [`connect`](Self::connect).
+    pub async fn connect_with(config: RedisConfig) -> Result<Self> {
         let node = Node::connect(&config.node, Keys::new(config.common.prefix.clone())).await?;
         let confirm = match config.wait {
             Some(wait) => Some((node.with_own_connection(wait.timeout).await?, wait)),
@@ -99,12 +103,6 @@ impl Drop for RedisBackend {
     }
 }
 
-fn not_held(name: &LockName) -> Error {
-    Error::NotHeld {
-        name: name.to_string(),
-    }
-}
-
 #[async_trait]
 impl LockBackend for RedisBackend {
     fn capabilities(&self) -> Capabilities {
@@ -141,7 +139,7 @@ impl LockBackend for RedisBackend {
         if self.node.renew(lease.name(), lease.owner(), ttl).await? {
             Ok(lease.renewed(ttl, sent))
         } else {
-            Err(not_held(lease.name()))
+            Err(Error::not_held(lease.name()))
         }
     }
 
@@ -149,7 +147,7 @@ impl LockBackend for RedisBackend {
         if self.node.release(lease.name(), lease.owner()).await? {
             Ok(())
         } else {
-            Err(not_held(lease.name()))
+            Err(Error::not_held(lease.name()))
         }
     }
 

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use lock_core::url::{QueryOptions, redact};
+use lock_core::url::{QueryOptions, host_with_port, redact};
 use lock_core::{Error, Result};
 
 /// How to reach one Redis server. `Debug` never shows the password.
@@ -35,17 +35,7 @@ impl NodeConfig {
             .ok_or_else(|| Error::invalid_url(url, "expected redis:// or rediss://"))?;
         let authority = rest.split('/').next().unwrap_or_default();
         let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-        if host.is_empty() {
-            return Err(Error::invalid_url(
-                url,
-                "no host; write redis://HOST[:PORT][/DB]",
-            ));
-        }
-        let label = if host.contains(':') {
-            host.to_owned()
-        } else {
-            format!("{host}:6379")
-        };
+        let label = host_with_port(url, host, 6379, "redis://HOST[:PORT][/DB]")?;
         Ok(Self {
             url: url.to_owned(),
             label,
@@ -113,9 +103,7 @@ impl CommonOptions {
         let timeout = q.take_positive_duration("timeout", default_timeout)?;
         let connect_timeout =
             q.take_positive_duration("connect_timeout", NodeConfig::DEFAULT_TIMEOUT)?;
-        let allow_eviction = q
-            .take_parsed::<bool>("allow_eviction", "true or false")?
-            .unwrap_or(false);
+        let allow_eviction = q.take_bool("allow_eviction", false)?;
         Ok(Self {
             prefix,
             timeout,

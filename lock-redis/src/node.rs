@@ -335,10 +335,7 @@ async fn open(
     let connect = client.get_connection_manager_with_config(manager);
     tokio::time::timeout(connect_timeout, connect)
         .await
-        .map_err(|_| Error::Timeout {
-            operation: "connecting to redis",
-            after: connect_timeout,
-        })?
+        .map_err(|_| Error::timeout("connecting to redis", connect_timeout))?
         .map_err(|e| convert(label, "connect", connect_timeout, e))
 }
 
@@ -371,10 +368,7 @@ fn unanswered(e: &RedisError) -> bool {
 fn convert(server: &str, operation: &'static str, limit: Duration, e: RedisError) -> Error {
     if e.is_timeout() {
         tracing::debug!(server, operation, error = %e, "redis did not answer in time");
-        return Error::Timeout {
-            operation,
-            after: limit,
-        };
+        return Error::timeout(operation, limit);
     }
     if unanswered(&e) {
         return Error::Unavailable {

@@ -7,8 +7,8 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use lock_core::wait::{Backoff, ReleaseSignals, poll_acquire_with};
 use lock_core::{
-    AcquireRequest, Capabilities, Error, Fencing, FencingToken, Holder, Lease, LockBackend,
-    LockName, Result, WaitBudget, async_trait,
+    AcquireRequest, BackendStats, Capabilities, Error, Fencing, FencingToken, Holder, Lease,
+    LockBackend, LockName, Result, WaitBudget, async_trait,
 };
 use lock_redis::config::NodeConfig;
 use lock_redis::node::{Keys, Node};
@@ -137,7 +137,11 @@ impl RedlockBackend {
     /// long as one attempt may take, and fails unless a majority is then
     /// connected; the masters not connected keep being tried.
     pub async fn connect(url: &str) -> Result<Self> {
-        let config = RedlockConfig::parse(url)?;
+        Self::connect_with(RedlockConfig::parse(url)?).await
+    }
+
+    /// Connects to the masters `config` names; see [`connect`](Self::connect).
+    pub async fn connect_with(config: RedlockConfig) -> Result<Self> {
         let keys = Keys::new(config.common.prefix.clone());
         let (progress, mut watch_progress) = watch::channel(Progress::default());
         let mut members = Vec::with_capacity(config.nodes.len());
@@ -200,10 +204,7 @@ impl RedlockBackend {
             async move {
                 tokio::time::timeout(limit, op(m.node()?))
                     .await
-                    .unwrap_or(Err(Error::Timeout {
-                        operation: "a call to one Redlock node",
-                        after: limit,
-                    }))
+                    .unwrap_or(Err(Error::timeout("a call to one Redlock node", limit)))
             }
         });
         let mut answers = Answers {
@@ -280,6 +281,11 @@ impl LockBackend for RedlockBackend {
             .with_ttl_range(self.node_timeout * 2, Capabilities::DEFAULT_MAX_TTL)
     }
 
+    /// `wakeups`: releases in this process that woke a local waiter.
+    fn stats(&self) -> BackendStats {
+        BackendStats::default().with_wakeups(self.signals.wakeups())
+    }
+
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {
         let limit = self.node_limit(req.ttl);
         let sent = Instant::now();
@@ -302,10 +308,10 @@ impl LockBackend for RedlockBackend {
             return Err(self.no_answer_quorum("acquire", &answers, limit));
         }
         if tokens.len() >= self.quorum {
-            return Err(Error::Timeout {
-                operation: "acquire on a majority before the lease's validity ran out",
-                after: sent.elapsed(),
-            });
+            return Err(Error::timeout(
+                "acquire on a majority before the lease's validity ran out",
+                sent.elapsed(),
+            ));
         }
         Ok(None)
     }
@@ -333,9 +339,7 @@ impl LockBackend for RedlockBackend {
             return Ok(lease.renewed(ttl, sent));
         }
         if refused > self.members.len() - self.quorum {
-            return Err(Error::NotHeld {
-                name: lease.name().to_string(),
-            });
+            return Err(Error::not_held(lease.name()));
         }
         Err(self.no_answer_quorum("renew", &answers, limit))
     }
@@ -352,9 +356,7 @@ impl LockBackend for RedlockBackend {
         } else if answers.ok.len() < self.quorum {
             Err(self.no_answer_quorum("release", &answers, limit))
         } else {
-            Err(Error::NotHeld {
-                name: lease.name().to_string(),
-            })
+            Err(Error::not_held(lease.name()))
         }
     }
 

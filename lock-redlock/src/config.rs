@@ -35,16 +35,7 @@ impl RedlockConfig {
         let retry_delay = q
             .take_duration("retry_delay")?
             .unwrap_or(Duration::from_millis(200));
-        let tls = match q.take("tls").as_deref() {
-            None | Some("false") => false,
-            Some("true") => true,
-            Some(other) => {
-                return Err(Error::invalid_url(
-                    url,
-                    format!("option \"tls\" must be true or false, got \"{other}\""),
-                ));
-            }
-        };
+        let tls = q.take_bool("tls", false)?;
         q.finish(&[CommonOptions::NAMES, Self::NAMES].concat())?;
 
         let scheme = if tls { "rediss" } else { "redis" };

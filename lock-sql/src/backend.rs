@@ -123,22 +123,13 @@ impl SqlBackend {
     ) -> Result<T> {
         tokio::time::timeout(self.op_timeout, statement)
             .await
-            .unwrap_or(Err(Error::Timeout {
-                operation,
-                after: self.op_timeout,
-            }))
+            .unwrap_or(Err(Error::timeout(operation, self.op_timeout)))
     }
 }
 
 fn millis(ttl: Duration) -> i64 {
     // TTLs are bounded by the capabilities long before this could saturate.
     i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)
-}
-
-fn not_held(name: &LockName) -> Error {
-    Error::NotHeld {
-        name: name.to_string(),
-    }
 }
 
 #[async_trait]
@@ -158,10 +149,7 @@ impl LockBackend for SqlBackend {
         let owner = req.owner.to_hex();
         if !self.orphans.settled(&owner, self.op_timeout).await {
             // An earlier attempt of this request is still on its way.
-            return Err(Error::Timeout {
-                operation: "acquire",
-                after: self.op_timeout,
-            });
+            return Err(Error::timeout("acquire", self.op_timeout));
         }
         let sent = Instant::now();
         let driver = self.driver.clone();
@@ -209,7 +197,7 @@ impl LockBackend for SqlBackend {
         if renewed {
             Ok(lease.renewed(ttl, sent))
         } else {
-            Err(not_held(lease.name()))
+            Err(Error::not_held(lease.name()))
         }
     }
 
@@ -227,7 +215,7 @@ impl LockBackend for SqlBackend {
         }
         match outcome {
             Released::InTime => Ok(()),
-            Released::Late | Released::NotOurs => Err(not_held(lease.name())),
+            Released::Late | Released::NotOurs => Err(Error::not_held(lease.name())),
         }
     }
 

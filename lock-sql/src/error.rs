@@ -75,10 +75,9 @@ impl ErrorMap {
                 message: format!("{operation}: {e}"),
                 source: Some(e.into()),
             },
-            sqlx::Error::PoolTimedOut => Error::Timeout {
-                operation: "waiting for a free database connection",
-                after: self.pool_timeout,
-            },
+            sqlx::Error::PoolTimedOut => {
+                Error::timeout("waiting for a free database connection", self.pool_timeout)
+            }
             other => Error::Backend {
                 message: format!("{} {operation}: {other}", self.backend),
                 source: Some(other.into()),

@@ -120,10 +120,7 @@ impl ZkBackend {
             connector.connect(&config.connect_string()),
         )
         .await
-        .map_err(|_| Error::Timeout {
-            operation: "connecting to ZooKeeper",
-            after: config.connect_timeout,
-        })?
+        .map_err(|_| Error::timeout("connecting to ZooKeeper", config.connect_timeout))?
         .map_err(|e| convert("connect", e))?;
         if config.chroot.is_empty() {
             return Ok(root);
@@ -164,10 +161,7 @@ impl ZkBackend {
     ) -> Result<std::result::Result<T, zk::Error>> {
         tokio::time::timeout(self.inner.config.timeout, request)
             .await
-            .map_err(|_| Error::Timeout {
-                operation,
-                after: self.inner.config.timeout,
-            })
+            .map_err(|_| Error::timeout(operation, self.inner.config.timeout))
     }
 }
 
