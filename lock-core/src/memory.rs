@@ -71,7 +71,7 @@ impl LockBackend for MemoryBackend {
 
     /// `wakeups`: release notices sent to waiters so far.
     fn stats(&self) -> BackendStats {
-        BackendStats::default().with_wakeups(self.inner.signals.wakeups())
+        self.inner.signals.stats()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {

@@ -2,15 +2,17 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub use backend::{MIN_TTL, MemcacheBackend};
+
 mod backend;
 pub mod config;
+/// The meta-protocol client (feature `raw`: for tests and benchmarks, no
+/// stability promise).
 #[cfg(feature = "raw")]
 pub mod meta;
 #[cfg(not(feature = "raw"))]
 #[allow(unreachable_pub)]
 mod meta;
-
-pub use backend::{MIN_TTL, MemcacheBackend};
 
 /// The backend's name, as [`Capabilities::backend`](lock_core::Capabilities::backend) and
 /// error messages give it.

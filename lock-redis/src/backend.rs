@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::wait::{Backoff, ReleaseSignals, poll_acquire_with};
+use lock_core::wait::{ReleaseSignals, poll_acquire_signalled};
 use lock_core::{
     AcquireRequest, BackendStats, Capabilities, Error, Fencing, FencingToken, Holder, Lease,
     LockBackend, LockName, Result, WaitBudget, async_trait,
@@ -111,7 +111,7 @@ impl LockBackend for RedisBackend {
 
     /// `wakeups`: release notices (pub/sub messages) delivered to local waiters.
     fn stats(&self) -> BackendStats {
-        BackendStats::default().with_wakeups(self.signals.wakeups())
+        self.signals.stats()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {
@@ -124,14 +124,7 @@ impl LockBackend for RedisBackend {
     }
 
     async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
-        poll_acquire_with(
-            self,
-            req,
-            budget,
-            Some(&self.signals),
-            Backoff::with_cap(POLL_CAP),
-        )
-        .await
+        poll_acquire_signalled(self, req, budget, &self.signals, POLL_CAP).await
     }
 
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use lock_core::wait::{Backoff, ReleaseSignals, poll_acquire_with};
+use lock_core::wait::{Backoff, ReleaseSignals, poll_acquire_signalled};
 use lock_core::{
     AcquireRequest, BackendStats, Capabilities, Error, Fencing, FencingToken, Holder, Lease,
     LockBackend, LockName, Result, WaitBudget, async_trait,
@@ -283,7 +283,7 @@ impl LockBackend for RedlockBackend {
 
     /// `wakeups`: releases in this process that woke a local waiter.
     fn stats(&self) -> BackendStats {
-        BackendStats::default().with_wakeups(self.signals.wakeups())
+        self.signals.stats()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {
@@ -317,14 +317,7 @@ impl LockBackend for RedlockBackend {
     }
 
     async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
-        poll_acquire_with(
-            self,
-            req,
-            budget,
-            Some(&self.signals),
-            Backoff::with_cap(self.retry_delay),
-        )
-        .await
+        poll_acquire_signalled(self, req, budget, &self.signals, self.retry_delay).await
     }
 
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {

@@ -1,12 +1,11 @@
 //! [`SqlBackend`]: the lock protocol over any [`Driver`].
 
-use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
 use std::sync::Arc;
 
-use lock_core::wait::{Backoff, ReleaseSignals, poll_acquire_with};
+use lock_core::wait::{ReleaseSignals, poll_acquire_signalled};
 use lock_core::{
     AcquireRequest, BackendStats, Capabilities, Error, FencingToken, Holder, Lease, LockBackend,
     LockName, OwnerToken, Result, WaitBudget, async_trait,
@@ -32,6 +31,7 @@ use crate::orphans::{Attempt, Orphans, Undo};
 ///
 /// An acquire statement the caller stopped waiting for is left to finish in
 /// a task of its own, which frees whatever it took (see `orphans.rs`).
+#[derive(Debug)]
 pub struct SqlBackend {
     driver: Arc<dyn Driver>,
     signals: Arc<ReleaseSignals>,
@@ -141,7 +141,7 @@ impl LockBackend for SqlBackend {
     /// `wakeups`: release notices sent to local waiters (PostgreSQL: from
     /// `LISTEN`; the other dialects: releases in this process).
     fn stats(&self) -> BackendStats {
-        BackendStats::default().with_wakeups(self.signals.wakeups())
+        self.signals.stats()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {
@@ -170,14 +170,7 @@ impl LockBackend for SqlBackend {
 
     async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
         self.check_name(&req.name)?;
-        poll_acquire_with(
-            self,
-            req,
-            budget,
-            Some(&self.signals),
-            Backoff::with_cap(self.poll_cap),
-        )
-        .await
+        poll_acquire_signalled(self, req, budget, &self.signals, self.poll_cap).await
     }
 
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
@@ -248,14 +241,5 @@ impl Drop for SqlBackend {
         if let Some(listener) = &self.listener {
             listener.abort();
         }
-    }
-}
-
-impl fmt::Debug for SqlBackend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SqlBackend")
-            .field("driver", &self.driver)
-            .field("op_timeout", &self.op_timeout)
-            .finish_non_exhaustive()
     }
 }

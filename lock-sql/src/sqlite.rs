@@ -250,10 +250,7 @@ mod tests {
             ("sqlite://x.db?synchronous=off", "full or normal"),
             ("sqlite://x.db?pool_size=0", "from 1 to 64"),
         ];
-        for (url, why) in cases {
-            let err = Config::parse(url).unwrap_err().to_string();
-            assert!(err.contains(why), "{url}: {err}");
-        }
+        lock_core::url::assert_refused(Config::parse, &cases);
     }
 
     #[tokio::test]
