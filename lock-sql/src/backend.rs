@@ -138,12 +138,6 @@ impl LockBackend for SqlBackend {
         self.driver.capabilities()
     }
 
-    /// `wakeups`: release notices sent to local waiters (PostgreSQL: from
-    /// `LISTEN`; the other dialects: releases in this process).
-    fn stats(&self) -> BackendStats {
-        self.signals.stats()
-    }
-
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {
         self.check_name(&req.name)?;
         let owner = req.owner.to_hex();
@@ -233,6 +227,12 @@ impl LockBackend for SqlBackend {
             })
         })
         .transpose()
+    }
+
+    /// `wakeups`: release notices sent to local waiters (PostgreSQL: from
+    /// `LISTEN`; the other dialects: releases in this process).
+    fn stats(&self) -> BackendStats {
+        self.signals.stats()
     }
 }
 
