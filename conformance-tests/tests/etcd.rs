@@ -110,16 +110,9 @@ async fn waiters_are_served_in_order_one_wake_up_per_release() {
     let etcd = Etcd::shared().await;
     let prefix = fresh_table();
     let shared = backend(&etcd.url(&prefix, "")).await;
-    let l = Locker::from_arc(shared.clone() as Arc<dyn LockBackend>);
+    let l = Locker::from_arc(shared as Arc<dyn LockBackend>);
     let dir = format!("{prefix}/fifo/");
-    cases::fifo_one_wake_up_per_release(
-        &l,
-        4,
-        TTL,
-        || shared.wakeups(),
-        |n| wait_for_queue(etcd, &dir, n),
-    )
-    .await;
+    cases::fifo_one_wake_up_per_release(&l, 4, TTL, |n| wait_for_queue(etcd, &dir, n)).await;
 }
 
 /// A waiter that gives up leaves no key (and no lease) behind.

@@ -422,7 +422,7 @@ async fn releases_wake_waiters_through_pub_sub() {
         .expect("waiter task")
         .expect("the waiter got the lock");
     assert!(
-        waiting_side.wakeups() >= 1,
+        waiting_side.stats().wakeups >= 1,
         "the release notice reached the other client"
     );
     granted.release().await.expect("release");

@@ -129,15 +129,11 @@ async fn waiters_are_served_in_order_one_wake_up_per_release() {
     let zk = ZooKeeper::shared().await;
     let chroot = fresh_table();
     let shared = backend(&zk.url(&chroot, "")).await;
-    let l = Locker::from_arc(shared.clone() as Arc<dyn LockBackend>);
+    let l = Locker::from_arc(shared as Arc<dyn LockBackend>);
     let client = plain(zk, &chroot).await;
-    cases::fifo_one_wake_up_per_release(
-        &l,
-        5,
-        TTL,
-        || shared.wakeups(),
-        |n| wait_for_children(&client, "/locks/fifo", n),
-    )
+    cases::fifo_one_wake_up_per_release(&l, 5, TTL, |n| {
+        wait_for_children(&client, "/locks/fifo", n)
+    })
     .await;
 }
 

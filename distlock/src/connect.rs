@@ -5,7 +5,9 @@ use std::sync::Arc;
 use lock_core::url::QueryOptions;
 use lock_core::{AcquireOptions, Error, LockBackend, Locker, MemoryBackend, Result};
 
-/// Every scheme distlock knows, with the cargo feature that compiles it in.
+/// Every scheme distlock knows, with the cargo feature that compiles it in:
+/// what an error names when a URL's backend is compiled out. (The crates'
+/// own `SCHEMES` are not there to ask when their feature is off.)
 const KNOWN: &[(&str, &str)] = &[
     ("memory", "(always on)"),
     ("sqlite", "sqlite"),
@@ -21,32 +23,55 @@ const KNOWN: &[(&str, &str)] = &[
     ("memcache", "memcache"),
 ];
 
-/// The URL schemes this build accepts.
-pub const SCHEMES: &[&str] = &[
-    "memory",
-    #[cfg(feature = "sqlite")]
-    "sqlite",
-    #[cfg(feature = "postgres")]
-    "postgres",
-    #[cfg(feature = "postgres")]
-    "postgresql",
-    #[cfg(feature = "mysql")]
-    "mysql",
-    #[cfg(feature = "mysql")]
-    "mariadb",
+/// The in-process backend's scheme.
+const MEMORY: &[&str] = &["memory"];
+
+/// Each compiled-in backend crate's `SCHEMES`.
+const COMPILED: &[&[&str]] = &[
+    MEMORY,
+    #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+    lock_sql::SCHEMES,
     #[cfg(feature = "redis")]
-    "redis",
-    #[cfg(feature = "redis")]
-    "rediss",
+    lock_redis::SCHEMES,
     #[cfg(feature = "redlock")]
-    "redlock",
+    lock_redlock::SCHEMES,
     #[cfg(feature = "etcd")]
-    "etcd",
+    lock_etcd::SCHEMES,
     #[cfg(feature = "zk")]
-    "zk",
+    lock_zk::SCHEMES,
     #[cfg(feature = "memcache")]
-    "memcache",
+    lock_memcache::SCHEMES,
 ];
+
+const fn total(parts: &[&[&str]]) -> usize {
+    let (mut i, mut n) = (0, 0);
+    while i < parts.len() {
+        n += parts[i].len();
+        i += 1;
+    }
+    n
+}
+
+const fn flatten<const N: usize>(parts: &[&[&'static str]]) -> [&'static str; N] {
+    let mut out = [""; N];
+    let (mut i, mut k) = (0, 0);
+    while i < parts.len() {
+        let mut j = 0;
+        while j < parts[i].len() {
+            out[k] = parts[i][j];
+            k += 1;
+            j += 1;
+        }
+        i += 1;
+    }
+    out
+}
+
+const FLAT: [&str; total(COMPILED)] = flatten(COMPILED);
+
+/// The URL schemes this build accepts: the `SCHEMES` of every backend crate
+/// compiled in.
+pub const SCHEMES: &[&str] = &FLAT;
 
 /// Query options every URL accepts, read by distlock itself rather than by
 /// the backend.
@@ -83,26 +108,30 @@ pub async fn connect(url: &str) -> Result<Locker> {
 pub async fn connect_backend(url: &str) -> Result<Arc<dyn LockBackend>> {
     let scheme = scheme_of(url)?;
     match scheme {
-        "memory" => {
+        s if MEMORY.contains(&s) => {
             QueryOptions::parse(url)?.finish(&[])?;
             Ok(Arc::new(MemoryBackend::new()))
         }
-        #[cfg(feature = "sqlite")]
-        "sqlite" => Ok(Arc::new(lock_sql::SqlBackend::connect(url).await?)),
-        #[cfg(feature = "postgres")]
-        "postgres" | "postgresql" => Ok(Arc::new(lock_sql::SqlBackend::connect(url).await?)),
-        #[cfg(feature = "mysql")]
-        "mysql" | "mariadb" => Ok(Arc::new(lock_sql::SqlBackend::connect(url).await?)),
+        #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+        s if lock_sql::SCHEMES.contains(&s) => {
+            Ok(Arc::new(lock_sql::SqlBackend::connect(url).await?))
+        }
         #[cfg(feature = "redis")]
-        "redis" | "rediss" => Ok(Arc::new(lock_redis::RedisBackend::connect(url).await?)),
+        s if lock_redis::SCHEMES.contains(&s) => {
+            Ok(Arc::new(lock_redis::RedisBackend::connect(url).await?))
+        }
         #[cfg(feature = "redlock")]
-        "redlock" => Ok(Arc::new(lock_redlock::RedlockBackend::connect(url).await?)),
+        s if lock_redlock::SCHEMES.contains(&s) => {
+            Ok(Arc::new(lock_redlock::RedlockBackend::connect(url).await?))
+        }
         #[cfg(feature = "etcd")]
-        "etcd" => Ok(Arc::new(lock_etcd::EtcdBackend::connect(url).await?)),
+        s if lock_etcd::SCHEMES.contains(&s) => {
+            Ok(Arc::new(lock_etcd::EtcdBackend::connect(url).await?))
+        }
         #[cfg(feature = "zk")]
-        "zk" => Ok(Arc::new(lock_zk::ZkBackend::connect(url).await?)),
+        s if lock_zk::SCHEMES.contains(&s) => Ok(Arc::new(lock_zk::ZkBackend::connect(url).await?)),
         #[cfg(feature = "memcache")]
-        "memcache" => Ok(Arc::new(
+        s if lock_memcache::SCHEMES.contains(&s) => Ok(Arc::new(
             lock_memcache::MemcacheBackend::connect(url).await?,
         )),
         _ => Err(unsupported(scheme)),
@@ -220,6 +249,14 @@ mod tests {
             disabled.contains("\"etcd\" feature") && disabled.contains("this build supports"),
             "{disabled}"
         );
+    }
+
+    #[test]
+    fn every_compiled_scheme_is_known_once() {
+        for scheme in SCHEMES {
+            assert!(KNOWN.iter().any(|(s, _)| s == scheme), "{scheme}");
+            assert_eq!(SCHEMES.iter().filter(|s| *s == scheme).count(), 1);
+        }
     }
 
     #[tokio::test]

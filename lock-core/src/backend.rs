@@ -73,6 +73,31 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
             operation: "inspecting the holder",
         })
     }
+
+    /// The backend's own counters since it was made (all zero where a
+    /// backend counts nothing).
+    fn stats(&self) -> BackendStats {
+        BackendStats::default()
+    }
+}
+
+/// A backend's own counters, as [`LockBackend::stats`] reports them. Each is
+/// a running total; take differences between two readings.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BackendStats {
+    /// Wake-ups: times a waiter was woken by the server — a watch, a
+    /// notification, a pub/sub message — rather than by its own poll (or, on
+    /// backends without server-side wake-ups, by a release in this process).
+    pub wakeups: u64,
+}
+
+impl BackendStats {
+    /// Counters with `wakeups` set (for backends filling them in).
+    pub const fn with_wakeups(mut self, wakeups: u64) -> Self {
+        self.wakeups = wakeups;
+        self
+    }
 }
 
 /// The current holder of a lock, as [`LockBackend::holder`] reports it.

@@ -92,6 +92,18 @@ impl Capabilities {
         self
     }
 
+    /// A lock queue kept by a consensus service (etcd, ZooKeeper): strict
+    /// fencing, waiters woken by the server in the order they queued, and
+    /// the loss of a minority of members survived; TTLs from `min_ttl` to
+    /// [`DEFAULT_MAX_TTL`](Self::DEFAULT_MAX_TTL).
+    pub const fn consensus_queue(backend: &'static str, min_ttl: Duration) -> Self {
+        Self::new(backend, Fencing::Strict)
+            .with_server_side_wait(true)
+            .with_fifo(true)
+            .with_survives_node_loss(true)
+            .with_ttl_range(min_ttl, Self::DEFAULT_MAX_TTL)
+    }
+
     /// Sets the TTL bounds.
     pub const fn with_ttl_range(mut self, min: Duration, max: Duration) -> Self {
         self.min_ttl = min;

@@ -197,6 +197,36 @@ impl Error {
         }
     }
 
+    /// An [`Error::Timeout`]: `operation` got no answer within `after`.
+    pub fn timeout(operation: &'static str, after: Duration) -> Self {
+        Error::Timeout { operation, after }
+    }
+
+    /// An [`Error::Unavailable`] from a driver's error that a retry may get
+    /// past, met during `operation`.
+    pub fn unavailable_from<E>(backend: &'static str, operation: &str, e: E) -> Self
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        Error::Unavailable {
+            backend,
+            message: format!("{operation}: {e}"),
+            source: Some(Box::new(e)),
+        }
+    }
+
+    /// An [`Error::Backend`] from a driver's error that a retry does not
+    /// help, met during `operation`.
+    pub fn backend_from<E>(backend: &'static str, operation: &str, e: E) -> Self
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        Error::Backend {
+            message: format!("{backend} {operation}: {e}"),
+            source: Some(Box::new(e)),
+        }
+    }
+
     /// An [`Error::InvalidUrl`]; `url` is redacted before it is stored.
     pub fn invalid_url(url: &str, reason: impl Into<String>) -> Self {
         Error::InvalidUrl {

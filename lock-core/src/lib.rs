@@ -17,7 +17,7 @@ mod token;
 pub mod url;
 pub mod wait;
 
-pub use backend::{Holder, LockBackend};
+pub use backend::{BackendStats, Holder, LockBackend};
 pub use capabilities::{Capabilities, Fencing};
 pub use error::{BoxError, Error, Result};
 pub use guard::{LockGuard, LockHandle, LockState};

@@ -9,7 +9,7 @@ use std::task::Poll;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::backend::{Holder, LockBackend};
+use crate::backend::{BackendStats, Holder, LockBackend};
 use crate::capabilities::Capabilities;
 use crate::error::{Error, Result};
 use crate::guard::{LockGuard, LockHandle};
@@ -72,6 +72,11 @@ impl Locker {
     /// The backend.
     pub fn backend(&self) -> &Arc<dyn LockBackend> {
         &self.backend
+    }
+
+    /// The backend's own counters (see [`LockBackend::stats`]).
+    pub fn stats(&self) -> BackendStats {
+        self.backend.stats()
     }
 
     /// The backend's capabilities.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::backend::{Holder, LockBackend};
+use crate::backend::{BackendStats, Holder, LockBackend};
 use crate::capabilities::{Capabilities, Fencing};
 use crate::error::{Error, Result};
 use crate::lease::Lease;
@@ -53,11 +53,6 @@ impl MemoryBackend {
         Self::default()
     }
 
-    /// Release notices sent to waiters so far.
-    pub fn wakeups(&self) -> u64 {
-        self.inner.signals.wakeups()
-    }
-
     fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<LockName, Slot>> {
         self.inner.slots.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -72,6 +67,11 @@ const CAPABILITIES: Capabilities = Capabilities::new("memory", Fencing::Strict)
 impl LockBackend for MemoryBackend {
     fn capabilities(&self) -> Capabilities {
         CAPABILITIES
+    }
+
+    /// `wakeups`: release notices sent to waiters so far.
+    fn stats(&self) -> BackendStats {
+        self.inner.signals.stats()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {

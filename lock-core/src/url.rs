@@ -134,6 +134,20 @@ impl QueryOptions {
             .transpose()
     }
 
+    /// Removes `key` and parses it as `true` or `false`; `default` when the
+    /// URL does not give it.
+    pub fn take_bool(&mut self, key: &str, default: bool) -> Result<bool> {
+        match self.take(key).as_deref() {
+            None => Ok(default),
+            Some("true") => Ok(true),
+            Some("false") => Ok(false),
+            Some(other) => Err(Error::invalid_url(
+                &self.url,
+                format!("option \"{key}\" must be true or false, got \"{other}\""),
+            )),
+        }
+    }
+
     /// Fails if any option was not taken, listing the ones that are accepted.
     pub fn finish(self, accepted: &[&str]) -> Result<()> {
         match self.values.keys().next() {
@@ -175,6 +189,32 @@ impl<'a> HostList<'a> {
             return Err(Error::invalid_url(url, "an empty host in the host list"));
         }
         Ok(Self { hosts, path })
+    }
+}
+
+/// `host` with `default_port` added when it names no port; an empty `host`
+/// is an error that shows `example` (`redis://HOST[:PORT]`, say).
+pub fn host_with_port(url: &str, host: &str, default_port: u16, example: &str) -> Result<String> {
+    if host.is_empty() {
+        return Err(Error::invalid_url(url, format!("no host; write {example}")));
+    }
+    Ok(if host.contains(':') {
+        host.to_owned()
+    } else {
+        format!("{host}:{default_port}")
+    })
+}
+
+/// For parsers' tests: `parse` refuses each input with a message that
+/// contains the reason paired with it.
+#[doc(hidden)]
+pub fn assert_refused<T: std::fmt::Debug, E: std::fmt::Display>(
+    parse: impl Fn(&str) -> std::result::Result<T, E>,
+    cases: &[(&str, &str)],
+) {
+    for (input, why) in cases {
+        let err = parse(input).unwrap_err().to_string();
+        assert!(err.contains(why), "{input:?}: {err}");
     }
 }
 

@@ -31,6 +31,19 @@ pub async fn poll_acquire<B: LockBackend + ?Sized>(
     poll_acquire_with(backend, req, budget, signals, Backoff::new()).await
 }
 
+/// [`poll_acquire_with`] woken by `signals` and re-checking at least every
+/// `cap`: the `acquire` of a backend whose releases (local, or announced by
+/// its server) feed `signals`.
+pub async fn poll_acquire_signalled<B: LockBackend + ?Sized>(
+    backend: &B,
+    req: &AcquireRequest,
+    budget: &WaitBudget,
+    signals: &ReleaseSignals,
+    cap: Duration,
+) -> Result<Lease> {
+    poll_acquire_with(backend, req, budget, Some(signals), Backoff::with_cap(cap)).await
+}
+
 /// [`poll_acquire`] with a chosen backoff: a backend whose server wakes
 /// waiters polls only as a safety net, with a longer cap.
 pub async fn poll_acquire_with<B: LockBackend + ?Sized>(
@@ -228,9 +241,16 @@ impl ReleaseSignals {
         }
     }
 
-    /// How many wake-ups were sent so far (for the herd-effect benchmark).
+    /// How many wake-ups were sent so far: what a backend feeding these
+    /// signals reports as [`BackendStats::wakeups`](crate::BackendStats::wakeups).
     pub fn wakeups(&self) -> u64 {
         self.wakeups.load(Ordering::Relaxed)
+    }
+
+    /// The [`BackendStats`](crate::BackendStats) of a backend whose waiters
+    /// these signals wake: `wakeups`.
+    pub fn stats(&self) -> crate::BackendStats {
+        crate::BackendStats::default().with_wakeups(self.wakeups())
     }
 }
 

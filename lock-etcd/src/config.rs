@@ -30,20 +30,11 @@ impl EtcdConfig {
 
     /// Parses `etcd://host:port,host:port[/prefix][?user=…&password=…&tls=true&timeout=…]`.
     pub fn parse(url: &str) -> Result<Self> {
-        let HostList { hosts, path } = HostList::parse(url, "etcd")?;
+        let HostList { hosts, path } = HostList::parse(url, crate::SCHEMES[0])?;
         let mut q = QueryOptions::parse(url)?;
         let user = q.take("user");
         let password = q.take("password");
-        let tls = match q.take("tls").as_deref() {
-            None | Some("false") => false,
-            Some("true") => true,
-            Some(other) => {
-                return Err(Error::invalid_url(
-                    url,
-                    format!("option \"tls\" must be true or false, got \"{other}\""),
-                ));
-            }
-        };
+        let tls = q.take_bool("tls", false)?;
         let timeout = q.take_positive_duration("timeout", Self::DEFAULT_TIMEOUT)?;
         let connect_timeout = q.take_positive_duration("connect_timeout", Self::DEFAULT_TIMEOUT)?;
         q.finish(Self::OPTIONS)?;
@@ -123,15 +114,15 @@ mod tests {
 
     #[test]
     fn bad_urls_say_what_is_wrong() {
-        for (url, why) in [
-            ("etcd://h:1?user=u", "go together"),
-            ("etcd://u:p@h:1", "?user="),
-            ("etcd://h:1,,h:2", "empty host"),
-            ("etcd://h:1?tls=yes", "true or false"),
-            ("etcd://h:1?bogus=1", "accepted options"),
-        ] {
-            let err = EtcdConfig::parse(url).unwrap_err().to_string();
-            assert!(err.contains(why), "{url}: {err}");
-        }
+        lock_core::url::assert_refused(
+            EtcdConfig::parse,
+            &[
+                ("etcd://h:1?user=u", "go together"),
+                ("etcd://u:p@h:1", "?user="),
+                ("etcd://h:1,,h:2", "empty host"),
+                ("etcd://h:1?tls=yes", "true or false"),
+                ("etcd://h:1?bogus=1", "accepted options"),
+            ],
+        );
     }
 }

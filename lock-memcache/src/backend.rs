@@ -3,7 +3,6 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lock_core::url::QueryOptions;
 use lock_core::wait::{ReleaseSignals, poll_acquire};
 use lock_core::{
     AcquireRequest, Capabilities, Error, Fencing, FencingToken, Holder, Lease, LockBackend,
@@ -11,6 +10,7 @@ use lock_core::{
 };
 use tokio::time::Instant;
 
+use crate::config::MemcacheConfig;
 use crate::meta::MetaClient;
 
 /// memcached counts expiry in whole seconds and ticks its clock once a
@@ -26,7 +26,7 @@ pub const MIN_TTL: Duration = Duration::from_secs(2);
 
 /// Past 30 days memcached reads an expiry as an absolute Unix time; well
 /// below that, the default maximum of a day applies.
-const CAPABILITIES: Capabilities = Capabilities::new("memcache", Fencing::BestEffort)
+const CAPABILITIES: Capabilities = Capabilities::new(crate::NAME, Fencing::BestEffort)
     .with_ttl_range(MIN_TTL, Capabilities::DEFAULT_MAX_TTL);
 
 /// A lock backend on one memcached (see the crate docs).
@@ -38,47 +38,21 @@ pub struct MemcacheBackend {
 }
 
 impl MemcacheBackend {
-    const OPTIONS: &'static [&'static str] = &["prefix", "timeout", "connect_timeout", "pool_size"];
-    const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
-
     /// Reaches the memcached a `memcache://host:port[?options]` URL names.
     /// Connections are made on first use; this checks the server answers.
     pub async fn connect(url: &str) -> Result<Self> {
-        let rest = url
-            .strip_prefix("memcache://")
-            .ok_or_else(|| Error::invalid_url(url, "expected memcache://HOST:PORT"))?;
-        let addr = rest.split(['?', '/']).next().unwrap_or_default();
-        if addr.is_empty() {
-            return Err(Error::invalid_url(
-                url,
-                "no host; write memcache://HOST:PORT",
-            ));
-        }
-        let addr = if addr.contains(':') {
-            addr.to_owned()
-        } else {
-            format!("{addr}:11211")
-        };
-        let mut q = QueryOptions::parse(url)?;
-        let prefix = q.take("prefix").unwrap_or_else(|| "distlock:".into());
-        if prefix.len() > 64 || !prefix.chars().all(|c| c.is_ascii_graphic() && c != '#') {
-            return Err(Error::invalid_url(
-                url,
-                "option \"prefix\" must be at most 64 printable ASCII characters, without spaces or '#'",
-            ));
-        }
-        let timeout = q.take_positive_duration("timeout", Self::DEFAULT_TIMEOUT)?;
-        let connect_timeout = q.take_positive_duration("connect_timeout", Self::DEFAULT_TIMEOUT)?;
-        let pool_size = q
-            .take_parsed::<usize>("pool_size", "a whole number from 1 to 64")?
-            .unwrap_or(4);
-        if !(1..=64).contains(&pool_size) {
-            return Err(Error::invalid_url(
-                url,
-                "option \"pool_size\" must be from 1 to 64",
-            ));
-        }
-        q.finish(Self::OPTIONS)?;
+        Self::connect_with(MemcacheConfig::parse(url)?).await
+    }
+
+    /// Reaches the memcached `config` names; see [`connect`](Self::connect).
+    pub async fn connect_with(config: MemcacheConfig) -> Result<Self> {
+        let MemcacheConfig {
+            addr,
+            prefix,
+            timeout,
+            connect_timeout,
+            pool_size,
+        } = config;
         let backend = Self {
             client: MetaClient::new(addr, pool_size, timeout, connect_timeout),
             prefix,
@@ -91,13 +65,21 @@ impl MemcacheBackend {
         Ok(backend)
     }
 
-    /// The meta-protocol client, for tests that replay an interleaving.
+    /// The meta-protocol client, for tests that replay an interleaving
+    /// (feature `raw`).
+    #[cfg(feature = "raw")]
     pub fn client(&self) -> &MetaClient {
         &self.client
     }
 
-    /// The key holding `name`'s owner token.
+    /// The key holding `name`'s owner token (feature `raw`).
+    #[cfg(feature = "raw")]
     pub fn lock_key(&self, name: &LockName) -> String {
+        self.key(name)
+    }
+
+    /// The key holding `name`'s owner token.
+    fn key(&self, name: &LockName) -> String {
         format!("{}{name}", self.prefix)
     }
 
@@ -168,7 +150,7 @@ impl MemcacheBackend {
         // Still ours, but written under us every time: not a loss, and
         // worth trying again later.
         Err(Error::Unavailable {
-            backend: "memcache",
+            backend: crate::NAME,
             message: format!(
                 "{key}: the item stayed this owner's but changed before each of \
                  {OWNER_WRITE_ATTEMPTS} tries of its {what}"
@@ -186,7 +168,7 @@ impl MemcacheBackend {
 
     /// Deletes `name` only if `owner` holds it. `true` if deleted.
     async fn delete_if_owner(&self, name: &LockName, owner: OwnerToken) -> Result<bool> {
-        let key = self.lock_key(name);
+        let key = self.key(name);
         self.write_if_owner(&key, &owner.to_hex(), "compare-and-delete", |cas| {
             self.client.delete_if(&key, cas)
         })
@@ -225,7 +207,7 @@ impl LockBackend for MemcacheBackend {
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {
         let sent = Instant::now();
         let owner = req.owner.to_hex();
-        let key = self.lock_key(&req.name);
+        let key = self.key(&req.name);
         // If the key is ours already, an earlier attempt's add was applied
         // and its reply (or its token's) lost. Its expiry runs from that
         // attempt, and it may never have drawn a token, so the counter may
@@ -249,7 +231,7 @@ impl LockBackend for MemcacheBackend {
         // try's write is the one that applied: every write is sent after
         // this instant, so the lease never outlasts the expiry it set.
         let sent = Instant::now();
-        let key = self.lock_key(lease_now.name());
+        let key = self.key(lease_now.name());
         let owner = lease_now.owner().to_hex();
         if self.extend_if_owner(&key, &owner, ttl).await? {
             Ok(lease(
@@ -260,9 +242,7 @@ impl LockBackend for MemcacheBackend {
                 sent,
             ))
         } else {
-            Err(Error::NotHeld {
-                name: lease_now.name().to_string(),
-            })
+            Err(Error::not_held(lease_now.name()))
         }
     }
 
@@ -272,9 +252,7 @@ impl LockBackend for MemcacheBackend {
         if deleted {
             Ok(())
         } else {
-            Err(Error::NotHeld {
-                name: lease.name().to_string(),
-            })
+            Err(Error::not_held(lease.name()))
         }
     }
 
@@ -285,7 +263,7 @@ impl LockBackend for MemcacheBackend {
     }
 
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
-        let Some(item) = self.client.get(&self.lock_key(name)).await? else {
+        let Some(item) = self.client.get(&self.key(name)).await? else {
             return Ok(None);
         };
         Ok(Some(Holder {

@@ -2,7 +2,21 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
-mod backend;
-pub mod meta;
-
 pub use backend::{MIN_TTL, MemcacheBackend};
+
+mod backend;
+pub mod config;
+/// The meta-protocol client (feature `raw`: for tests and benchmarks, no
+/// stability promise).
+#[cfg(feature = "raw")]
+pub mod meta;
+#[cfg(not(feature = "raw"))]
+#[allow(unreachable_pub)]
+mod meta;
+
+/// The backend's name, as [`Capabilities::backend`](lock_core::Capabilities::backend) and
+/// error messages give it.
+pub const NAME: &str = "memcache";
+
+/// The URL schemes this backend accepts.
+pub const SCHEMES: &[&str] = &["memcache"];

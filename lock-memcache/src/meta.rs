@@ -12,7 +12,6 @@
 //! a grant. Every request also carries an opaque token that the reply must
 //! echo, so a reply out of step is an error, never an answer.
 
-use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
@@ -54,13 +53,13 @@ impl Reply {
 type Connection = BufReader<TcpStream>;
 
 /// A pool of meta-protocol connections to one memcached.
+#[derive(Debug)]
 pub struct MetaClient {
     addr: String,
     /// Open connections not in use, none with a reply left unread.
     idle: Mutex<Vec<Connection>>,
     /// One permit per connection that may be open at once.
     permits: Semaphore,
-    pool_size: usize,
     opaque: AtomicU32,
     timeout: Duration,
     connect_timeout: Duration,
@@ -81,7 +80,6 @@ impl MetaClient {
             addr,
             idle: Mutex::new(Vec::with_capacity(pool_size)),
             permits: Semaphore::new(pool_size),
-            pool_size,
             opaque: AtomicU32::new(0),
             timeout,
             connect_timeout,
@@ -90,7 +88,7 @@ impl MetaClient {
 
     fn unavailable(&self, what: String) -> Error {
         Error::Unavailable {
-            backend: "memcache",
+            backend: crate::NAME,
             message: format!("{} ({what})", self.addr),
             source: None,
         }
@@ -99,10 +97,7 @@ impl MetaClient {
     async fn connect(&self) -> Result<Connection> {
         let stream = timeout(self.connect_timeout, TcpStream::connect(&self.addr))
             .await
-            .map_err(|_| Error::Timeout {
-                operation: "connecting to memcached",
-                after: self.connect_timeout,
-            })?
+            .map_err(|_| Error::timeout("connecting to memcached", self.connect_timeout))?
             .map_err(|e| self.unavailable(format!("connect: {e}")))?;
         let _ = stream.set_nodelay(true);
         Ok(BufReader::new(stream))
@@ -115,10 +110,7 @@ impl MetaClient {
         line: &str,
         data: Option<&[u8]>,
     ) -> Result<Reply> {
-        let timed_out = || Error::Timeout {
-            operation,
-            after: self.timeout,
-        };
+        let timed_out = || Error::timeout(operation, self.timeout);
         // Waiting for a free connection counts against the timeout.
         let mut deadline = Instant::now() + self.timeout;
         let _permit = timeout_at(deadline, self.permits.acquire())
@@ -276,14 +268,4 @@ async fn exchange(
         None
     };
     Ok(Reply { tokens, data })
-}
-
-impl fmt::Debug for MetaClient {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MetaClient")
-            .field("addr", &self.addr)
-            .field("pool_size", &self.pool_size)
-            .field("timeout", &self.timeout)
-            .finish_non_exhaustive()
-    }
 }

@@ -3,10 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::wait::{Backoff, ReleaseSignals, poll_acquire_with};
+use lock_core::wait::{ReleaseSignals, poll_acquire_signalled};
 use lock_core::{
-    AcquireRequest, Capabilities, Error, Fencing, FencingToken, Holder, Lease, LockBackend,
-    LockName, Result, WaitBudget, async_trait,
+    AcquireRequest, BackendStats, Capabilities, Error, Fencing, FencingToken, Holder, Lease,
+    LockBackend, LockName, Result, WaitBudget, async_trait,
 };
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -34,7 +34,11 @@ impl RedisBackend {
     /// Connects to the server a `redis://` or `rediss://` URL names and
     /// subscribes to release notices.
     pub async fn connect(url: &str) -> Result<Self> {
-        let config = RedisConfig::parse(url)?;
+        Self::connect_with(RedisConfig::parse(url)?).await
+    }
+
+    /// Connects to the server `config` names; see [`connect`](Self::connect).
+    pub async fn connect_with(config: RedisConfig) -> Result<Self> {
         let node = Node::connect(&config.node, Keys::new(config.common.prefix.clone())).await?;
         let confirm = match config.wait {
             Some(wait) => Some((node.with_own_connection(wait.timeout).await?, wait)),
@@ -56,15 +60,10 @@ impl RedisBackend {
         Ok(Self {
             node,
             confirm,
-            capabilities: Capabilities::new("redis", fencing).with_server_side_wait(true),
+            capabilities: Capabilities::new(crate::NAME, fencing).with_server_side_wait(true),
             signals,
             subscriber,
         })
-    }
-
-    /// Release notices delivered to local waiters so far.
-    pub fn wakeups(&self) -> u64 {
-        self.signals.wakeups()
     }
 
     /// Takes the lock and waits for `wait.replicas` to have it (see
@@ -84,7 +83,7 @@ impl RedisBackend {
                 return Ok(token);
             }
             Ok((_, confirmed)) => Error::Unavailable {
-                backend: "redis",
+                backend: crate::NAME,
                 message: format!(
                     "the grant of lock \"{}\" reached too few replicas within {:?} ({} needed, {confirmed} confirmed); it was given back",
                     req.name, wait.timeout, wait.replicas
@@ -104,16 +103,15 @@ impl Drop for RedisBackend {
     }
 }
 
-fn not_held(name: &LockName) -> Error {
-    Error::NotHeld {
-        name: name.to_string(),
-    }
-}
-
 #[async_trait]
 impl LockBackend for RedisBackend {
     fn capabilities(&self) -> Capabilities {
         self.capabilities.clone()
+    }
+
+    /// `wakeups`: release notices (pub/sub messages) delivered to local waiters.
+    fn stats(&self) -> BackendStats {
+        self.signals.stats()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {
@@ -126,14 +124,7 @@ impl LockBackend for RedisBackend {
     }
 
     async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
-        poll_acquire_with(
-            self,
-            req,
-            budget,
-            Some(&self.signals),
-            Backoff::with_cap(POLL_CAP),
-        )
-        .await
+        poll_acquire_signalled(self, req, budget, &self.signals, POLL_CAP).await
     }
 
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
@@ -141,7 +132,7 @@ impl LockBackend for RedisBackend {
         if self.node.renew(lease.name(), lease.owner(), ttl).await? {
             Ok(lease.renewed(ttl, sent))
         } else {
-            Err(not_held(lease.name()))
+            Err(Error::not_held(lease.name()))
         }
     }
 
@@ -149,7 +140,7 @@ impl LockBackend for RedisBackend {
         if self.node.release(lease.name(), lease.owner()).await? {
             Ok(())
         } else {
-            Err(not_held(lease.name()))
+            Err(Error::not_held(lease.name()))
         }
     }
 

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use lock_core::url::{QueryOptions, redact};
+use lock_core::url::{QueryOptions, host_with_port, redact};
 use lock_core::{Error, Result};
 
 /// How to reach one Redis server. `Debug` never shows the password.
@@ -18,7 +18,7 @@ pub struct NodeConfig {
     /// The longest wait for a connection.
     pub connect_timeout: Duration,
     /// Whether to use a server that may evict lock keys (see
-    /// [`Eviction`](crate::eviction::Eviction)).
+    /// `Eviction`).
     pub allow_eviction: bool,
 }
 
@@ -35,17 +35,7 @@ impl NodeConfig {
             .ok_or_else(|| Error::invalid_url(url, "expected redis:// or rediss://"))?;
         let authority = rest.split('/').next().unwrap_or_default();
         let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-        if host.is_empty() {
-            return Err(Error::invalid_url(
-                url,
-                "no host; write redis://HOST[:PORT][/DB]",
-            ));
-        }
-        let label = if host.contains(':') {
-            host.to_owned()
-        } else {
-            format!("{host}:6379")
-        };
+        let label = host_with_port(url, host, 6379, "redis://HOST[:PORT][/DB]")?;
         Ok(Self {
             url: url.to_owned(),
             label,
@@ -113,9 +103,7 @@ impl CommonOptions {
         let timeout = q.take_positive_duration("timeout", default_timeout)?;
         let connect_timeout =
             q.take_positive_duration("connect_timeout", NodeConfig::DEFAULT_TIMEOUT)?;
-        let allow_eviction = q
-            .take_parsed::<bool>("allow_eviction", "true or false")?
-            .unwrap_or(false);
+        let allow_eviction = q.take_bool("allow_eviction", false)?;
         Ok(Self {
             prefix,
             timeout,
@@ -207,16 +195,16 @@ mod tests {
 
     #[test]
     fn bad_urls_say_what_is_wrong() {
-        for (url, why) in [
-            ("redis://h?prefix=a b", "prefix"),
-            ("redis://h?timeout=0s", "more than zero"),
-            ("redis://h?wait_timeout=1s", "needs \"wait_replicas\""),
-            ("redis://h?nope=1", "accepted options"),
-            ("redis://h?allow_eviction=yes", "true or false"),
-            ("redis://", "no host"),
-        ] {
-            let err = RedisConfig::parse(url).unwrap_err().to_string();
-            assert!(err.contains(why), "{url}: {err}");
-        }
+        lock_core::url::assert_refused(
+            RedisConfig::parse,
+            &[
+                ("redis://h?prefix=a b", "prefix"),
+                ("redis://h?timeout=0s", "more than zero"),
+                ("redis://h?wait_timeout=1s", "needs \"wait_replicas\""),
+                ("redis://h?nope=1", "accepted options"),
+                ("redis://h?allow_eviction=yes", "true or false"),
+                ("redis://", "no host"),
+            ],
+        );
     }
 }

@@ -4,9 +4,24 @@
 
 mod backend;
 pub mod config;
+#[cfg(feature = "raw")]
 pub mod eviction;
+#[cfg(not(feature = "raw"))]
+#[allow(unreachable_pub)]
+mod eviction;
+#[cfg(feature = "raw")]
 pub mod node;
+#[cfg(not(feature = "raw"))]
+#[allow(unreachable_pub)]
+mod node;
 mod notices;
 mod scripts;
 
 pub use backend::RedisBackend;
+
+/// The backend's name, as [`Capabilities::backend`](lock_core::Capabilities::backend) and
+/// error messages give it.
+pub const NAME: &str = "redis";
+
+/// The URL schemes this backend accepts (`rediss` is TLS).
+pub const SCHEMES: &[&str] = &["redis", "rediss"];

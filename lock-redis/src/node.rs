@@ -166,6 +166,7 @@ impl Node {
     }
 
     /// `host:port`, for messages.
+    #[cfg_attr(not(feature = "raw"), allow(dead_code))]
     pub fn label(&self) -> &str {
         &self.label
     }
@@ -312,10 +313,8 @@ impl Node {
 impl fmt::Debug for Node {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The client's connection info holds the password: never print it.
-        f.debug_struct("Node")
-            .field("server", &self.label)
-            .field("keys", &self.keys)
-            .finish_non_exhaustive()
+        let (server, keys) = (&self.label, &self.keys);
+        write!(f, "Node {{ server: {server:?}, keys: {keys:?}, .. }}")
     }
 }
 
@@ -334,10 +333,7 @@ async fn open(
     let connect = client.get_connection_manager_with_config(manager);
     tokio::time::timeout(connect_timeout, connect)
         .await
-        .map_err(|_| Error::Timeout {
-            operation: "connecting to redis",
-            after: connect_timeout,
-        })?
+        .map_err(|_| Error::timeout("connecting to redis", connect_timeout))?
         .map_err(|e| convert(label, "connect", connect_timeout, e))
 }
 
@@ -370,14 +366,11 @@ fn unanswered(e: &RedisError) -> bool {
 fn convert(server: &str, operation: &'static str, limit: Duration, e: RedisError) -> Error {
     if e.is_timeout() {
         tracing::debug!(server, operation, error = %e, "redis did not answer in time");
-        return Error::Timeout {
-            operation,
-            after: limit,
-        };
+        return Error::timeout(operation, limit);
     }
     if unanswered(&e) {
         return Error::Unavailable {
-            backend: "redis",
+            backend: crate::NAME,
             message: format!("{operation} on {server}: {e}"),
             source: Some(e.into()),
         };

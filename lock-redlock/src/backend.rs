@@ -5,10 +5,10 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use lock_core::wait::{Backoff, ReleaseSignals, poll_acquire_with};
+use lock_core::wait::{Backoff, ReleaseSignals, poll_acquire_signalled};
 use lock_core::{
-    AcquireRequest, Capabilities, Error, Fencing, FencingToken, Holder, Lease, LockBackend,
-    LockName, Result, WaitBudget, async_trait,
+    AcquireRequest, BackendStats, Capabilities, Error, Fencing, FencingToken, Holder, Lease,
+    LockBackend, LockName, Result, WaitBudget, async_trait,
 };
 use lock_redis::config::NodeConfig;
 use lock_redis::node::{Keys, Node};
@@ -35,7 +35,7 @@ impl Member {
     /// The node, or at once an error saying it is not connected yet.
     fn node(&self) -> Result<&Node> {
         self.node.get().ok_or_else(|| Error::Unavailable {
-            backend: "redlock",
+            backend: crate::NAME,
             message: match self.failure() {
                 Some(why) => format!("{} is not connected: {why}", self.label),
                 None => format!("{} is still connecting", self.label),
@@ -137,7 +137,11 @@ impl RedlockBackend {
     /// long as one attempt may take, and fails unless a majority is then
     /// connected; the masters not connected keep being tried.
     pub async fn connect(url: &str) -> Result<Self> {
-        let config = RedlockConfig::parse(url)?;
+        Self::connect_with(RedlockConfig::parse(url)?).await
+    }
+
+    /// Connects to the masters `config` names; see [`connect`](Self::connect).
+    pub async fn connect_with(config: RedlockConfig) -> Result<Self> {
         let keys = Keys::new(config.common.prefix.clone());
         let (progress, mut watch_progress) = watch::channel(Progress::default());
         let mut members = Vec::with_capacity(config.nodes.len());
@@ -200,10 +204,7 @@ impl RedlockBackend {
             async move {
                 tokio::time::timeout(limit, op(m.node()?))
                     .await
-                    .unwrap_or(Err(Error::Timeout {
-                        operation: "a call to one Redlock node",
-                        after: limit,
-                    }))
+                    .unwrap_or(Err(Error::timeout("a call to one Redlock node", limit)))
             }
         });
         let mut answers = Answers {
@@ -230,7 +231,7 @@ impl RedlockBackend {
             .map(|e| format!("; first failure: {e}"))
             .unwrap_or_default();
         Error::Unavailable {
-            backend: "redlock",
+            backend: crate::NAME,
             message: format!(
                 "{operation}: only {answered} of {} nodes answered within {limit:?}, and Redlock needs {}{first}",
                 self.members.len(),
@@ -275,9 +276,14 @@ impl Drop for RedlockBackend {
 #[async_trait]
 impl LockBackend for RedlockBackend {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new("redlock", Fencing::BestEffort)
+        Capabilities::new(crate::NAME, Fencing::BestEffort)
             .with_survives_node_loss(true)
             .with_ttl_range(self.node_timeout * 2, Capabilities::DEFAULT_MAX_TTL)
+    }
+
+    /// `wakeups`: releases in this process that woke a local waiter.
+    fn stats(&self) -> BackendStats {
+        self.signals.stats()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {
@@ -302,23 +308,16 @@ impl LockBackend for RedlockBackend {
             return Err(self.no_answer_quorum("acquire", &answers, limit));
         }
         if tokens.len() >= self.quorum {
-            return Err(Error::Timeout {
-                operation: "acquire on a majority before the lease's validity ran out",
-                after: sent.elapsed(),
-            });
+            return Err(Error::timeout(
+                "acquire on a majority before the lease's validity ran out",
+                sent.elapsed(),
+            ));
         }
         Ok(None)
     }
 
     async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
-        poll_acquire_with(
-            self,
-            req,
-            budget,
-            Some(&self.signals),
-            Backoff::with_cap(self.retry_delay),
-        )
-        .await
+        poll_acquire_signalled(self, req, budget, &self.signals, self.retry_delay).await
     }
 
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
@@ -333,9 +332,7 @@ impl LockBackend for RedlockBackend {
             return Ok(lease.renewed(ttl, sent));
         }
         if refused > self.members.len() - self.quorum {
-            return Err(Error::NotHeld {
-                name: lease.name().to_string(),
-            });
+            return Err(Error::not_held(lease.name()));
         }
         Err(self.no_answer_quorum("renew", &answers, limit))
     }
@@ -352,9 +349,7 @@ impl LockBackend for RedlockBackend {
         } else if answers.ok.len() < self.quorum {
             Err(self.no_answer_quorum("release", &answers, limit))
         } else {
-            Err(Error::NotHeld {
-                name: lease.name().to_string(),
-            })
+            Err(Error::not_held(lease.name()))
         }
     }
 

@@ -28,23 +28,14 @@ impl RedlockConfig {
     /// Each host may carry its own credentials; `tls=true` connects to every
     /// node with TLS (`rediss`).
     pub fn parse(url: &str) -> Result<Self> {
-        let HostList { hosts, path } = HostList::parse(url, "redlock")?;
+        let HostList { hosts, path } = HostList::parse(url, crate::SCHEMES[0])?;
         let db = Some(path).filter(|p| !p.is_empty());
         let mut q = QueryOptions::parse(url)?;
         let common = CommonOptions::take(&mut q, url, Self::DEFAULT_NODE_TIMEOUT)?;
         let retry_delay = q
             .take_duration("retry_delay")?
             .unwrap_or(Duration::from_millis(200));
-        let tls = match q.take("tls").as_deref() {
-            None | Some("false") => false,
-            Some("true") => true,
-            Some(other) => {
-                return Err(Error::invalid_url(
-                    url,
-                    format!("option \"tls\" must be true or false, got \"{other}\""),
-                ));
-            }
-        };
+        let tls = q.take_bool("tls", false)?;
         q.finish(&[CommonOptions::NAMES, Self::NAMES].concat())?;
 
         let scheme = if tls { "rediss" } else { "redis" };
@@ -105,15 +96,15 @@ mod tests {
 
     #[test]
     fn rejects_even_short_or_repeated_node_lists() {
-        for (url, why) in [
-            ("redlock://h1:1,h2:2", "odd number"),
-            ("redlock://h1:1,h2:2,h3:3,h4:4", "odd number"),
-            ("redlock://h1:1,h1:1,h3:3", "listed twice"),
-            ("redlock://h1:1,,h3:3", "empty host"),
-            ("redlock://h1:1,h2:2,h3:3?tls=maybe", "true or false"),
-        ] {
-            let err = RedlockConfig::parse(url).unwrap_err().to_string();
-            assert!(err.contains(why), "{url}: {err}");
-        }
+        lock_core::url::assert_refused(
+            RedlockConfig::parse,
+            &[
+                ("redlock://h1:1,h2:2", "odd number"),
+                ("redlock://h1:1,h2:2,h3:3,h4:4", "odd number"),
+                ("redlock://h1:1,h1:1,h3:3", "listed twice"),
+                ("redlock://h1:1,,h3:3", "empty host"),
+                ("redlock://h1:1,h2:2,h3:3?tls=maybe", "true or false"),
+            ],
+        );
     }
 }

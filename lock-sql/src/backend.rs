@@ -1,19 +1,19 @@
 //! [`SqlBackend`]: the lock protocol over any [`Driver`].
 
-use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
 use std::sync::Arc;
 
-use lock_core::wait::{Backoff, ReleaseSignals, poll_acquire_with};
+use lock_core::wait::{ReleaseSignals, poll_acquire_signalled};
 use lock_core::{
-    AcquireRequest, Capabilities, Error, FencingToken, Holder, Lease, LockBackend, LockName,
-    OwnerToken, Result, WaitBudget, async_trait,
+    AcquireRequest, BackendStats, Capabilities, Error, FencingToken, Holder, Lease, LockBackend,
+    LockName, OwnerToken, Result, WaitBudget, async_trait,
 };
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::config::SqlConfig;
 use crate::driver::{Driver, Released};
 use crate::orphans::{Attempt, Orphans, Undo};
 
@@ -31,6 +31,7 @@ use crate::orphans::{Attempt, Orphans, Undo};
 ///
 /// An acquire statement the caller stopped waiting for is left to finish in
 /// a task of its own, which frees whatever it took (see `orphans.rs`).
+#[derive(Debug)]
 pub struct SqlBackend {
     driver: Arc<dyn Driver>,
     signals: Arc<ReleaseSignals>,
@@ -106,24 +107,12 @@ impl SqlBackend {
     /// `postgres://` and `postgresql://` (feature `postgres`), `mysql://` and
     /// `mariadb://` (feature `mysql`).
     pub async fn connect(url: &str) -> Result<Self> {
-        let scheme = url.split_once(':').map_or(url, |(s, _)| s);
-        match scheme {
-            #[cfg(feature = "sqlite")]
-            "sqlite" => crate::sqlite::connect(url).await,
-            #[cfg(feature = "postgres")]
-            "postgres" | "postgresql" => crate::postgres::connect(url).await,
-            #[cfg(feature = "mysql")]
-            "mysql" | "mariadb" => crate::mysql::connect(url).await,
-            _ => Err(Error::UnknownScheme {
-                scheme: scheme.to_owned(),
-                supported: crate::SCHEMES.to_vec(),
-            }),
-        }
+        Self::connect_with(SqlConfig::parse(url)?).await
     }
 
-    /// Release notices sent to local waiters so far.
-    pub fn wakeups(&self) -> u64 {
-        self.signals.wakeups()
+    /// Connects to the database `config` names; see [`connect`](Self::connect).
+    pub async fn connect_with(config: SqlConfig) -> Result<Self> {
+        config.connect().await
     }
 
     /// Runs one statement within the operation timeout.
@@ -134,22 +123,13 @@ impl SqlBackend {
     ) -> Result<T> {
         tokio::time::timeout(self.op_timeout, statement)
             .await
-            .unwrap_or(Err(Error::Timeout {
-                operation,
-                after: self.op_timeout,
-            }))
+            .unwrap_or(Err(Error::timeout(operation, self.op_timeout)))
     }
 }
 
 fn millis(ttl: Duration) -> i64 {
     // TTLs are bounded by the capabilities long before this could saturate.
     i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)
-}
-
-fn not_held(name: &LockName) -> Error {
-    Error::NotHeld {
-        name: name.to_string(),
-    }
 }
 
 #[async_trait]
@@ -163,10 +143,7 @@ impl LockBackend for SqlBackend {
         let owner = req.owner.to_hex();
         if !self.orphans.settled(&owner, self.op_timeout).await {
             // An earlier attempt of this request is still on its way.
-            return Err(Error::Timeout {
-                operation: "acquire",
-                after: self.op_timeout,
-            });
+            return Err(Error::timeout("acquire", self.op_timeout));
         }
         let sent = Instant::now();
         let driver = self.driver.clone();
@@ -187,14 +164,7 @@ impl LockBackend for SqlBackend {
 
     async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
         self.check_name(&req.name)?;
-        poll_acquire_with(
-            self,
-            req,
-            budget,
-            Some(&self.signals),
-            Backoff::with_cap(self.poll_cap),
-        )
-        .await
+        poll_acquire_signalled(self, req, budget, &self.signals, self.poll_cap).await
     }
 
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
@@ -214,7 +184,7 @@ impl LockBackend for SqlBackend {
         if renewed {
             Ok(lease.renewed(ttl, sent))
         } else {
-            Err(not_held(lease.name()))
+            Err(Error::not_held(lease.name()))
         }
     }
 
@@ -232,7 +202,7 @@ impl LockBackend for SqlBackend {
         }
         match outcome {
             Released::InTime => Ok(()),
-            Released::Late | Released::NotOurs => Err(not_held(lease.name())),
+            Released::Late | Released::NotOurs => Err(Error::not_held(lease.name())),
         }
     }
 
@@ -258,6 +228,12 @@ impl LockBackend for SqlBackend {
         })
         .transpose()
     }
+
+    /// `wakeups`: release notices sent to local waiters (PostgreSQL: from
+    /// `LISTEN`; the other dialects: releases in this process).
+    fn stats(&self) -> BackendStats {
+        self.signals.stats()
+    }
 }
 
 impl Drop for SqlBackend {
@@ -265,14 +241,5 @@ impl Drop for SqlBackend {
         if let Some(listener) = &self.listener {
             listener.abort();
         }
-    }
-}
-
-impl fmt::Debug for SqlBackend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SqlBackend")
-            .field("driver", &self.driver)
-            .field("op_timeout", &self.op_timeout)
-            .finish_non_exhaustive()
     }
 }

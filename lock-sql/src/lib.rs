@@ -3,11 +3,12 @@
 #![deny(missing_docs)]
 
 mod backend;
+#[cfg_attr(not(feature = "raw"), allow(unreachable_pub))]
+mod config;
 mod driver;
-mod errors;
+mod error;
 #[cfg(feature = "mysql")]
 mod mysql;
-mod options;
 mod orphans;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -18,20 +19,39 @@ mod sqlite;
 mod table;
 
 pub use backend::SqlBackend;
-pub use errors::is_transient;
-pub use options::CommonOptions;
+#[cfg(feature = "raw")]
+pub use config::CommonOptions;
+pub use config::SqlConfig;
+#[cfg(feature = "raw")]
+pub use error::is_transient;
 pub use table::TableName;
 
-/// The URL schemes this build of lock-sql accepts.
+/// SQLite's name, as [`Capabilities::backend`](lock_core::Capabilities::backend) and error
+/// messages give it.
+pub const SQLITE_NAME: &str = "sqlite";
+/// SQLite's URL schemes (whether or not the `sqlite` feature is on).
+pub const SQLITE_SCHEMES: &[&str] = &["sqlite"];
+/// PostgreSQL's name.
+pub const POSTGRES_NAME: &str = "postgres";
+/// PostgreSQL's URL schemes (whether or not the `postgres` feature is on).
+pub const POSTGRES_SCHEMES: &[&str] = &["postgres", "postgresql"];
+/// MySQL's and MariaDB's name.
+pub const MYSQL_NAME: &str = "mysql";
+/// MySQL's and MariaDB's URL schemes (whether or not the `mysql` feature is
+/// on).
+pub const MYSQL_SCHEMES: &[&str] = &["mysql", "mariadb"];
+
+/// The URL schemes this build of lock-sql accepts: those of each dialect
+/// whose feature is on.
 pub const SCHEMES: &[&str] = &[
     #[cfg(feature = "sqlite")]
-    "sqlite",
+    SQLITE_SCHEMES[0],
     #[cfg(feature = "postgres")]
-    "postgres",
+    POSTGRES_SCHEMES[0],
     #[cfg(feature = "postgres")]
-    "postgresql",
+    POSTGRES_SCHEMES[1],
     #[cfg(feature = "mysql")]
-    "mysql",
+    MYSQL_SCHEMES[0],
     #[cfg(feature = "mysql")]
-    "mariadb",
+    MYSQL_SCHEMES[1],
 ];

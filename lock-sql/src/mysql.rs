@@ -24,14 +24,14 @@ use sqlx::{AssertSqlSafe, Row as _};
 use tokio::sync::OnceCell;
 
 use crate::backend::SqlBackend;
+use crate::config::{COMMON, CommonOptions, driver_url, server_limit};
 use crate::driver::{Driver, Released, Row};
-use crate::errors::ErrorMap;
-use crate::options::{COMMON, CommonOptions, driver_url, server_limit};
+use crate::error::ErrorMap;
 
 /// Options handed to sqlx unchanged: TLS.
 const PASSTHROUGH: &[&str] = &["ssl-mode", "ssl-ca", "ssl-cert", "ssl-key"];
 
-const CAPABILITIES: Capabilities = Capabilities::new("mysql", Fencing::Strict);
+const CAPABILITIES: Capabilities = Capabilities::new(crate::MYSQL_NAME, Fencing::Strict);
 
 /// The database's clock in milliseconds; `NOW(3)` is fixed for the length of
 /// one statement.
@@ -52,21 +52,35 @@ pub(crate) fn transient(e: &dyn DatabaseError) -> bool {
     code.is_some_and(|c| CODES.contains(&c.as_str()))
 }
 
-/// Connects to the database a `mysql://` or `mariadb://` URL names, creating
-/// the table if it is missing.
-pub(crate) async fn connect(url: &str) -> Result<SqlBackend> {
-    let mut q = QueryOptions::parse(url)?;
-    let common = CommonOptions::take(&mut q, url)?;
-    let sqlx_url = driver_url(url, &mut q, PASSTHROUGH);
-    q.finish(&[COMMON, PASSTHROUGH].concat())?;
-    // sqlx knows the `mysql` scheme only; both name the same protocol.
-    let sqlx_url = sqlx_url
-        .strip_prefix("mariadb:")
-        .map_or(sqlx_url.clone(), |rest| format!("mysql:{rest}"));
-    let options = MySqlConnectOptions::from_str(&sqlx_url)
-        .map_err(|e| Error::invalid_url(url, e.to_string()))?;
+/// The parts of a `mysql://` or `mariadb://` URL.
+#[derive(Debug)]
+pub(crate) struct Config {
+    common: CommonOptions,
+    options: MySqlConnectOptions,
+}
+
+impl Config {
+    pub(crate) fn parse(url: &str) -> Result<Self> {
+        let mut q = QueryOptions::parse(url)?;
+        let common = CommonOptions::take(&mut q, url)?;
+        let sqlx_url = driver_url(url, &mut q, PASSTHROUGH);
+        q.finish(&[COMMON, PASSTHROUGH].concat())?;
+        // sqlx knows the `mysql` scheme only; both name the same protocol.
+        let sqlx_url = sqlx_url
+            .strip_prefix("mariadb:")
+            .map_or(sqlx_url.clone(), |rest| format!("mysql:{rest}"));
+        let options = MySqlConnectOptions::from_str(&sqlx_url)
+            .map_err(|e| Error::invalid_url(url, e.to_string()))?;
+        Ok(Self { common, options })
+    }
+}
+
+/// Connects to the database `config` names, creating the table if it is
+/// missing.
+pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
+    let Config { common, options } = config;
     let errors = ErrorMap {
-        backend: "mysql",
+        backend: crate::MYSQL_NAME,
         pool_timeout: common.connect_timeout,
     };
     let limits = Arc::new(SessionLimits::new(common.timeout));

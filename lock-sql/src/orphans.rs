@@ -149,10 +149,7 @@ impl<'a> Attempt<'a> {
                 answer
             }
             // `Drop` hands the statement on.
-            Err(_) => Err(Error::Timeout {
-                operation: "acquire",
-                after: limit,
-            }),
+            Err(_) => Err(Error::timeout("acquire", limit)),
         }
     }
 }

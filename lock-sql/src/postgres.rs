@@ -18,8 +18,8 @@ use sqlx::error::DatabaseError;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 
 use crate::backend::SqlBackend;
-use crate::errors::ErrorMap;
-use crate::options::{COMMON, CommonOptions, driver_url, server_limit};
+use crate::config::{COMMON, CommonOptions, driver_url, server_limit};
+use crate::error::ErrorMap;
 use crate::returning::{ReturningDriver, Statements};
 use crate::table::TableName;
 
@@ -36,7 +36,7 @@ const PASSTHROUGH: &[&str] = &[
 const POLL_CAP: Duration = Duration::from_millis(500);
 
 const CAPABILITIES: Capabilities =
-    Capabilities::new("postgres", Fencing::Strict).with_server_side_wait(true);
+    Capabilities::new(crate::POSTGRES_NAME, Fencing::Strict).with_server_side_wait(true);
 
 /// Where the locks table lives: `schema.table`, or `table` on the search path.
 #[derive(Debug)]
@@ -72,26 +72,49 @@ pub(crate) fn transient(e: &dyn DatabaseError) -> bool {
     })
 }
 
-/// Connects to the database a `postgres://` URL names, creating the table if
-/// it is missing, and starts listening for releases.
-pub(crate) async fn connect(url: &str) -> Result<SqlBackend> {
-    let mut q = QueryOptions::parse(url)?;
-    let common = CommonOptions::take(&mut q, url)?;
-    let schema = q
-        .take("schema")
-        .map(|s| TableName::new(&s, url))
-        .transpose()?;
-    let sqlx_url = driver_url(url, &mut q, PASSTHROUGH);
-    q.finish(&[COMMON, &["schema"], PASSTHROUGH].concat())?;
-    let location = Location {
-        schema,
-        table: common.table.clone(),
-    };
-    let options = PgConnectOptions::from_str(&sqlx_url)
-        .map_err(|e| Error::invalid_url(url, e.to_string()))?
-        .options([("statement_timeout", statement_timeout_ms(common.timeout))]);
+/// The parts of a `postgres://` URL.
+#[derive(Debug)]
+pub(crate) struct Config {
+    common: CommonOptions,
+    location: Location,
+    options: PgConnectOptions,
+}
+
+impl Config {
+    pub(crate) fn parse(url: &str) -> Result<Self> {
+        let mut q = QueryOptions::parse(url)?;
+        let common = CommonOptions::take(&mut q, url)?;
+        let schema = q
+            .take("schema")
+            .map(|s| TableName::new(&s, url))
+            .transpose()?;
+        let sqlx_url = driver_url(url, &mut q, PASSTHROUGH);
+        q.finish(&[COMMON, &["schema"], PASSTHROUGH].concat())?;
+        let location = Location {
+            schema,
+            table: common.table.clone(),
+        };
+        let options = PgConnectOptions::from_str(&sqlx_url)
+            .map_err(|e| Error::invalid_url(url, e.to_string()))?
+            .options([("statement_timeout", statement_timeout_ms(common.timeout))]);
+        Ok(Self {
+            common,
+            location,
+            options,
+        })
+    }
+}
+
+/// Connects to the database `config` names, creating the table if it is
+/// missing, and starts listening for releases.
+pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
+    let Config {
+        common,
+        location,
+        options,
+    } = config;
     let errors = ErrorMap {
-        backend: "postgres",
+        backend: crate::POSTGRES_NAME,
         pool_timeout: common.connect_timeout,
     };
     let pool = PgPoolOptions::new()

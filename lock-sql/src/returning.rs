@@ -11,7 +11,7 @@ use sqlx::{
 };
 
 use crate::driver::{Driver, Released, Row};
-use crate::errors::ErrorMap;
+use crate::error::ErrorMap;
 
 /// The SQL text of every statement, for one table. Parameters are numbered
 /// and bound in the order given on each field.

@@ -18,8 +18,8 @@ use sqlx::error::DatabaseError;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
 use crate::backend::SqlBackend;
-use crate::errors::ErrorMap;
-use crate::options::{COMMON, CommonOptions};
+use crate::config::{COMMON, CommonOptions};
+use crate::error::ErrorMap;
 use crate::returning::{ReturningDriver, Statements};
 
 /// The database's clock in milliseconds since the Unix epoch. SQLite keeps
@@ -28,7 +28,7 @@ const NOW_MS: &str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
 
 /// The parts of a `sqlite://` URL.
 #[derive(Debug)]
-struct Config {
+pub(crate) struct Config {
     path: PathBuf,
     common: CommonOptions,
     synchronous: SqliteSynchronous,
@@ -41,10 +41,10 @@ impl Config {
             SqliteSynchronous::Full => Fencing::Strict,
             _ => Fencing::BestEffort,
         };
-        Capabilities::new("sqlite", fencing)
+        Capabilities::new(crate::SQLITE_NAME, fencing)
     }
 
-    fn parse(url: &str) -> Result<Self> {
+    pub(crate) fn parse(url: &str) -> Result<Self> {
         let rest = url
             .strip_prefix("sqlite://")
             .or_else(|| url.strip_prefix("sqlite:"))
@@ -108,7 +108,7 @@ fn check_directory(path: &Path) -> Result<()> {
         _ => Path::new("."),
     };
     let unusable = |why: &str| Error::Unavailable {
-        backend: "sqlite",
+        backend: crate::SQLITE_NAME,
         message: format!(
             "cannot open database {}: directory {} {why}",
             path.display(),
@@ -134,13 +134,12 @@ pub(crate) fn transient(e: &dyn DatabaseError) -> bool {
     matches!(primary, Some(BUSY | LOCKED))
 }
 
-/// Opens (creating if needed) the database a `sqlite://` URL names.
-pub(crate) async fn connect(url: &str) -> Result<SqlBackend> {
-    let config = Config::parse(url)?;
+/// Opens (creating if needed) the database `config` names.
+pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
     check_directory(&config.path)?;
     let common = &config.common;
     let errors = ErrorMap {
-        backend: "sqlite",
+        backend: crate::SQLITE_NAME,
         pool_timeout: common.connect_timeout,
     };
     let options = SqliteConnectOptions::new()
@@ -159,7 +158,7 @@ pub(crate) async fn connect(url: &str) -> Result<SqlBackend> {
         .await
         .map_err(|e| match e {
             sqlx::Error::Database(db) if !transient(&*db) => Error::Unavailable {
-                backend: "sqlite",
+                backend: crate::SQLITE_NAME,
                 message: format!("cannot open database {}: {db}", config.path.display()),
                 source: Some(db.into()),
             },
@@ -251,10 +250,7 @@ mod tests {
             ("sqlite://x.db?synchronous=off", "full or normal"),
             ("sqlite://x.db?pool_size=0", "from 1 to 64"),
         ];
-        for (url, why) in cases {
-            let err = Config::parse(url).unwrap_err().to_string();
-            assert!(err.contains(why), "{url}: {err}");
-        }
+        lock_core::url::assert_refused(Config::parse, &cases);
     }
 
     #[tokio::test]
@@ -271,7 +267,7 @@ mod tests {
         ];
         for (query, fencing) in cases {
             let url = format!("sqlite://{}/locks.db{query}", dir.path().display());
-            let backend = connect(&url).await.unwrap();
+            let backend = SqlBackend::connect(&url).await.unwrap();
             let capabilities = lock_core::LockBackend::capabilities(&backend);
             assert_eq!(capabilities.fencing, fencing, "{url}");
         }
@@ -281,14 +277,14 @@ mod tests {
     async fn a_missing_directory_is_named() {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}/missing/x.db", dir.path().display());
-        let err = connect(&url).await.unwrap_err().to_string();
+        let err = SqlBackend::connect(&url).await.unwrap_err().to_string();
         assert!(
             err.contains("does not exist") && err.contains("missing"),
             "{err}"
         );
         let file = dir.path().join("plain");
         std::fs::write(&file, "").unwrap();
-        let err = connect(&format!("sqlite://{}/x.db", file.display()))
+        let err = SqlBackend::connect(&format!("sqlite://{}/x.db", file.display()))
             .await
             .unwrap_err();
         assert!(err.to_string().contains("is not a directory"), "{err}");

@@ -5,15 +5,15 @@ use std::time::Duration;
 
 use lock_core::wait::Backoff;
 use lock_core::{
-    AcquireRequest, Capabilities, Error, Fencing, Holder, Lease, LockBackend, LockName, Result,
-    WaitBudget, async_trait,
+    AcquireRequest, BackendStats, Capabilities, Error, Holder, Lease, LockBackend, LockName,
+    Result, WaitBudget, async_trait,
 };
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
 use crate::cleanup::RETRY_CAP;
-use crate::error::{convert, not_held, unavailable};
+use crate::error::{convert, unavailable};
 use crate::expiry::token;
 use crate::recipe::{Node, PROTECTED, parent_path, queue};
 use crate::session::{ZkBackend, connected, lease_ttl};
@@ -22,16 +22,23 @@ use crate::session::{ZkBackend, connected, lease_ttl};
 /// confirmation through the leader each time.
 pub const MIN_TTL: Duration = Duration::from_millis(100);
 
-const CAPABILITIES: Capabilities = Capabilities::new("zookeeper", Fencing::Strict)
-    .with_server_side_wait(true)
-    .with_fifo(true)
-    .with_survives_node_loss(true)
-    .with_ttl_range(MIN_TTL, Capabilities::DEFAULT_MAX_TTL);
+const CAPABILITIES: Capabilities = Capabilities::consensus_queue(crate::NAME, MIN_TTL);
 
 #[async_trait]
 impl LockBackend for ZkBackend {
     fn capabilities(&self) -> Capabilities {
         CAPABILITIES
+    }
+
+    /// `wakeups`: predecessor deletions that woke a waiter: one per release
+    /// when waiters queue, since each waiter watches only the node just
+    /// before its own.
+    fn stats(&self) -> BackendStats {
+        BackendStats::default().with_wakeups(
+            self.inner
+                .wakeups
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {
@@ -121,13 +128,13 @@ impl LockBackend for ZkBackend {
         let owner = lease.owner().to_u128();
         let czxid = czxid_of(lease);
         let Some((path, session)) = self.in_force(owner, czxid) else {
-            return Err(not_held(lease.name()));
+            return Err(Error::not_held(lease.name()));
         };
         // Renewing never starts a new session: a lease lives and dies with
         // the session that took it.
         let client = match self.inner.live_client() {
             Some(c) if c.session_id().0 == session => c,
-            _ => return Err(not_held(lease.name())),
+            _ => return Err(Error::not_held(lease.name())),
         };
         connected(&client)?;
         // The lease runs from before the leader confirmed it.
@@ -141,7 +148,7 @@ impl LockBackend for ZkBackend {
         if mine && self.extend(owner, czxid, ttl, sent) {
             Ok(lease.renewed(ttl, sent))
         } else {
-            Err(not_held(lease.name()))
+            Err(Error::not_held(lease.name()))
         }
     }
 
@@ -151,7 +158,7 @@ impl LockBackend for ZkBackend {
         let known = self.kept(owner);
         let forget = || self.forget(owner);
         if let Some((_, true)) = known {
-            return Err(not_held(lease.name()));
+            return Err(Error::not_held(lease.name()));
         }
         let client = self.client().await?;
         connected(&client)?;
@@ -172,7 +179,7 @@ impl LockBackend for ZkBackend {
                     .find(|(_, stat)| stat.czxid == czxid);
                 match found {
                     Some((name, _)) => format!("{parent}/{name}"),
-                    None => return Err(not_held(lease.name())),
+                    None => return Err(Error::not_held(lease.name())),
                 }
             }
         };
@@ -180,7 +187,7 @@ impl LockBackend for ZkBackend {
             Ok(Some(stat)) if stat.czxid == czxid => stat,
             Ok(_) => {
                 forget();
-                return Err(not_held(lease.name()));
+                return Err(Error::not_held(lease.name()));
             }
             Err(e) => return Err(convert("release", e)),
         };
@@ -197,7 +204,7 @@ impl LockBackend for ZkBackend {
             }
             Err(zk::Error::NoNode | zk::Error::BadVersion) => {
                 forget();
-                Err(not_held(lease.name()))
+                Err(Error::not_held(lease.name()))
             }
             Err(e) => Err(convert("release", e)),
         }

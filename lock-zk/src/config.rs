@@ -20,29 +20,44 @@ pub struct ZkConfig {
     /// `digest` user name and password: the session authenticates with them
     /// and every node distlock creates gets the creator-only ACL.
     pub digest: Option<(String, String)>,
-    /// The longest one request may take.
-    pub timeout: Duration,
-    /// The longest wait for a session.
-    pub connect_timeout: Duration,
     /// Create lock parents as container nodes, which the server deletes once
     /// they are empty (ZooKeeper 3.5 and later). When this is off, or the
     /// server does not know container nodes, parents are ordinary persistent
     /// nodes that distlock deletes itself after a release leaves them empty.
     pub container_parents: bool,
+    /// Bounds each request (option `timeout`, default 3 s).
+    pub timeout: Duration,
+    /// Bounds the making of a session (option `connect_timeout`, default
+    /// 5 s).
+    pub connect_timeout: Duration,
+}
+
+impl fmt::Debug for ZkConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZkConfig")
+            .field("hosts", &self.hosts)
+            .field("chroot", &self.chroot)
+            .field("session_timeout", &self.session_timeout)
+            .field("user", &self.digest.as_ref().map(|(u, _)| u))
+            .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("container_parents", &self.container_parents)
+            .finish()
+    }
 }
 
 impl ZkConfig {
-    const OPTIONS: &'static [&'static str] =
-        &["session_timeout", "auth", "timeout", "connect_timeout"];
     /// The default session timeout.
     pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+    const OPTIONS: &'static [&'static str] =
+        &["session_timeout", "auth", "timeout", "connect_timeout"];
     const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
     const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
     const DEFAULT_PORT: u16 = 2181;
 
     /// Parses `zk://host:port,host:port[/chroot][?session_timeout=…&auth=digest:user:password&timeout=…&connect_timeout=…]`.
     pub fn parse(url: &str) -> Result<Self> {
-        let HostList { hosts, path } = HostList::parse(url, "zk")?;
+        let HostList { hosts, path } = HostList::parse(url, crate::SCHEMES[0])?;
         let path = if path.is_empty() {
             String::new()
         } else {
@@ -66,9 +81,9 @@ impl ZkConfig {
             chroot: parse_chroot(url, &path)?,
             session_timeout,
             digest,
+            container_parents: true,
             timeout,
             connect_timeout,
-            container_parents: true,
         })
     }
 
@@ -154,20 +169,6 @@ fn parse_auth(url: &str, auth: &str) -> Result<(String, String)> {
         return Err(bad());
     }
     Ok((user.to_owned(), password.to_owned()))
-}
-
-impl fmt::Debug for ZkConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ZkConfig")
-            .field("hosts", &self.hosts)
-            .field("chroot", &self.chroot)
-            .field("session_timeout", &self.session_timeout)
-            .field("user", &self.digest.as_ref().map(|(u, _)| u))
-            .field("timeout", &self.timeout)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("container_parents", &self.container_parents)
-            .finish()
-    }
 }
 
 #[cfg(test)]

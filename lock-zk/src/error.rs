@@ -1,7 +1,7 @@
 //! ZooKeeper's errors as distlock errors, and which failed writes certainly
 //! changed nothing.
 
-use lock_core::{Error, LockName};
+use lock_core::Error;
 use zookeeper_client as zk;
 
 /// Whether a failed write certainly changed nothing on the server.
@@ -49,30 +49,16 @@ pub(crate) fn convert(operation: &'static str, e: zk::Error) -> Error {
         | E::SessionMoved
         | E::ClientClosed
         | E::Throttled
-        | E::NotReadOnly => Error::Unavailable {
-            backend: "zookeeper",
-            message: format!("{operation}: {e}"),
-            source: Some(Box::new(e)),
-        },
-        other => Error::Backend {
-            message: format!("zookeeper {operation}: {other}"),
-            source: Some(Box::new(other)),
-        },
+        | E::NotReadOnly => Error::unavailable_from(crate::NAME, operation, e),
+        other => Error::backend_from(crate::NAME, operation, other),
     }
 }
 
 /// A retryable failure described by `message`.
 pub(crate) fn unavailable(message: String) -> Error {
     Error::Unavailable {
-        backend: "zookeeper",
+        backend: crate::NAME,
         message,
         source: None,
-    }
-}
-
-/// The lock `name` is not held by the lease or request at hand.
-pub(crate) fn not_held(name: &LockName) -> Error {
-    Error::NotHeld {
-        name: name.to_string(),
     }
 }

@@ -13,3 +13,10 @@ mod session;
 pub use backend::MIN_TTL;
 pub use recipe::ROOT;
 pub use session::ZkBackend;
+
+/// The backend's name, as [`Capabilities::backend`](lock_core::Capabilities::backend) and
+/// error messages give it.
+pub const NAME: &str = "zookeeper";
+
+/// The URL schemes this backend accepts.
+pub const SCHEMES: &[&str] = &["zk"];

@@ -9,7 +9,7 @@ use lock_core::{AcquireRequest, Error, LockName, OwnerToken, Result, WaitBudget}
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use crate::error::{convert, no_data_change, not_held, unavailable};
+use crate::error::{convert, no_data_change, unavailable};
 use crate::session::{ZkBackend, connected};
 
 /// Lock parents live under this node, below the chroot: `/locks/<name>`.
@@ -293,12 +293,12 @@ impl ZkBackend {
                 *node = self
                     .adopt(client, &parent, owner, &children)
                     .await?
-                    .ok_or_else(|| not_held(name))?;
+                    .ok_or_else(|| Error::not_held(name))?;
                 created = None;
                 continue;
             }
             let Some(place) = queue.iter().position(|(_, n)| **n == node.name) else {
-                return Err(not_held(name));
+                return Err(Error::not_held(name));
             };
             if place == 0 {
                 if let Some(sent) = created {
@@ -308,7 +308,7 @@ impl ZkBackend {
                 let sent = Instant::now();
                 return match self.confirm(client, &path, node.czxid).await? {
                     Ok(true) => Ok(sent),
-                    Ok(false) => Err(not_held(name)),
+                    Ok(false) => Err(Error::not_held(name)),
                     Err(e) => Err(convert("confirm the grant", e)),
                 };
             }

@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -73,13 +73,6 @@ impl ZkBackend {
         &self.inner.config
     }
 
-    /// Predecessor deletions that woke a waiter, so far: one per release when
-    /// waiters queue, since each waiter watches only the node just before
-    /// its own.
-    pub fn wakeups(&self) -> u64 {
-        self.inner.wakeups.load(Ordering::Relaxed)
-    }
-
     /// The current session's id, if there is a live one.
     pub fn session_id(&self) -> Option<i64> {
         self.inner.live_client().map(|c| c.session_id().0)
@@ -127,10 +120,7 @@ impl ZkBackend {
             connector.connect(&config.connect_string()),
         )
         .await
-        .map_err(|_| Error::Timeout {
-            operation: "connecting to ZooKeeper",
-            after: config.connect_timeout,
-        })?
+        .map_err(|_| Error::timeout("connecting to ZooKeeper", config.connect_timeout))?
         .map_err(|e| convert("connect", e))?;
         if config.chroot.is_empty() {
             return Ok(root);
@@ -171,10 +161,7 @@ impl ZkBackend {
     ) -> Result<std::result::Result<T, zk::Error>> {
         tokio::time::timeout(self.inner.config.timeout, request)
             .await
-            .map_err(|_| Error::Timeout {
-                operation,
-                after: self.inner.config.timeout,
-            })
+            .map_err(|_| Error::timeout(operation, self.inner.config.timeout))
     }
 }
 

@@ -1,6 +1,6 @@
 //! The FIFO case for backends that queue waiters on the server: it takes a
-//! backend's own wake-up counter and queue probe, so etcd's and ZooKeeper's
-//! tests call it rather than the suite.
+//! queue probe, so etcd's and ZooKeeper's tests call it rather than the
+//! suite.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,13 +13,12 @@ use super::opts;
 /// For backends that queue waiters on the server (etcd, ZooKeeper): waiters
 /// are granted in the order they queued, and each release wakes exactly one
 /// of them — no herd. `queued(n)` returns once `n` contenders (holder
-/// included) are queued on the server; `wakeups()` reads the backend's count
-/// of server wake-ups. `locker` must be the backend `wakeups` counts for.
+/// included) are queued on the server; the backend's count of server
+/// wake-ups is read from [`Locker::stats`].
 pub async fn fifo_one_wake_up_per_release<Q, Fut>(
     locker: &Locker,
     waiters: usize,
     ttl: Duration,
-    wakeups: impl Fn() -> u64,
     queued: Q,
 ) where
     Q: Fn(usize) -> Fut,
@@ -44,6 +43,7 @@ pub async fn fifo_one_wake_up_per_release<Q, Fut>(
         }));
         let _ = queued(i + 2).await;
     }
+    let wakeups = || locker.stats().wakeups;
     let woken_before = wakeups();
     holder.release().await.expect("release");
     for t in tasks {

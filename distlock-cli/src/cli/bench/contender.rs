@@ -70,38 +70,29 @@ pub(crate) trait Contender: Send + Sync {
 pub(crate) struct Library {
     locker: Locker,
     counting: Option<Arc<Counting>>,
-    notices: Option<Notices>,
+    /// Whether the backend's own count of waiters it woke
+    /// ([`BackendStats::wakeups`](distlock::BackendStats)) is reported: for
+    /// backends that wait on the server and so cannot be wrapped in
+    /// [`Counting`].
+    notices: bool,
 }
-
-/// Reads a backend's own count of waiters it woke (`wakeups()`), for
-/// backends that wait on the server and so cannot be wrapped in
-/// [`Counting`].
-pub(crate) type Notices = Box<dyn Fn() -> u64 + Send + Sync>;
 
 impl Library {
     pub(crate) fn new(locker: Locker) -> Self {
         Self {
             locker,
             counting: None,
-            notices: None,
+            notices: false,
         }
     }
 
-    /// The library on a backend that counts its own wake-ups.
-    #[cfg_attr(
-        not(any(
-            feature = "postgres",
-            feature = "redis",
-            feature = "etcd",
-            feature = "zk"
-        )),
-        allow(dead_code)
-    )]
-    pub(crate) fn with_notices(locker: Locker, notices: Notices) -> Self {
+    /// The library on a backend that waits on the server, with the
+    /// wake-ups its [`stats`](Locker::stats) count.
+    pub(crate) fn with_notices(locker: Locker) -> Self {
         Self {
             locker,
             counting: None,
-            notices: Some(notices),
+            notices: true,
         }
     }
 
@@ -112,7 +103,7 @@ impl Library {
         Self {
             locker: Locker::from_arc(counting.clone()).with_defaults(locker.defaults()),
             counting: Some(counting),
-            notices: None,
+            notices: false,
         }
     }
 
@@ -127,7 +118,7 @@ impl Contender for Library {
         Subject {
             role: Role::Library,
             name: "library".to_owned(),
-            detail: if self.notices.is_some() {
+            detail: if self.notices {
                 "distlock: Locker::lock_with (waits the backend's way: woken by the server's \
                  notifications or watches), a renewing LockGuard, then LockGuard::release"
             } else {
@@ -148,10 +139,10 @@ impl Contender for Library {
     }
 
     fn wakeups(&self) -> Wakeups {
-        if let Some(notices) = &self.notices {
+        if self.notices {
             return Wakeups {
                 busy_attempts: None,
-                notices: Some(notices()),
+                notices: Some(self.locker.stats().wakeups),
             };
         }
         self.counting

@@ -28,12 +28,21 @@ pub(crate) struct Counting {
 }
 
 impl Counting {
-    /// Whether `backend` (as its capabilities name it) waits the way this
-    /// wrapper reproduces. Others are measured unwrapped, without counts.
-    pub(crate) fn fits(backend: &str) -> bool {
+    /// Whether the backend `url`'s scheme picks waits the way this wrapper
+    /// reproduces. Others are measured unwrapped, without counts.
+    pub(crate) fn fits(url: &str) -> bool {
         // MySQL and memcache wait with the same `poll_acquire` (MySQL with
         // a 100 ms backoff cap, the same as `poll_acquire`'s own).
-        matches!(backend, "memory" | "sqlite" | "mysql" | "memcache")
+        match super::scheme(url) {
+            "memory" => true,
+            #[cfg(feature = "sqlite")]
+            s if distlock::lock_sql::SQLITE_SCHEMES.contains(&s) => true,
+            #[cfg(feature = "mysql")]
+            s if distlock::lock_sql::MYSQL_SCHEMES.contains(&s) => true,
+            #[cfg(feature = "memcache")]
+            s if distlock::lock_memcache::SCHEMES.contains(&s) => true,
+            _ => false,
+        }
     }
 
     pub(crate) fn new(inner: Arc<dyn LockBackend>) -> Self {

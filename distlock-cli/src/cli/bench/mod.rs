@@ -8,7 +8,6 @@ mod contender;
 mod counting;
 mod date;
 mod floor;
-mod notices;
 mod peer;
 mod progress;
 mod report;
@@ -39,22 +38,22 @@ pub(crate) async fn bench(args: BenchArgs) -> Result<u8> {
     let locker = distlock::connect(&args.url).await?;
     let backend = locker.capabilities().backend;
     let ttl = locker.defaults().ttl;
-    let (library, counted): (Arc<dyn Contender>, Arc<dyn Contender>) =
-        if let Some(own) = notices::library(backend, &args.url, &locker).await? {
-            // Counts its wake-ups itself, in every workload.
-            let own: Arc<dyn Contender> = Arc::new(own);
-            (own.clone(), own)
-        } else if Counting::fits(backend) {
-            (
-                Arc::new(Library::new(locker.clone())),
-                Arc::new(Library::counted(&locker)),
-            )
-        } else {
-            let plain: Arc<dyn Contender> = Arc::new(Library::new(locker.clone()));
-            (plain.clone(), plain)
-        };
+    let (library, counted): (Arc<dyn Contender>, Arc<dyn Contender>) = if Counting::fits(&args.url)
+    {
+        (
+            Arc::new(Library::new(locker.clone())),
+            Arc::new(Library::counted(&locker)),
+        )
+    } else if locker.capabilities().server_side_wait {
+        // Counts its wake-ups itself, in every workload.
+        let own: Arc<dyn Contender> = Arc::new(Library::with_notices(locker.clone()));
+        (own.clone(), own)
+    } else {
+        let plain: Arc<dyn Contender> = Arc::new(Library::new(locker.clone()));
+        (plain.clone(), plain)
+    };
     let floor = floor::connect(backend, &args.url, ttl).await?;
-    let peers = peer::for_backend(backend, &args.url, ttl).await?;
+    let peers = peer::for_backend(&args.url, ttl).await?;
     let mut contenders = vec![floor.clone(), library.clone()];
     contenders.extend(peers.iter().cloned());
     let clients = usize::from(args.clients);
@@ -134,6 +133,11 @@ pub(crate) async fn bench(args: BenchArgs) -> Result<u8> {
             Ok(exit::USAGE)
         }
     }
+}
+
+/// The scheme of `url` (what picks the backend, its floor and its peers).
+fn scheme(url: &str) -> &str {
+    url.split_once(':').map_or(url, |(s, _)| s)
 }
 
 /// Writes the data file and the chart into `dir`.

@@ -58,8 +58,8 @@ pub(crate) trait Floor: Send + Sync + 'static {
     async fn release(&self, grant: &Self::Grant) -> Result<()>;
 }
 
-/// The floor of `backend` (as its capabilities name it), opened on the same
-/// store as `url`.
+/// The floor of the backend `url`'s scheme picks (`backend` is its name, for
+/// the error when it has none), opened on the same store as `url`.
 #[cfg_attr(
     not(any(
         feature = "sqlite",
@@ -78,24 +78,40 @@ pub(crate) async fn connect(
     url: &str,
     ttl: Duration,
 ) -> Result<Arc<dyn Contender>> {
-    match backend {
+    match super::scheme(url) {
         "memory" => Ok(spin(memory::MemoryFloor::default(), ttl)),
         #[cfg(feature = "sqlite")]
-        "sqlite" => Ok(spin(sqlite::SqliteFloor::open(url).await?, ttl)),
+        s if distlock::lock_sql::SQLITE_SCHEMES.contains(&s) => {
+            Ok(spin(sqlite::SqliteFloor::open(url).await?, ttl))
+        }
         #[cfg(feature = "postgres")]
-        "postgres" => Ok(spin(postgres::PostgresFloor::open(url).await?, ttl)),
+        s if distlock::lock_sql::POSTGRES_SCHEMES.contains(&s) => {
+            Ok(spin(postgres::PostgresFloor::open(url).await?, ttl))
+        }
         #[cfg(feature = "mysql")]
-        "mysql" => Ok(spin(mysql::MySqlFloor::open(url).await?, ttl)),
+        s if distlock::lock_sql::MYSQL_SCHEMES.contains(&s) => {
+            Ok(spin(mysql::MySqlFloor::open(url).await?, ttl))
+        }
         #[cfg(feature = "redis")]
-        "redis" => Ok(spin(redis::RedisFloor::open(url).await?, ttl)),
+        s if distlock::lock_redis::SCHEMES.contains(&s) => {
+            Ok(spin(redis::RedisFloor::open(url).await?, ttl))
+        }
         #[cfg(feature = "redlock")]
-        "redlock" => Ok(spin(redlock::RedlockFloor::open(url).await?, ttl)),
+        s if distlock::lock_redlock::SCHEMES.contains(&s) => {
+            Ok(spin(redlock::RedlockFloor::open(url).await?, ttl))
+        }
         #[cfg(feature = "etcd")]
-        "etcd" => Ok(spin(etcd::EtcdFloor::open(url).await?, ttl)),
+        s if distlock::lock_etcd::SCHEMES.contains(&s) => {
+            Ok(spin(etcd::EtcdFloor::open(url).await?, ttl))
+        }
         #[cfg(feature = "zk")]
-        "zookeeper" => Ok(spin(zk::ZkFloor::open(url).await?, ttl)),
+        s if distlock::lock_zk::SCHEMES.contains(&s) => {
+            Ok(spin(zk::ZkFloor::open(url).await?, ttl))
+        }
         #[cfg(feature = "memcache")]
-        "memcache" => Ok(spin(memcache::MemcacheFloor::open(url)?, ttl)),
+        s if distlock::lock_memcache::SCHEMES.contains(&s) => {
+            Ok(spin(memcache::MemcacheFloor::open(url)?, ttl))
+        }
         _ => Err(Error::Unsupported {
             backend,
             operation: "benchmarking, as it has no floor yet (docs/BENCHMARKS.md says how to add one)",
@@ -116,7 +132,13 @@ fn base_url(url: &str) -> &str {
 
 /// `url` without the options distlock reads itself (`ttl`), for the
 /// backends' own URL parsers, which refuse options they do not know.
-pub(crate) fn without_common_options(url: &str) -> String {
+#[cfg(any(
+    feature = "redis",
+    feature = "redlock",
+    feature = "etcd",
+    feature = "zk"
+))]
+fn without_common_options(url: &str) -> String {
     let Some((base, query)) = url.split_once('?') else {
         return url.to_owned();
     };

@@ -17,23 +17,25 @@ use distlock::Result;
 
 use super::contender::Contender;
 
-/// The peers worth comparing with `backend` (as its capabilities name it),
-/// on the same store as `url`.
-pub(crate) async fn for_backend(
-    backend: &str,
-    url: &str,
-    ttl: Duration,
-) -> Result<Vec<Arc<dyn Contender>>> {
+/// The peers worth comparing with the backend `url`'s scheme picks, on the
+/// same store.
+pub(crate) async fn for_backend(url: &str, ttl: Duration) -> Result<Vec<Arc<dyn Contender>>> {
     // Not every build has a peer that needs them.
     let _ = (url, ttl);
-    Ok(match backend {
+    Ok(match super::scheme(url) {
         "memory" => vec![Arc::new(tokio_mutex::TokioMutex::default())],
         #[cfg(feature = "etcd")]
-        "etcd" => vec![Arc::new(etcd_lock::EtcdLock::open(url, ttl).await?)],
+        s if distlock::lock_etcd::SCHEMES.contains(&s) => {
+            vec![Arc::new(etcd_lock::EtcdLock::open(url, ttl).await?)]
+        }
         #[cfg(feature = "zk")]
-        "zookeeper" => vec![Arc::new(zk_lock::ZkLock::open(url).await?)],
+        s if distlock::lock_zk::SCHEMES.contains(&s) => {
+            vec![Arc::new(zk_lock::ZkLock::open(url).await?)]
+        }
         #[cfg(feature = "redlock")]
-        "redlock" => vec![Arc::new(rslock::Rslock::open(url, ttl)?)],
+        s if distlock::lock_redlock::SCHEMES.contains(&s) => {
+            vec![Arc::new(rslock::Rslock::open(url, ttl)?)]
+        }
         _ => Vec::new(),
     })
 }

@@ -1,18 +1,74 @@
-//! URL options every SQL dialect accepts.
+//! Database URL → [`SqlConfig`]: the dialect, and the options every dialect
+//! accepts.
 
 use std::time::Duration;
 
 use lock_core::url::QueryOptions;
 use lock_core::{Error, Result};
 
+use crate::backend::SqlBackend;
 use crate::table::TableName;
+
+/// A parsed database URL: its dialect and options, for
+/// [`SqlBackend::connect_with`].
+#[derive(Debug)]
+pub struct SqlConfig(Dialect);
+
+#[derive(Debug)]
+enum Dialect {
+    #[cfg(feature = "sqlite")]
+    Sqlite(crate::sqlite::Config),
+    #[cfg(feature = "postgres")]
+    Postgres(crate::postgres::Config),
+    #[cfg(feature = "mysql")]
+    MySql(crate::mysql::Config),
+}
+
+impl SqlConfig {
+    /// Parses a database URL. The schemes accepted depend on the features
+    /// compiled in (see [`SCHEMES`](crate::SCHEMES)).
+    pub fn parse(url: &str) -> Result<Self> {
+        let scheme = url.split_once(':').map_or(url, |(s, _)| s);
+        Ok(Self(match scheme {
+            #[cfg(feature = "sqlite")]
+            s if crate::SQLITE_SCHEMES.contains(&s) => {
+                Dialect::Sqlite(crate::sqlite::Config::parse(url)?)
+            }
+            #[cfg(feature = "postgres")]
+            s if crate::POSTGRES_SCHEMES.contains(&s) => {
+                Dialect::Postgres(crate::postgres::Config::parse(url)?)
+            }
+            #[cfg(feature = "mysql")]
+            s if crate::MYSQL_SCHEMES.contains(&s) => {
+                Dialect::MySql(crate::mysql::Config::parse(url)?)
+            }
+            _ => {
+                return Err(Error::UnknownScheme {
+                    scheme: scheme.to_owned(),
+                    supported: crate::SCHEMES.to_vec(),
+                });
+            }
+        }))
+    }
+
+    pub(crate) async fn connect(self) -> Result<SqlBackend> {
+        match self.0 {
+            #[cfg(feature = "sqlite")]
+            Dialect::Sqlite(c) => crate::sqlite::connect(c).await,
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres(c) => crate::postgres::connect(c).await,
+            #[cfg(feature = "mysql")]
+            Dialect::MySql(c) => crate::mysql::connect(c).await,
+        }
+    }
+}
 
 /// The option names [`CommonOptions::take`] reads.
 pub(crate) const COMMON: &[&str] = &["table", "pool_size", "timeout", "connect_timeout"];
 
-/// Options every SQL dialect shares, with their defaults. Public so that
-/// whatever must open a database exactly as lock-sql does (`distlock
-/// bench`'s floors) reads them the same way.
+/// Options every SQL dialect shares, with their defaults. Public with the
+/// `raw` feature, so that whatever must open a database exactly as lock-sql
+/// does (`distlock bench`'s floors) reads them the same way.
 #[derive(Debug)]
 pub struct CommonOptions {
     /// The locks table.

@@ -10,7 +10,8 @@ use sqlx::error::DatabaseError;
 /// contention, a deadlock, a server shutting down). Every error
 /// [`SqlBackend`](crate::SqlBackend) reports as retryable is one of these;
 /// code that drives sqlx beside it (the benchmark's floors) judges errors
-/// the same way with this.
+/// the same way with this (feature `raw`).
+#[cfg(feature = "raw")]
 pub fn is_transient(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Database(db) => transient_database_error(&**db),
@@ -74,10 +75,9 @@ impl ErrorMap {
                 message: format!("{operation}: {e}"),
                 source: Some(e.into()),
             },
-            sqlx::Error::PoolTimedOut => Error::Timeout {
-                operation: "waiting for a free database connection",
-                after: self.pool_timeout,
-            },
+            sqlx::Error::PoolTimedOut => {
+                Error::timeout("waiting for a free database connection", self.pool_timeout)
+            }
             other => Error::Backend {
                 message: format!("{} {operation}: {other}", self.backend),
                 source: Some(other.into()),
