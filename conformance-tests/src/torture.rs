@@ -65,7 +65,8 @@ const COLUMNS: [&str; 5] = [
 /// covers several servers); panics, naming the row, on anything but the
 /// documented shape.
 pub fn claims(readme: &str, heading: &str) -> Vec<Claim> {
-    let section = readme
+    let section = format!("\n{readme}");
+    let section = section
         .split("\n## ")
         .find(|s| s.lines().next() == Some(heading))
         .unwrap_or_else(|| panic!("the README has no `## {heading}` section"));
