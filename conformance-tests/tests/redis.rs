@@ -12,10 +12,8 @@ use conformance_tests::proxy::{Fault, Proxy};
 use conformance_tests::servers::redis::Redis;
 use conformance_tests::targets::fresh_table;
 use distlock::lock_redis::RedisBackend;
-use lock_core::{
-    AcquireOptions, AcquireRequest, Error, Fencing, FencingToken, LockBackend, LockName, LockState,
-    Locker, Wait,
-};
+use lock_core::backend::{AcquireRequest, LockBackend};
+use lock_core::{AcquireOptions, Error, Fencing, FencingToken, LockName, LockState, Locker, Wait};
 use tokio::time::{Instant, sleep, timeout};
 
 fn prefix() -> String {

@@ -8,11 +8,10 @@ use std::time::Duration;
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, SortOrder, SortTarget, Txn, TxnOp,
 };
-use lock_core::wait::Backoff;
-use lock_core::{
-    AcquireRequest, BackendStats, Capabilities, Error, FencingToken, Holder, Lease, LockBackend,
-    LockName, Result, WaitBudget, async_trait,
+use lock_core::backend::{
+    AcquireRequest, BackendStats, Backoff, Holder, Lease, LockBackend, WaitBudget, async_trait,
 };
+use lock_core::{Capabilities, Error, FencingToken, LockName, Result};
 use tokio::time::Instant;
 
 use crate::config::EtcdConfig;

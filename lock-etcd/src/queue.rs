@@ -11,9 +11,8 @@ use etcd_client::{
     Client, Compare, CompareOp, GetOptions, LeaseGrantOptions, PutOptions, SortOrder, SortTarget,
     Txn, TxnOp, TxnOpResponse, WatchOptions,
 };
-use lock_core::{
-    AcquireRequest, Error, FencingToken, Lease, LockName, OwnerToken, Result, WaitBudget,
-};
+use lock_core::backend::{AcquireRequest, Lease, WaitBudget};
+use lock_core::{Error, FencingToken, LockName, OwnerToken, Result};
 use tokio::time::Instant;
 
 use crate::backend::EtcdBackend;

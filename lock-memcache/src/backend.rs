@@ -3,11 +3,11 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lock_core::wait::{ReleaseSignals, poll_acquire};
-use lock_core::{
-    AcquireRequest, Capabilities, Error, Fencing, FencingToken, Holder, Lease, LockBackend,
-    LockName, OwnerToken, Result, WaitBudget, async_trait,
+use lock_core::backend::{
+    AcquireRequest, Holder, Lease, LockBackend, ReleaseSignals, WaitBudget, async_trait,
+    poll_acquire,
 };
+use lock_core::{Capabilities, Error, Fencing, FencingToken, LockName, OwnerToken, Result};
 use tokio::time::Instant;
 
 use crate::config::MemcacheConfig;

@@ -3,11 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::wait::{ReleaseSignals, poll_acquire_signalled};
-use lock_core::{
-    AcquireRequest, BackendStats, Capabilities, Error, Fencing, FencingToken, Holder, Lease,
-    LockBackend, LockName, Result, WaitBudget, async_trait,
+use lock_core::backend::{
+    AcquireRequest, BackendStats, Holder, Lease, LockBackend, ReleaseSignals, WaitBudget,
+    async_trait, poll_acquire_signalled,
 };
+use lock_core::{Capabilities, Error, Fencing, FencingToken, LockName, Result};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 

@@ -3,7 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use lock_core::url::{QueryOptions, host_with_port, redact};
+use lock_core::backend::QueryOptions;
+use lock_core::url::{host_with_port, redact};
 use lock_core::{Error, Result};
 
 /// How to reach one Redis server. `Debug` never shows the password.

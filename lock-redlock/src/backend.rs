@@ -5,11 +5,11 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use lock_core::wait::{Backoff, ReleaseSignals, poll_acquire_signalled};
-use lock_core::{
-    AcquireRequest, BackendStats, Capabilities, Error, Fencing, FencingToken, Holder, Lease,
-    LockBackend, LockName, Result, WaitBudget, async_trait,
+use lock_core::backend::{
+    AcquireRequest, BackendStats, Backoff, Holder, Lease, LockBackend, ReleaseSignals, WaitBudget,
+    async_trait, poll_acquire_signalled,
 };
+use lock_core::{Capabilities, Error, Fencing, FencingToken, LockName, Result};
 use lock_redis::config::NodeConfig;
 use lock_redis::node::{Keys, Node};
 use tokio::sync::watch;

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use lock_core::url::{HostList, QueryOptions};
+use lock_core::backend::{HostList, QueryOptions};
 use lock_core::{Error, Result};
 use lock_redis::config::{CommonOptions, NodeConfig};
 

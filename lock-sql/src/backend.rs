@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
-use lock_core::wait::{ReleaseSignals, poll_acquire_signalled};
-use lock_core::{
-    AcquireRequest, BackendStats, Capabilities, Error, FencingToken, Holder, Lease, LockBackend,
-    LockName, OwnerToken, Result, WaitBudget, async_trait,
+use lock_core::backend::{
+    AcquireRequest, BackendStats, Holder, Lease, LockBackend, ReleaseSignals, WaitBudget,
+    async_trait, poll_acquire_signalled,
 };
+use lock_core::{Capabilities, Error, FencingToken, LockName, OwnerToken, Result};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 

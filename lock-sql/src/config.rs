@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use lock_core::url::QueryOptions;
+use lock_core::backend::QueryOptions;
 use lock_core::{Error, Result};
 
 use crate::backend::SqlBackend;

@@ -4,7 +4,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use lock_core::{Capabilities, Result, async_trait};
+use lock_core::backend::async_trait;
+use lock_core::{Capabilities, Result};
 
 /// The state of a lock row, as the holder query returns it.
 #[derive(Debug)]

@@ -16,8 +16,8 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::url::QueryOptions;
-use lock_core::{Capabilities, Error, Fencing, LockName, Result, async_trait};
+use lock_core::backend::{QueryOptions, async_trait};
+use lock_core::{Capabilities, Error, Fencing, LockName, Result};
 use sqlx::error::DatabaseError;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions};
 use sqlx::{AssertSqlSafe, Row as _};

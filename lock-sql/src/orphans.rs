@@ -22,8 +22,8 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use lock_core::wait::{Backoff, ReleaseSignals};
-use lock_core::{AcquireRequest, Error, LockName, Result};
+use lock_core::backend::{AcquireRequest, Backoff, ReleaseSignals};
+use lock_core::{Error, LockName, Result};
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep, timeout};
 

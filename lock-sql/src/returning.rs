@@ -4,7 +4,8 @@
 
 use std::fmt;
 
-use lock_core::{Capabilities, Result, async_trait};
+use lock_core::backend::async_trait;
+use lock_core::{Capabilities, Result};
 use sqlx::{
     AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row as _,
     Type,

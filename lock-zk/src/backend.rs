@@ -3,11 +3,10 @@
 
 use std::time::Duration;
 
-use lock_core::wait::Backoff;
-use lock_core::{
-    AcquireRequest, BackendStats, Capabilities, Error, Holder, Lease, LockBackend, LockName,
-    Result, WaitBudget, async_trait,
+use lock_core::backend::{
+    AcquireRequest, BackendStats, Backoff, Holder, Lease, LockBackend, WaitBudget, async_trait,
 };
+use lock_core::{Capabilities, Error, LockName, Result};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;

@@ -6,7 +6,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use lock_core::wait::Backoff;
+use lock_core::backend::Backoff;
 use lock_core::{LockName, OwnerToken, Result};
 use zookeeper_client as zk;
 

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use lock_core::url::{HostList, QueryOptions};
+use lock_core::backend::{HostList, QueryOptions};
 use lock_core::{Error, Result};
 
 /// A parsed `zk://` URL. `Debug` never shows the password.

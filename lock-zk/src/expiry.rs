@@ -5,8 +5,8 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use lock_core::wait::Backoff;
-use lock_core::{AcquireRequest, FencingToken, Lease};
+use lock_core::FencingToken;
+use lock_core::backend::{AcquireRequest, Backoff, Lease};
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;

@@ -5,7 +5,8 @@
 
 use std::sync::atomic::Ordering;
 
-use lock_core::{AcquireRequest, Error, LockName, OwnerToken, Result, WaitBudget};
+use lock_core::backend::{AcquireRequest, WaitBudget};
+use lock_core::{Error, LockName, OwnerToken, Result};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 

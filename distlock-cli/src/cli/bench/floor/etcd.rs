@@ -7,8 +7,9 @@
 use super::floor_error;
 use std::time::Duration;
 
+use distlock::backend::async_trait;
 use distlock::lock_etcd::config::EtcdConfig;
-use distlock::{Error, OwnerToken, Result, async_trait};
+use distlock::{Error, OwnerToken, Result};
 use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
 
 use super::{Floor, without_common_options};

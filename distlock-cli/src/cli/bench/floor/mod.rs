@@ -30,7 +30,8 @@ pub(crate) mod zk;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::{Error, OwnerToken, Result, async_trait};
+use distlock::backend::async_trait;
+use distlock::{Error, OwnerToken, Result};
 
 use super::contender::{Contender, Spinning};
 

@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
+use distlock::backend::async_trait;
 use distlock::lock_redis::config::RedisConfig;
-use distlock::{Error, OwnerToken, Result, async_trait};
+use distlock::{Error, OwnerToken, Result};
 
 use super::redis_ops::RawNode;
 use super::{Floor, base_url, without_common_options};

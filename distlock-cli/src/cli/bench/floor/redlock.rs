@@ -5,8 +5,9 @@
 
 use std::time::Duration;
 
+use distlock::backend::async_trait;
 use distlock::lock_redlock::config::RedlockConfig;
-use distlock::{Error, OwnerToken, Result, async_trait};
+use distlock::{Error, OwnerToken, Result};
 use futures_util::future::join_all;
 
 use super::redis_ops::RawNode;

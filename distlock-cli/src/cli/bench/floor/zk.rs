@@ -6,8 +6,9 @@ use super::floor_error;
 use std::future::Future;
 use std::time::Duration;
 
+use distlock::backend::async_trait;
 use distlock::lock_zk::config::ZkConfig;
-use distlock::{Error, OwnerToken, Result, async_trait};
+use distlock::{Error, OwnerToken, Result};
 use zookeeper_client as zk;
 
 use super::{Floor, without_common_options};
