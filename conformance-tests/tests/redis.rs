@@ -117,7 +117,7 @@ async fn fencing_survives_a_counter_rolled_back() {
     let prefix = prefix();
     let url = server.url(&format!("prefix={prefix}"));
     let l = locker(&url).await;
-    let mut last = FencingToken(0);
+    let mut last = FencingToken::new(0);
     for _ in 0..3 {
         let g = l.try_lock("rolled").await.expect("try_lock").expect("free");
         assert!(g.token() > last, "{:?} after {last:?}", g.token());

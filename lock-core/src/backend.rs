@@ -106,6 +106,7 @@ impl BackendStats {
 ///
 /// Backends make one with [`Holder::new`]; the fields can be read directly.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Holder {
     /// The first hex digits of the holder's owner token (see
     /// [`OwnerToken::short`](crate::OwnerToken::short)).

@@ -150,7 +150,7 @@ impl LockBackend for EtcdBackend {
                 |mut c| async move { c.get(key, None).await }
             )
         );
-        let token = i64::try_from(lease.token().get()).unwrap_or(i64::MAX);
+        let token = lease.token().to_i64();
         let still_ours = mine?
             .kvs()
             .first()
@@ -166,7 +166,7 @@ impl LockBackend for EtcdBackend {
     async fn release(&self, lease: &Lease) -> Result<()> {
         let id = lease_id(lease.owner());
         let key = self.key(lease.name(), id);
-        let token = i64::try_from(lease.token().get()).unwrap_or(i64::MAX);
+        let token = lease.token().to_i64();
         let txn = Txn::new()
             .when([Compare::create_revision(
                 key.clone(),
@@ -212,15 +212,12 @@ impl LockBackend for EtcdBackend {
             .ok()
             .map(|t| Duration::from_secs(u64::try_from(t.ttl()).unwrap_or(0)));
         let owner = kv.value_str().unwrap_or_default();
-        Ok(Some(Holder {
-            owner: if owner.is_empty() {
-                format!("{lease:x}")
-            } else {
-                owner.chars().take(8).collect()
-            },
-            token: FencingToken(u64::try_from(kv.create_revision()).unwrap_or(0)),
-            expires_in: ttl,
-        }))
+        let mut holder = Holder::new(owner, FencingToken::from_i64(kv.create_revision()), ttl);
+        if owner.is_empty() {
+            // Taken by a client that stores no owner token: name it by its lease.
+            holder.owner = format!("{lease:x}");
+        }
+        Ok(Some(holder))
     }
 }
 

@@ -244,7 +244,7 @@ impl EtcdBackend {
     }
 
     pub(crate) fn lease_for(&self, req: &AcquireRequest, place: &Place, sent: Instant) -> Lease {
-        let token = FencingToken(u64::try_from(place.revision).unwrap_or(0));
+        let token = FencingToken::from_i64(place.revision);
         Lease::new(req.name.clone(), req.owner, token, req.ttl, sent)
     }
 }

@@ -149,10 +149,10 @@ impl LockBackend for RedisBackend {
     }
 
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
-        Ok(self.node.holder(name).await?.map(|h| Holder {
-            owner: h.owner.chars().take(8).collect(),
-            token: FencingToken(h.counter),
-            expires_in: Some(h.remaining),
-        }))
+        Ok(self
+            .node
+            .holder(name)
+            .await?
+            .map(|h| Holder::new(&h.owner, FencingToken::new(h.counter), Some(h.remaining))))
     }
 }

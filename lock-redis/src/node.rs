@@ -184,7 +184,7 @@ impl Node {
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(|e| self.fail("acquire", e))?;
-        Ok((token > 0).then_some(FencingToken(token)))
+        Ok((token > 0).then_some(FencingToken::new(token)))
     }
 
     fn acquire_invocation(
@@ -237,7 +237,7 @@ impl Node {
             sent = pipe.query_async(&mut conn).await;
         }
         let (token, confirmed): (u64, u32) = sent.map_err(|e| self.fail("acquire", e))?;
-        Ok(((token > 0).then_some(FencingToken(token)), confirmed))
+        Ok(((token > 0).then_some(FencingToken::new(token)), confirmed))
     }
 
     /// The same server on a connection of its own whose commands may take

@@ -294,7 +294,7 @@ impl LockBackend for RedlockBackend {
             .await;
         let tokens: Vec<FencingToken> = answers.ok.iter().flatten().copied().collect();
         if tokens.len() >= self.quorum && Self::still_valid(sent, req.ttl) {
-            let token = tokens.iter().copied().max().unwrap_or(FencingToken(0));
+            let token = tokens.iter().copied().max().unwrap_or(FencingToken::new(0));
             return Ok(Some(Lease::new(
                 req.name.clone(),
                 req.owner,
@@ -375,10 +375,10 @@ impl LockBackend for RedlockBackend {
             return Ok(None);
         };
         let same: Vec<_> = held.iter().filter(|h| &h.owner == owner).collect();
-        Ok(Some(Holder {
-            owner: owner.chars().take(8).collect(),
-            token: FencingToken(same.iter().map(|h| h.counter).max().unwrap_or(0)),
-            expires_in: same.iter().map(|h| h.remaining).min(),
-        }))
+        Ok(Some(Holder::new(
+            owner,
+            FencingToken::new(same.iter().map(|h| h.counter).max().unwrap_or(0)),
+            same.iter().map(|h| h.remaining).min(),
+        )))
     }
 }

@@ -9,7 +9,7 @@ use lock_core::backend::{
     AcquireRequest, BackendStats, Holder, Lease, LockBackend, ReleaseSignals, WaitBudget,
     async_trait, poll_acquire_signalled,
 };
-use lock_core::{Capabilities, Error, FencingToken, LockName, OwnerToken, Result};
+use lock_core::{Capabilities, Error, LockName, OwnerToken, Result};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -156,10 +156,7 @@ impl LockBackend for SqlBackend {
             req,
         };
         let version = Attempt::new(statement, undo).run(self.op_timeout).await?;
-        Ok(
-            version
-                .map(|v| Lease::new(req.name.clone(), req.owner, FencingToken(v), req.ttl, sent)),
-        )
+        Ok(version.map(|token| Lease::new(req.name.clone(), req.owner, token, req.ttl, sent)))
     }
 
     async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
@@ -173,12 +170,8 @@ impl LockBackend for SqlBackend {
         let renewed = self
             .bounded(
                 "renew",
-                self.driver.renew(
-                    lease.name().as_str(),
-                    &owner,
-                    lease.token().get(),
-                    millis(ttl),
-                ),
+                self.driver
+                    .renew(lease.name().as_str(), &owner, lease.token(), millis(ttl)),
             )
             .await?;
         if renewed {
@@ -194,7 +187,7 @@ impl LockBackend for SqlBackend {
             .bounded(
                 "release",
                 self.driver
-                    .release(lease.name().as_str(), &owner, lease.token().get()),
+                    .release(lease.name().as_str(), &owner, lease.token()),
             )
             .await?;
         if outcome != Released::NotOurs {
@@ -220,11 +213,9 @@ impl LockBackend for SqlBackend {
             .bounded("holder", self.driver.holder(name.as_str()))
             .await?;
         row.map(|row| {
-            Ok(Holder {
-                owner: OwnerToken::from_hex(&row.owner)?.short(),
-                token: FencingToken(row.version),
-                expires_in: Some(row.remaining),
-            })
+            // A row whose owner is no token of ours is an error, not a holder.
+            let owner = OwnerToken::from_hex(&row.owner)?.to_hex();
+            Ok(Holder::new(&owner, row.version, Some(row.remaining)))
         })
         .transpose()
     }

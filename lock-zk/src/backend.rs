@@ -234,11 +234,7 @@ impl LockBackend for ZkBackend {
                 continue; // released in between: look again
             };
             let owner = first.strip_prefix(PROTECTED).unwrap_or(first);
-            return Ok(Some(Holder {
-                owner: owner.chars().take(8).collect(),
-                token: token(stat.czxid),
-                expires_in: None,
-            }));
+            return Ok(Some(Holder::new(owner, token(stat.czxid), None)));
         }
         Err(unavailable(format!("the holder of {name} kept changing")))
     }
@@ -246,5 +242,5 @@ impl LockBackend for ZkBackend {
 
 /// The czxid a lease's fencing token stands for.
 fn czxid_of(lease: &Lease) -> i64 {
-    i64::try_from(lease.token().get()).unwrap_or(i64::MAX)
+    lease.token().to_i64()
 }

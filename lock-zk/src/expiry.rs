@@ -134,7 +134,7 @@ impl ZkBackend {
 
 /// The fencing token of a node: its czxid.
 pub(crate) fn token(czxid: i64) -> FencingToken {
-    FencingToken(u64::try_from(czxid).unwrap_or(0))
+    FencingToken::from_i64(czxid)
 }
 
 /// The expiry task of one grant: sleeps until the grant's deadline (moved
