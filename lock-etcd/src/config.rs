@@ -8,6 +8,7 @@ use lock_core::{Error, Result};
 
 /// A parsed `etcd://` URL. `Debug` never shows the password.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct EtcdConfig {
     /// `http://host:port` (or `https://`) for each member.
     pub endpoints: Vec<String>,

@@ -8,6 +8,7 @@ use lock_redis::config::{CommonOptions, NodeConfig};
 
 /// A parsed `redlock://` URL.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct RedlockConfig {
     /// One entry per independent master.
     pub nodes: Vec<NodeConfig>,

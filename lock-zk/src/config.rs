@@ -8,6 +8,7 @@ use lock_core::{Error, Result};
 
 /// A parsed `zk://` URL. `Debug` never shows the password.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct ZkConfig {
     /// `host:port` of each server.
     pub hosts: Vec<String>,
