@@ -9,7 +9,8 @@ use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, SortOrder, SortTarget, Txn, TxnOp,
 };
 use lock_core::backend::{
-    AcquireRequest, BackendStats, Backoff, Holder, Lease, LockBackend, WaitBudget, async_trait,
+    AcquireRequest, BackendStats, Backoff, Holder, Lease, LockBackend, Retry, WaitBudget,
+    async_trait,
 };
 use lock_core::{Capabilities, Error, FencingToken, LockName, Result};
 use tokio::time::Instant;
@@ -95,7 +96,7 @@ impl LockBackend for EtcdBackend {
         let lease = lease_id(req.owner);
         // Our lease must outlive the wait, however long it is.
         let keeper = self.keep_queued(lease, req.ttl);
-        let mut backoff = Backoff::new();
+        let mut retry = Retry::new(crate::NAME, budget, Backoff::new());
         let outcome = loop {
             let attempt = async {
                 let place = self.enqueue(req).await?;
@@ -115,16 +116,11 @@ impl LockBackend for EtcdBackend {
                 // A member died or an election is running: queue again
                 // (idempotent: same lease, same key, same place if it
                 // survived) within the budget.
-                Err(e)
-                    if e.is_retryable()
-                        && !matches!(e, Error::Busy { .. } | Error::WaitTimeout { .. }) =>
-                {
-                    tracing::debug!(error = %e, "waiting for an etcd lock failed; trying again");
-                    if !budget.sleep(backoff.next_nap()).await {
+                Err(e) => {
+                    if let Err(e) = retry.after(e).await {
                         break Err(e);
                     }
                 }
-                Err(e) => break Err(e),
             }
         };
         keeper.abort();

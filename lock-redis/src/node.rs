@@ -4,6 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use lock_core::backend::millis;
 use lock_core::{Error, FencingToken, LockName, OwnerToken, Result};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, ErrorKind, RedisError, ScriptInvocation, ServerErrorKind};
@@ -347,10 +348,6 @@ fn server_version(info: &str) -> Option<(u32, u32)> {
         .find_map(|line| line.strip_prefix("redis_version:"))?;
     let mut parts = version.trim().split('.').map(str::parse::<u32>);
     Some((parts.next()?.ok()?, parts.next()?.ok()?))
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The server did not answer (as opposed to answering with an error).

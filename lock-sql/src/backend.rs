@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use lock_core::backend::{
     AcquireRequest, BackendStats, Holder, Lease, LockBackend, ReleaseSignals, WaitBudget,
-    async_trait, poll_acquire_signalled,
+    async_trait, millis, poll_acquire_signalled,
 };
 use lock_core::{Capabilities, Error, LockName, OwnerToken, Result};
 use tokio::task::JoinHandle;
@@ -127,9 +127,10 @@ impl SqlBackend {
     }
 }
 
-fn millis(ttl: Duration) -> i64 {
+/// `ttl` in whole milliseconds as the `BIGINT` the statements bind.
+fn ttl_ms(ttl: Duration) -> i64 {
     // TTLs are bounded by the capabilities long before this could saturate.
-    i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)
+    i64::try_from(millis(ttl)).unwrap_or(i64::MAX)
 }
 
 #[async_trait]
@@ -147,7 +148,7 @@ impl LockBackend for SqlBackend {
         }
         let sent = Instant::now();
         let driver = self.driver.clone();
-        let (name, ttl_ms) = (req.name.as_str().to_owned(), millis(req.ttl));
+        let (name, ttl_ms) = (req.name.as_str().to_owned(), ttl_ms(req.ttl));
         let statement = Box::pin(async move { driver.acquire(&name, &owner, ttl_ms).await });
         let undo = Undo {
             driver: &self.driver,
@@ -171,7 +172,7 @@ impl LockBackend for SqlBackend {
             .bounded(
                 "renew",
                 self.driver
-                    .renew(lease.name().as_str(), &owner, lease.token(), millis(ttl)),
+                    .renew(lease.name().as_str(), &owner, lease.token(), ttl_ms(ttl)),
             )
             .await?;
         if renewed {

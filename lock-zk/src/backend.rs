@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use lock_core::backend::{
-    AcquireRequest, BackendStats, Backoff, Holder, Lease, LockBackend, WaitBudget, async_trait,
+    AcquireRequest, BackendStats, Backoff, Holder, Lease, LockBackend, Retry, WaitBudget,
+    async_trait,
 };
 use lock_core::{Capabilities, Error, LockName, Result};
 use tokio::time::Instant;
@@ -58,10 +59,9 @@ impl LockBackend for ZkBackend {
         if let Some(lease) = self.granted_before(req) {
             return Ok(lease);
         }
-        let mut backoff = Backoff::with_cap(RETRY_CAP);
+        let mut retry = Retry::new(crate::NAME, budget, Backoff::with_cap(RETRY_CAP));
         // Our node and the session it belongs to, once created.
         let mut queued: Option<(i64, Node)> = None;
-        let mut attempts = 0;
         let outcome = loop {
             let attempt = async {
                 // Making a session is bounded by the connect timeout, but
@@ -78,7 +78,7 @@ impl LockBackend for ZkBackend {
                 let session = client.session_id().0;
                 let mut node = match &queued {
                     Some((s, node)) if *s == session => node.clone(),
-                    _ => self.enqueue(&client, req, attempts > 0).await?,
+                    _ => self.enqueue(&client, req, retry.attempts() > 0).await?,
                 };
                 queued = Some((session, node.clone()));
                 let sent = self
@@ -87,23 +87,16 @@ impl LockBackend for ZkBackend {
                 queued = Some((session, node.clone()));
                 Ok::<_, Error>((client, node, sent?))
             };
-            let result = attempt.await;
-            attempts += 1;
-            match result {
+            match attempt.await {
                 Ok(granted) => break Ok(granted),
                 // A lost connection, an election, an expired session: queue
                 // again (idempotent: the same node if it survived) within
                 // the budget.
-                Err(e)
-                    if e.is_retryable()
-                        && !matches!(e, Error::Busy { .. } | Error::WaitTimeout { .. }) =>
-                {
-                    tracing::debug!(error = %e, "waiting for a ZooKeeper lock failed; trying again");
-                    if budget.is_over() || !budget.sleep(backoff.next_nap()).await {
+                Err(e) => {
+                    if let Err(e) = retry.after(e).await {
                         break Err(e);
                     }
                 }
-                Err(e) => break Err(e),
             }
         };
         match outcome {

@@ -131,29 +131,6 @@ fn base_url(url: &str) -> &str {
     url.split_once('?').map_or(url, |(base, _)| base)
 }
 
-/// `url` without the options distlock reads itself (`ttl`), for the
-/// backends' own URL parsers, which refuse options they do not know.
-#[cfg(any(
-    feature = "redis",
-    feature = "redlock",
-    feature = "etcd",
-    feature = "zk"
-))]
-fn without_common_options(url: &str) -> String {
-    let Some((base, query)) = url.split_once('?') else {
-        return url.to_owned();
-    };
-    let rest: Vec<&str> = query
-        .split('&')
-        .filter(|pair| !pair.is_empty() && pair.split_once('=').map_or(*pair, |(k, _)| k) != "ttl")
-        .collect();
-    if rest.is_empty() {
-        base.to_owned()
-    } else {
-        format!("{base}?{}", rest.join("&"))
-    }
-}
-
 /// A floor's failure as the library would report it: retryable when the
 /// backend's own error is transient, so the bench retries it alike.
 #[cfg(any(
