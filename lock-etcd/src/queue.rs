@@ -16,7 +16,7 @@ use lock_core::{Error, FencingToken, LockName, OwnerToken, Result};
 use tokio::time::Instant;
 
 use crate::backend::EtcdBackend;
-use crate::error::convert;
+use crate::error::{convert, lease_exists, lease_not_found};
 
 /// Where one contender stands in a lock's queue.
 pub(crate) struct Place {
@@ -55,18 +55,16 @@ impl EtcdBackend {
         let lease = lease_id(req.owner);
         let seconds = i64::try_from(req.ttl.as_secs() + u64::from(req.ttl.subsec_nanos() > 0))
             .unwrap_or(i64::MAX);
-        let granted = self
-            .call("grant a lease", |mut c| async move {
-                c.lease_grant(seconds, Some(LeaseGrantOptions::new().with_id(lease)))
-                    .await
-            })
-            .await;
-        match granted {
-            Err(e) if e.to_string().contains("lease already exists") => {} // our own earlier attempt
-            other => {
-                other?;
+        self.call("grant a lease", |mut c| async move {
+            match c
+                .lease_grant(seconds, Some(LeaseGrantOptions::new().with_id(lease)))
+                .await
+            {
+                Err(e) if lease_exists(&e) => Ok(()), // our own earlier attempt
+                other => other.map(|_| ()),
             }
-        }
+        })
+        .await?;
         let key = self.key(&req.name, lease);
         let first = GetOptions::new()
             .with_prefix()
@@ -114,15 +112,13 @@ impl EtcdBackend {
 
     /// Leaves the queue: revoking the lease deletes the key with it.
     pub(crate) async fn dequeue(&self, lease: i64) -> Result<()> {
-        let revoked = self
-            .call("revoke a lease", |mut c| async move {
-                c.lease_revoke(lease).await
-            })
-            .await;
-        match revoked {
-            Err(e) if e.to_string().contains("requested lease not found") => Ok(()),
-            other => other.map(|_| ()),
-        }
+        self.call("revoke a lease", |mut c| async move {
+            match c.lease_revoke(lease).await {
+                Err(e) if lease_not_found(&e) => Ok(()),
+                other => other.map(|_| ()),
+            }
+        })
+        .await
     }
 
     /// Waits until every key created before ours is gone, watching only the
@@ -225,20 +221,16 @@ impl EtcdBackend {
     /// One keep-alive; the lease's remaining TTL in seconds (0: it is gone).
     pub(crate) async fn keep_alive(&self, lease: i64) -> Result<i64> {
         self.call("keep the lease alive", |mut c| async move {
-            let exchange = async {
-                let (mut keeper, mut answers) = c.lease_keep_alive(lease).await?;
-                keeper.keep_alive().await?;
-                Ok(answers.message().await?.map_or(0, |a| a.ttl()))
+            let (mut keeper, mut answers) = match c.lease_keep_alive(lease).await {
+                // The client's answer to a first reply without TTL: an
+                // expired or revoked lease, not an outage. (Its only other
+                // error of that kind, a send on the channel it has just
+                // opened, cannot happen.)
+                Err(etcd_client::Error::LeaseKeepAliveError(_)) => return Ok(0),
+                other => other?,
             };
-            match exchange.await {
-                // An expired or revoked lease: not an outage.
-                Err(etcd_client::Error::LeaseKeepAliveError(e))
-                    if e.contains("lease not found") =>
-                {
-                    Ok(0)
-                }
-                other => other,
-            }
+            keeper.keep_alive().await?;
+            Ok(answers.message().await?.map_or(0, |a| a.ttl()))
         })
         .await
     }
