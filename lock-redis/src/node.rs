@@ -10,6 +10,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, ErrorKind, RedisError, ScriptInvocation, ServerErrorKind};
 
 use crate::config::NodeConfig;
+use crate::error::{convert, unanswered};
 use crate::eviction::{self, Eviction, MemoryPolicy};
 use crate::scripts::{ACQUIRE_SCRIPT, HOLDER_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT};
 
@@ -348,34 +349,6 @@ fn server_version(info: &str) -> Option<(u32, u32)> {
         .find_map(|line| line.strip_prefix("redis_version:"))?;
     let mut parts = version.trim().split('.').map(str::parse::<u32>);
     Some((parts.next()?.ok()?, parts.next()?.ok()?))
-}
-
-/// The server did not answer (as opposed to answering with an error).
-fn unanswered(e: &RedisError) -> bool {
-    e.is_timeout()
-        || e.is_io_error()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || e.is_unrecoverable_error()
-}
-
-/// A Redis error as a distlock error that says whether a retry can help.
-fn convert(server: &str, operation: &'static str, limit: Duration, e: RedisError) -> Error {
-    if e.is_timeout() {
-        tracing::debug!(server, operation, error = %e, "redis did not answer in time");
-        return Error::timeout(operation, limit);
-    }
-    if unanswered(&e) {
-        return Error::Unavailable {
-            backend: crate::NAME,
-            message: format!("{operation} on {server}: {e}"),
-            source: Some(e.into()),
-        };
-    }
-    Error::Backend {
-        message: format!("redis {operation} on {server}: {e}"),
-        source: Some(e.into()),
-    }
 }
 
 #[cfg(test)]
