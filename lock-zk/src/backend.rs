@@ -1,6 +1,7 @@
 //! [`LockBackend`] for [`ZkBackend`]: a grant is our node first in its
 //! lock's queue, fenced by its czxid (see the crate docs).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::backend::{
@@ -16,13 +17,31 @@ use crate::cleanup::RETRY_CAP;
 use crate::error::{convert, unavailable};
 use crate::expiry::token;
 use crate::recipe::{Node, PROTECTED, parent_path, queue};
-use crate::session::{ZkBackend, connected, lease_ttl};
+use crate::session::{Inner, connected, lease_ttl};
 
 /// The shortest TTL accepted: a lease is renewed every third of its TTL, one
 /// confirmation through the leader each time.
 pub const MIN_TTL: Duration = Duration::from_millis(100);
 
 const CAPABILITIES: Capabilities = Capabilities::consensus_queue(crate::NAME, MIN_TTL);
+
+/// A lock backend on a ZooKeeper ensemble (see the crate docs).
+///
+/// One backend is one ZooKeeper session, shared by every lock it takes. Cheap
+/// to clone; clones share the session.
+#[derive(Clone)]
+pub struct ZkBackend {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for ZkBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZkBackend")
+            .field("config", &self.inner.config)
+            .field("session", &self.session_id().map(|id| format!("{id:#x}")))
+            .finish_non_exhaustive()
+    }
+}
 
 #[async_trait]
 impl LockBackend for ZkBackend {

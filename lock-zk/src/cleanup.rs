@@ -10,9 +10,10 @@ use lock_core::backend::Backoff;
 use lock_core::{LockName, OwnerToken, Result};
 use zookeeper_client as zk;
 
+use crate::backend::ZkBackend;
 use crate::error::convert;
 use crate::recipe::{Node, node_prefix, parent_path};
-use crate::session::{ZkBackend, connected};
+use crate::session::connected;
 
 /// Longest pause between retries of a failed wait or cleanup.
 pub(crate) const RETRY_CAP: Duration = Duration::from_millis(500);

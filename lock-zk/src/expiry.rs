@@ -12,10 +12,11 @@ use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
+use crate::backend::ZkBackend;
 use crate::cleanup::RETRY_CAP;
 use crate::error::no_data_change;
 use crate::recipe::{Node, parent_path};
-use crate::session::{Inner, ZkBackend, connected, lease_ttl};
+use crate::session::{Inner, connected, lease_ttl};
 
 /// One lease this backend granted and keeps.
 pub(crate) struct Held {

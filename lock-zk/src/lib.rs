@@ -10,9 +10,8 @@ mod expiry;
 mod recipe;
 mod session;
 
-pub use backend::MIN_TTL;
+pub use backend::{MIN_TTL, ZkBackend};
 pub use recipe::ROOT;
-pub use session::ZkBackend;
 
 /// The backend's name, as [`Capabilities::backend`](lock_core::Capabilities::backend) and
 /// error messages give it.
