@@ -71,6 +71,12 @@ struct Progress {
     connected: usize,
 }
 
+/// What every node answered to one call.
+pub(crate) struct Answers<T> {
+    pub(crate) ok: Vec<T>,
+    pub(crate) failed: Vec<Error>,
+}
+
 /// Connects `member` to its master, each attempt bounded by the connect
 /// timeout (and its checks by the command timeout), never by the far
 /// shorter per-call limit; tries again until it succeeds or the backend is
@@ -111,12 +117,6 @@ async fn keep_connecting(
         attempts += 1;
         tokio::time::sleep(backoff.next_nap()).await;
     }
-}
-
-/// What every node answered to one call.
-pub(crate) struct Answers<T> {
-    pub(crate) ok: Vec<T>,
-    pub(crate) failed: Vec<Error>,
 }
 
 impl RedlockBackend {

@@ -19,12 +19,6 @@ use crate::expiry::token;
 use crate::recipe::{Node, PROTECTED, parent_path, queue};
 use crate::session::{Inner, connected, lease_ttl};
 
-/// The shortest TTL accepted: a lease is renewed every third of its TTL, one
-/// confirmation through the leader each time.
-pub const MIN_TTL: Duration = Duration::from_millis(100);
-
-const CAPABILITIES: Capabilities = Capabilities::consensus_queue(crate::NAME, MIN_TTL);
-
 /// A lock backend on a ZooKeeper ensemble (see the crate docs).
 ///
 /// One backend is one ZooKeeper session, shared by every lock it takes. Cheap
@@ -42,6 +36,12 @@ impl std::fmt::Debug for ZkBackend {
             .finish_non_exhaustive()
     }
 }
+
+/// The shortest TTL accepted: a lease is renewed every third of its TTL, one
+/// confirmation through the leader each time.
+pub const MIN_TTL: Duration = Duration::from_millis(100);
+
+const CAPABILITIES: Capabilities = Capabilities::consensus_queue(crate::NAME, MIN_TTL);
 
 #[async_trait]
 impl LockBackend for ZkBackend {

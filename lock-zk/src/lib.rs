@@ -10,7 +10,8 @@ mod expiry;
 mod recipe;
 mod session;
 
-pub use backend::{MIN_TTL, ZkBackend};
+pub use backend::MIN_TTL;
+pub use backend::ZkBackend;
 pub use recipe::ROOT;
 
 /// The backend's name, as [`Capabilities::backend`](lock_core::Capabilities::backend) and
