@@ -16,9 +16,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use lock_core::{
-    AcquireOptions, AcquireRequest, Error, Fencing, Lease, LockState, Locker, OwnerToken, Wait,
-};
+use lock_core::backend::{AcquireRequest, Lease};
+use lock_core::{AcquireOptions, Error, Fencing, LockState, Locker, OwnerToken, Wait};
 use rand::Rng;
 use tokio::time::{Instant, sleep, timeout};
 

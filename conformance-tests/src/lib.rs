@@ -24,7 +24,7 @@ pub mod torture;
 
 use std::sync::Arc;
 
-use lock_core::{LockBackend, async_trait};
+use lock_core::backend::{LockBackend, async_trait};
 
 /// One lock service under test.
 #[async_trait]

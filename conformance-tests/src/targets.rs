@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use lock_core::{LockBackend, MemoryBackend, async_trait};
+use lock_core::MemoryBackend;
+use lock_core::backend::{LockBackend, async_trait};
 
 use crate::Target;
 

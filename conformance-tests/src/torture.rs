@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use distlock_torture::{Figures, Nemesis, Outcome, Run, RunPlan};
-use lock_core::async_trait;
+use lock_core::backend::async_trait;
 
 use crate::proxy::{Fault, Proxy};
 use crate::servers::Supervised;

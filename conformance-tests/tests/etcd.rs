@@ -10,7 +10,8 @@ use conformance_tests::cases;
 use conformance_tests::servers::etcd::{Etcd, etcdctl};
 use conformance_tests::targets::fresh_table;
 use distlock::lock_etcd::EtcdBackend;
-use lock_core::{AcquireOptions, Error, LockBackend, LockState, Locker, Wait};
+use lock_core::backend::LockBackend;
+use lock_core::{AcquireOptions, Error, LockState, Locker, Wait};
 use tokio::time::{Instant, sleep, timeout};
 
 fn opts(ttl: Duration, wait: Wait) -> AcquireOptions {

@@ -17,9 +17,8 @@ use conformance_tests::proxy::{Fault, Proxy};
 use conformance_tests::servers::memcached::Memcached;
 use conformance_tests::targets::fresh_table;
 use distlock::lock_memcache::MemcacheBackend;
-use lock_core::{
-    AcquireOptions, AcquireRequest, Error, Lease, LockBackend, LockName, LockState, Locker, Wait,
-};
+use lock_core::backend::{AcquireRequest, Lease, LockBackend};
+use lock_core::{AcquireOptions, Error, LockName, LockState, Locker, Wait};
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 
 fn opts(ttl: Duration) -> AcquireOptions {

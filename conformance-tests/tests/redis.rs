@@ -12,10 +12,8 @@ use conformance_tests::proxy::{Fault, Proxy};
 use conformance_tests::servers::redis::Redis;
 use conformance_tests::targets::fresh_table;
 use distlock::lock_redis::RedisBackend;
-use lock_core::{
-    AcquireOptions, AcquireRequest, Error, Fencing, FencingToken, LockBackend, LockName, LockState,
-    Locker, Wait,
-};
+use lock_core::backend::{AcquireRequest, LockBackend};
+use lock_core::{AcquireOptions, Error, Fencing, FencingToken, LockName, LockState, Locker, Wait};
 use tokio::time::{Instant, sleep, timeout};
 
 fn prefix() -> String {
@@ -119,7 +117,7 @@ async fn fencing_survives_a_counter_rolled_back() {
     let prefix = prefix();
     let url = server.url(&format!("prefix={prefix}"));
     let l = locker(&url).await;
-    let mut last = FencingToken(0);
+    let mut last = FencingToken::new(0);
     for _ in 0..3 {
         let g = l.try_lock("rolled").await.expect("try_lock").expect("free");
         assert!(g.token() > last, "{:?} after {last:?}", g.token());

@@ -14,7 +14,8 @@ use common::sql::{locker, on_postgres_and_mariadb, opts};
 use conformance_tests::proxy::{Fault, Proxy};
 use conformance_tests::servers::SqlServer;
 use conformance_tests::targets::fresh_table;
-use lock_core::{AcquireRequest, Error, LockName, LockState, Locker, Wait};
+use lock_core::backend::AcquireRequest;
+use lock_core::{Error, LockName, LockState, Locker, Wait};
 use tokio::time::{Instant, sleep, timeout};
 
 /// A backend whose one pooled connection goes through a fault proxy, and a

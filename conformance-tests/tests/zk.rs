@@ -20,7 +20,8 @@ use conformance_tests::servers::zookeeper::ZooKeeper;
 use conformance_tests::targets::fresh_table;
 use distlock::lock_zk::ZkBackend;
 use distlock::lock_zk::config::ZkConfig;
-use lock_core::{Error, LockBackend, Locker, Wait};
+use lock_core::backend::LockBackend;
+use lock_core::{Error, Locker, Wait};
 use tokio::time::{sleep, timeout};
 use zookeeper_client as zk;
 

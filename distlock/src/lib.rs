@@ -5,7 +5,17 @@
 mod connect;
 
 pub use connect::{SCHEMES, backend_url, connect, connect_backend};
-pub use lock_core::*;
+/// What a backend author needs: the [`LockBackend`] trait's request types,
+/// leases, waiting helpers, URL parsers and `async_trait`.
+pub use lock_core::backend;
+/// URL helpers: [`redact`](url::redact) a URL's password for display,
+/// [`parse_duration`](url::parse_duration) a `5s`/`250ms` option.
+pub use lock_core::url;
+pub use lock_core::{
+    AcquireOptions, BackendStats, BoxError, Capabilities, Error, Fencing, FencingToken, Holder,
+    Lease, LockBackend, LockGuard, LockHandle, LockName, LockState, Locker, MemoryBackend,
+    OwnerToken, Result, Wait,
+};
 
 /// The SQL backend: SQLite, PostgreSQL, MySQL/MariaDB.
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]

@@ -10,7 +10,9 @@ use std::time::Duration;
 pub use crate::lease::Lease;
 pub use crate::options::{AcquireRequest, WaitBudget};
 pub use crate::url::{HostList, QueryOptions};
-pub use crate::wait::{Backoff, ReleaseSignals, Retry, poll_acquire, poll_acquire_with};
+pub use crate::wait::{
+    Backoff, ReleaseSignals, Retry, poll_acquire, poll_acquire_signalled, poll_acquire_with,
+};
 pub use async_trait::async_trait;
 
 use crate::capabilities::Capabilities;
@@ -104,6 +106,7 @@ impl BackendStats {
 ///
 /// Backends make one with [`Holder::new`]; the fields can be read directly.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Holder {
     /// The first hex digits of the holder's owner token (see
     /// [`OwnerToken::short`](crate::OwnerToken::short)).

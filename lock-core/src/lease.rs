@@ -117,7 +117,7 @@ mod tests {
         let lease = Lease::new(
             name,
             OwnerToken::random(),
-            FencingToken(1),
+            FencingToken::new(1),
             Duration::from_secs(10),
             sent,
         );

@@ -91,7 +91,7 @@ impl LockBackend for MemoryBackend {
             slot.owner = Some(req.owner);
         }
         slot.expires = now + req.ttl;
-        let token = FencingToken(slot.version);
+        let token = FencingToken::new(slot.version);
         Ok(Some(Lease::new(
             req.name.clone(),
             req.owner,
@@ -159,11 +159,11 @@ impl LockBackend for MemoryBackend {
         let slots = self.slots();
         Ok(slots.get(name).and_then(|slot| {
             let owner = slot.owner.filter(|_| slot.expires > now)?;
-            Some(Holder {
-                owner: owner.short(),
-                token: FencingToken(slot.version),
-                expires_in: Some(slot.expires - now),
-            })
+            Some(Holder::new(
+                &owner.to_hex(),
+                FencingToken::new(slot.version),
+                Some(slot.expires - now),
+            ))
         }))
     }
 }

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 /// the greatest token it has seen and rejects smaller ones, so a holder that
 /// paused past its lease cannot overwrite the work of the next holder.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
-pub struct FencingToken(pub u64);
+pub struct FencingToken(u64);
 
 impl FencingToken {
     /// A token from a backend's counter.

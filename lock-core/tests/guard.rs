@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
+use lock_core::backend::{AcquireRequest, Lease, LockBackend, WaitBudget, async_trait};
 use lock_core::{
-    AcquireOptions, AcquireRequest, Capabilities, Error, Lease, LockBackend, LockState, Locker,
-    MemoryBackend, Result, Wait, WaitBudget, async_trait,
+    AcquireOptions, Capabilities, Error, LockState, Locker, MemoryBackend, Result, Wait,
 };
 
 /// How renewals misbehave.

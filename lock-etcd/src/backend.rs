@@ -8,11 +8,11 @@ use std::time::Duration;
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, SortOrder, SortTarget, Txn, TxnOp,
 };
-use lock_core::wait::Backoff;
-use lock_core::{
-    AcquireRequest, BackendStats, Capabilities, Error, FencingToken, Holder, Lease, LockBackend,
-    LockName, Result, WaitBudget, async_trait,
+use lock_core::backend::{
+    AcquireRequest, BackendStats, Backoff, Holder, Lease, LockBackend, Retry, WaitBudget,
+    async_trait,
 };
+use lock_core::{Capabilities, Error, FencingToken, LockName, Result};
 use tokio::time::Instant;
 
 use crate::config::EtcdConfig;
@@ -96,7 +96,7 @@ impl LockBackend for EtcdBackend {
         let lease = lease_id(req.owner);
         // Our lease must outlive the wait, however long it is.
         let keeper = self.keep_queued(lease, req.ttl);
-        let mut backoff = Backoff::new();
+        let mut retry = Retry::new(crate::NAME, budget, Backoff::new());
         let outcome = loop {
             let attempt = async {
                 let place = self.enqueue(req).await?;
@@ -116,16 +116,11 @@ impl LockBackend for EtcdBackend {
                 // A member died or an election is running: queue again
                 // (idempotent: same lease, same key, same place if it
                 // survived) within the budget.
-                Err(e)
-                    if e.is_retryable()
-                        && !matches!(e, Error::Busy { .. } | Error::WaitTimeout { .. }) =>
-                {
-                    tracing::debug!(error = %e, "waiting for an etcd lock failed; trying again");
-                    if !budget.sleep(backoff.next_nap()).await {
+                Err(e) => {
+                    if let Err(e) = retry.after(e).await {
                         break Err(e);
                     }
                 }
-                Err(e) => break Err(e),
             }
         };
         keeper.abort();
@@ -151,7 +146,7 @@ impl LockBackend for EtcdBackend {
                 |mut c| async move { c.get(key, None).await }
             )
         );
-        let token = i64::try_from(lease.token().get()).unwrap_or(i64::MAX);
+        let token = lease.token().to_i64();
         let still_ours = mine?
             .kvs()
             .first()
@@ -167,7 +162,7 @@ impl LockBackend for EtcdBackend {
     async fn release(&self, lease: &Lease) -> Result<()> {
         let id = lease_id(lease.owner());
         let key = self.key(lease.name(), id);
-        let token = i64::try_from(lease.token().get()).unwrap_or(i64::MAX);
+        let token = lease.token().to_i64();
         let txn = Txn::new()
             .when([Compare::create_revision(
                 key.clone(),
@@ -213,15 +208,12 @@ impl LockBackend for EtcdBackend {
             .ok()
             .map(|t| Duration::from_secs(u64::try_from(t.ttl()).unwrap_or(0)));
         let owner = kv.value_str().unwrap_or_default();
-        Ok(Some(Holder {
-            owner: if owner.is_empty() {
-                format!("{lease:x}")
-            } else {
-                owner.chars().take(8).collect()
-            },
-            token: FencingToken(u64::try_from(kv.create_revision()).unwrap_or(0)),
-            expires_in: ttl,
-        }))
+        let mut holder = Holder::new(owner, FencingToken::from_i64(kv.create_revision()), ttl);
+        if owner.is_empty() {
+            // Taken by a client that stores no owner token: name it by its lease.
+            holder.owner = format!("{lease:x}");
+        }
+        Ok(Some(holder))
     }
 }
 

@@ -3,11 +3,12 @@
 use std::fmt;
 use std::time::Duration;
 
-use lock_core::url::{HostList, QueryOptions};
+use lock_core::backend::{HostList, QueryOptions};
 use lock_core::{Error, Result};
 
 /// A parsed `etcd://` URL. `Debug` never shows the password.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct EtcdConfig {
     /// `http://host:port` (or `https://`) for each member.
     pub endpoints: Vec<String>,

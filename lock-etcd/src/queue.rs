@@ -11,13 +11,12 @@ use etcd_client::{
     Client, Compare, CompareOp, GetOptions, LeaseGrantOptions, PutOptions, SortOrder, SortTarget,
     Txn, TxnOp, TxnOpResponse, WatchOptions,
 };
-use lock_core::{
-    AcquireRequest, Error, FencingToken, Lease, LockName, OwnerToken, Result, WaitBudget,
-};
+use lock_core::backend::{AcquireRequest, Lease, WaitBudget};
+use lock_core::{Error, FencingToken, LockName, OwnerToken, Result};
 use tokio::time::Instant;
 
 use crate::backend::EtcdBackend;
-use crate::error::convert;
+use crate::error::{convert, lease_exists, lease_not_found};
 
 /// Where one contender stands in a lock's queue.
 pub(crate) struct Place {
@@ -56,18 +55,16 @@ impl EtcdBackend {
         let lease = lease_id(req.owner);
         let seconds = i64::try_from(req.ttl.as_secs() + u64::from(req.ttl.subsec_nanos() > 0))
             .unwrap_or(i64::MAX);
-        let granted = self
-            .call("grant a lease", |mut c| async move {
-                c.lease_grant(seconds, Some(LeaseGrantOptions::new().with_id(lease)))
-                    .await
-            })
-            .await;
-        match granted {
-            Err(e) if e.to_string().contains("lease already exists") => {} // our own earlier attempt
-            other => {
-                other?;
+        self.call("grant a lease", |mut c| async move {
+            match c
+                .lease_grant(seconds, Some(LeaseGrantOptions::new().with_id(lease)))
+                .await
+            {
+                Err(e) if lease_exists(&e) => Ok(()), // our own earlier attempt
+                other => other.map(|_| ()),
             }
-        }
+        })
+        .await?;
         let key = self.key(&req.name, lease);
         let first = GetOptions::new()
             .with_prefix()
@@ -115,15 +112,13 @@ impl EtcdBackend {
 
     /// Leaves the queue: revoking the lease deletes the key with it.
     pub(crate) async fn dequeue(&self, lease: i64) -> Result<()> {
-        let revoked = self
-            .call("revoke a lease", |mut c| async move {
-                c.lease_revoke(lease).await
-            })
-            .await;
-        match revoked {
-            Err(e) if e.to_string().contains("requested lease not found") => Ok(()),
-            other => other.map(|_| ()),
-        }
+        self.call("revoke a lease", |mut c| async move {
+            match c.lease_revoke(lease).await {
+                Err(e) if lease_not_found(&e) => Ok(()),
+                other => other.map(|_| ()),
+            }
+        })
+        .await
     }
 
     /// Waits until every key created before ours is gone, watching only the
@@ -226,26 +221,22 @@ impl EtcdBackend {
     /// One keep-alive; the lease's remaining TTL in seconds (0: it is gone).
     pub(crate) async fn keep_alive(&self, lease: i64) -> Result<i64> {
         self.call("keep the lease alive", |mut c| async move {
-            let exchange = async {
-                let (mut keeper, mut answers) = c.lease_keep_alive(lease).await?;
-                keeper.keep_alive().await?;
-                Ok(answers.message().await?.map_or(0, |a| a.ttl()))
+            let (mut keeper, mut answers) = match c.lease_keep_alive(lease).await {
+                // The client's answer to a first reply without TTL: an
+                // expired or revoked lease, not an outage. (Its only other
+                // error of that kind, a send on the channel it has just
+                // opened, cannot happen.)
+                Err(etcd_client::Error::LeaseKeepAliveError(_)) => return Ok(0),
+                other => other?,
             };
-            match exchange.await {
-                // An expired or revoked lease: not an outage.
-                Err(etcd_client::Error::LeaseKeepAliveError(e))
-                    if e.contains("lease not found") =>
-                {
-                    Ok(0)
-                }
-                other => other,
-            }
+            keeper.keep_alive().await?;
+            Ok(answers.message().await?.map_or(0, |a| a.ttl()))
         })
         .await
     }
 
     pub(crate) fn lease_for(&self, req: &AcquireRequest, place: &Place, sent: Instant) -> Lease {
-        let token = FencingToken(u64::try_from(place.revision).unwrap_or(0));
+        let token = FencingToken::from_i64(place.revision);
         Lease::new(req.name.clone(), req.owner, token, req.ttl, sent)
     }
 }

@@ -3,11 +3,11 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lock_core::wait::{ReleaseSignals, poll_acquire};
-use lock_core::{
-    AcquireRequest, Capabilities, Error, Fencing, FencingToken, Holder, Lease, LockBackend,
-    LockName, OwnerToken, Result, WaitBudget, async_trait,
+use lock_core::backend::{
+    AcquireRequest, Holder, Lease, LockBackend, ReleaseSignals, WaitBudget, async_trait,
+    poll_acquire,
 };
+use lock_core::{Capabilities, Error, Fencing, FencingToken, LockName, OwnerToken, Result};
 use tokio::time::Instant;
 
 use crate::config::MemcacheConfig;
@@ -96,7 +96,7 @@ impl MemcacheBackend {
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
         let seed = u64::try_from(now.as_micros()).unwrap_or(u64::MAX);
-        Ok(FencingToken(
+        Ok(FencingToken::new(
             self.client
                 .increment_or_seed(&self.fence_key(name), seed)
                 .await?,
@@ -161,7 +161,7 @@ impl MemcacheBackend {
 
     async fn current_token(&self, name: &LockName) -> Result<FencingToken> {
         let item = self.client.get(&self.fence_key(name)).await?;
-        Ok(FencingToken(
+        Ok(FencingToken::new(
             item.and_then(|i| i.value.trim().parse().ok()).unwrap_or(0),
         ))
     }
@@ -266,10 +266,10 @@ impl LockBackend for MemcacheBackend {
         let Some(item) = self.client.get(&self.key(name)).await? else {
             return Ok(None);
         };
-        Ok(Some(Holder {
-            owner: item.value.chars().take(8).collect(),
-            token: self.current_token(name).await?,
-            expires_in: item.ttl.map(Duration::from_secs),
-        }))
+        Ok(Some(Holder::new(
+            &item.value,
+            self.current_token(name).await?,
+            item.ttl.map(Duration::from_secs),
+        )))
     }
 }

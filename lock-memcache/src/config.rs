@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use lock_core::url::{QueryOptions, host_with_port};
+use lock_core::backend::QueryOptions;
+use lock_core::url::host_with_port;
 use lock_core::{Error, Result};
 
 /// The parts of a `memcache://host:port[?options]` URL.

@@ -3,11 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::wait::{ReleaseSignals, poll_acquire_signalled};
-use lock_core::{
-    AcquireRequest, BackendStats, Capabilities, Error, Fencing, FencingToken, Holder, Lease,
-    LockBackend, LockName, Result, WaitBudget, async_trait,
+use lock_core::backend::{
+    AcquireRequest, BackendStats, Holder, Lease, LockBackend, ReleaseSignals, WaitBudget,
+    async_trait, poll_acquire_signalled,
 };
+use lock_core::{Capabilities, Error, Fencing, FencingToken, LockName, Result};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -149,10 +149,10 @@ impl LockBackend for RedisBackend {
     }
 
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
-        Ok(self.node.holder(name).await?.map(|h| Holder {
-            owner: h.owner.chars().take(8).collect(),
-            token: FencingToken(h.counter),
-            expires_in: Some(h.remaining),
-        }))
+        Ok(self
+            .node
+            .holder(name)
+            .await?
+            .map(|h| Holder::new(&h.owner, FencingToken::new(h.counter), Some(h.remaining))))
     }
 }

@@ -3,11 +3,13 @@
 use std::fmt;
 use std::time::Duration;
 
-use lock_core::url::{QueryOptions, host_with_port, redact};
+use lock_core::backend::QueryOptions;
+use lock_core::url::{host_with_port, redact};
 use lock_core::{Error, Result};
 
 /// How to reach one Redis server. `Debug` never shows the password.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct NodeConfig {
     /// The URL handed to the driver: scheme, credentials, host, port, database.
     url: String,
@@ -69,6 +71,7 @@ impl fmt::Debug for NodeConfig {
 
 /// Options shared by every Redis-based backend (Redis and Redlock).
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct CommonOptions {
     /// Prefix of every key.
     pub prefix: String,
@@ -115,6 +118,7 @@ impl CommonOptions {
 
 /// Replication the acquire waits for: `WAIT replicas timeout`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ReplicaWait {
     /// How many replicas must confirm the grant.
     pub replicas: u32,
@@ -124,6 +128,7 @@ pub struct ReplicaWait {
 
 /// A parsed `redis://` URL.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct RedisConfig {
     /// The server.
     pub node: NodeConfig,

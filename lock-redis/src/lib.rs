@@ -4,6 +4,7 @@
 
 mod backend;
 pub mod config;
+mod error;
 #[cfg(feature = "raw")]
 pub mod eviction;
 #[cfg(not(feature = "raw"))]

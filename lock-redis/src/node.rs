@@ -4,11 +4,13 @@
 use std::fmt;
 use std::time::Duration;
 
+use lock_core::backend::millis;
 use lock_core::{Error, FencingToken, LockName, OwnerToken, Result};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, ErrorKind, RedisError, ScriptInvocation, ServerErrorKind};
 
 use crate::config::NodeConfig;
+use crate::error::{convert, unanswered};
 use crate::eviction::{self, Eviction, MemoryPolicy};
 use crate::scripts::{ACQUIRE_SCRIPT, HOLDER_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT};
 
@@ -184,7 +186,7 @@ impl Node {
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(|e| self.fail("acquire", e))?;
-        Ok((token > 0).then_some(FencingToken(token)))
+        Ok((token > 0).then_some(FencingToken::new(token)))
     }
 
     fn acquire_invocation(
@@ -237,7 +239,7 @@ impl Node {
             sent = pipe.query_async(&mut conn).await;
         }
         let (token, confirmed): (u64, u32) = sent.map_err(|e| self.fail("acquire", e))?;
-        Ok(((token > 0).then_some(FencingToken(token)), confirmed))
+        Ok(((token > 0).then_some(FencingToken::new(token)), confirmed))
     }
 
     /// The same server on a connection of its own whose commands may take
@@ -347,38 +349,6 @@ fn server_version(info: &str) -> Option<(u32, u32)> {
         .find_map(|line| line.strip_prefix("redis_version:"))?;
     let mut parts = version.trim().split('.').map(str::parse::<u32>);
     Some((parts.next()?.ok()?, parts.next()?.ok()?))
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// The server did not answer (as opposed to answering with an error).
-fn unanswered(e: &RedisError) -> bool {
-    e.is_timeout()
-        || e.is_io_error()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || e.is_unrecoverable_error()
-}
-
-/// A Redis error as a distlock error that says whether a retry can help.
-fn convert(server: &str, operation: &'static str, limit: Duration, e: RedisError) -> Error {
-    if e.is_timeout() {
-        tracing::debug!(server, operation, error = %e, "redis did not answer in time");
-        return Error::timeout(operation, limit);
-    }
-    if unanswered(&e) {
-        return Error::Unavailable {
-            backend: crate::NAME,
-            message: format!("{operation} on {server}: {e}"),
-            source: Some(e.into()),
-        };
-    }
-    Error::Backend {
-        message: format!("redis {operation} on {server}: {e}"),
-        source: Some(e.into()),
-    }
 }
 
 #[cfg(test)]

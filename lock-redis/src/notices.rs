@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use lock_core::LockName;
-use lock_core::wait::ReleaseSignals;
+use lock_core::backend::ReleaseSignals;
 use redis::Client;
 
 /// Pause before subscribing again after the connection was lost. Notices

@@ -1,276 +1,27 @@
 //! [`RedlockBackend`]: the Redlock algorithm over independent Redis masters.
 
-use std::future::Future;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::join_all;
-use lock_core::wait::{Backoff, ReleaseSignals, poll_acquire_signalled};
-use lock_core::{
-    AcquireRequest, BackendStats, Capabilities, Error, Fencing, FencingToken, Holder, Lease,
-    LockBackend, LockName, Result, WaitBudget, async_trait,
+use lock_core::backend::{
+    AcquireRequest, BackendStats, Holder, Lease, LockBackend, ReleaseSignals, WaitBudget,
+    async_trait, poll_acquire_signalled,
 };
-use lock_redis::config::NodeConfig;
-use lock_redis::node::{Keys, Node};
-use tokio::sync::watch;
+use lock_core::{Capabilities, Error, Fencing, FencingToken, LockName, Result};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::config::RedlockConfig;
-
-/// One master, connected by a task of its own (see [`keep_connecting`]):
-/// a master that is down, or slow to connect (a TLS handshake, a long
-/// link), when the backend starts neither holds the backend up nor makes
-/// any call wait for a connection. Once connected, the node reconnects by
-/// itself.
-#[derive(Debug)]
-struct Member {
-    label: String,
-    node: OnceLock<Node>,
-    /// Why the last connection attempt failed, for error messages.
-    failure: Mutex<Option<String>>,
-}
-
-impl Member {
-    /// The node, or at once an error saying it is not connected yet.
-    fn node(&self) -> Result<&Node> {
-        self.node.get().ok_or_else(|| Error::Unavailable {
-            backend: crate::NAME,
-            message: match self.failure() {
-                Some(why) => format!("{} is not connected: {why}", self.label),
-                None => format!("{} is still connecting", self.label),
-            },
-            source: None,
-        })
-    }
-
-    /// Why the last connection attempt failed, while not connected.
-    fn failure(&self) -> Option<String> {
-        if self.node.get().is_some() {
-            return None;
-        }
-        self.failure
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    fn record_failure(&self, e: &Error) {
-        *self.failure.lock().unwrap_or_else(PoisonError::into_inner) = Some(e.to_string());
-    }
-}
-
-/// The longest pause between two connection attempts to one master.
-const RETRY_CAP: Duration = Duration::from_secs(2);
-
-/// How far the members' connection tasks have got.
-#[derive(Clone, Copy, Debug, Default)]
-struct Progress {
-    /// Members whose first attempt has ended, either way.
-    tried: usize,
-    /// Members connected.
-    connected: usize,
-}
-
-/// Connects `member` to its master, each attempt bounded by the connect
-/// timeout (and its checks by the command timeout), never by the far
-/// shorter per-call limit; tries again until it succeeds or the backend is
-/// dropped, and reports to `progress`.
-async fn keep_connecting(
-    member: Arc<Member>,
-    config: NodeConfig,
-    keys: Keys,
-    progress: watch::Sender<Progress>,
-) {
-    let mut backoff = Backoff::with_cap(RETRY_CAP);
-    let mut attempts = 0u32;
-    loop {
-        match Node::connect(&config, keys.clone()).await {
-            Ok(node) => {
-                if attempts > 0 {
-                    tracing::info!(server = member.label, attempts, "redlock node connected");
-                }
-                let _ = member.node.set(node);
-                progress.send_modify(|p| {
-                    p.tried += usize::from(attempts == 0);
-                    p.connected += 1;
-                });
-                return;
-            }
-            Err(e) => {
-                if attempts == 0 {
-                    tracing::warn!(server = member.label, error = %e, "redlock node not connected; trying again in the background");
-                } else {
-                    tracing::debug!(server = member.label, error = %e, "redlock node still not connected");
-                }
-                member.record_failure(&e);
-                if attempts == 0 {
-                    progress.send_modify(|p| p.tried += 1);
-                }
-            }
-        }
-        attempts += 1;
-        tokio::time::sleep(backoff.next_nap()).await;
-    }
-}
-
-/// What every node answered to one call.
-struct Answers<T> {
-    ok: Vec<T>,
-    failed: Vec<Error>,
-}
+use crate::majority::Member;
 
 /// Redlock over N independent masters (see the crate docs).
 #[derive(Debug)]
 pub struct RedlockBackend {
-    members: Vec<Arc<Member>>,
-    connecting: Vec<JoinHandle<()>>,
-    quorum: usize,
-    node_timeout: Duration,
-    retry_delay: Duration,
-    signals: ReleaseSignals,
-}
-
-impl RedlockBackend {
-    /// Connects to the masters a `redlock://` URL lists, each in the
-    /// background. Waits for the first attempt on every master, at most as
-    /// long as one attempt may take, and fails unless a majority is then
-    /// connected; the masters not connected keep being tried.
-    pub async fn connect(url: &str) -> Result<Self> {
-        Self::connect_with(RedlockConfig::parse(url)?).await
-    }
-
-    /// Connects to the masters `config` names; see [`connect`](Self::connect).
-    pub async fn connect_with(config: RedlockConfig) -> Result<Self> {
-        let keys = Keys::new(config.common.prefix.clone());
-        let (progress, mut watch_progress) = watch::channel(Progress::default());
-        let mut members = Vec::with_capacity(config.nodes.len());
-        let mut connecting = Vec::with_capacity(config.nodes.len());
-        for node in config.nodes.iter().cloned() {
-            let member = Arc::new(Member {
-                label: node.label.clone(),
-                node: OnceLock::new(),
-                failure: Mutex::new(None),
-            });
-            connecting.push(tokio::spawn(keep_connecting(
-                member.clone(),
-                node,
-                keys.clone(),
-                progress.clone(),
-            )));
-            members.push(member);
-        }
-        let backend = Self {
-            quorum: config.quorum(),
-            node_timeout: config.common.timeout,
-            retry_delay: config.retry_delay,
-            members,
-            connecting,
-            signals: ReleaseSignals::new(),
-        };
-        // Connecting, then `INFO` and perhaps `CONFIG GET`.
-        let limit = config.common.connect_timeout + config.common.timeout * 2;
-        let everyone = backend.members.len();
-        let _ = tokio::time::timeout(limit, watch_progress.wait_for(|p| p.tried == everyone)).await;
-        let connected = watch_progress.borrow().connected;
-        if connected < backend.quorum {
-            let first_failure = backend.members.iter().find_map(|m| m.failure());
-            return Err(backend.no_quorum("connect", connected, first_failure, limit));
-        }
-        Ok(backend)
-    }
-
-    /// The number of masters.
-    pub fn nodes(&self) -> usize {
-        self.members.len()
-    }
-
-    /// How long one call to one node may take for a lease of `ttl`: far
-    /// below the TTL, so slow nodes cannot eat the lease's validity.
-    fn node_limit(&self, ttl: Duration) -> Duration {
-        self.node_timeout
-            .min(ttl / 10)
-            .max(Duration::from_millis(1))
-    }
-
-    /// Runs `op` on every node at once, each bounded by `limit`.
-    async fn on_every<'a, T, F, Fut>(&'a self, limit: Duration, op: F) -> Answers<T>
-    where
-        F: Fn(&'a Node) -> Fut,
-        Fut: Future<Output = Result<T>>,
-    {
-        let calls = self.members.iter().map(|m| {
-            let op = &op;
-            async move {
-                tokio::time::timeout(limit, op(m.node()?))
-                    .await
-                    .unwrap_or(Err(Error::timeout("a call to one Redlock node", limit)))
-            }
-        });
-        let mut answers = Answers {
-            ok: Vec::new(),
-            failed: Vec::new(),
-        };
-        for result in join_all(calls).await {
-            match result {
-                Ok(v) => answers.ok.push(v),
-                Err(e) => answers.failed.push(e),
-            }
-        }
-        answers
-    }
-
-    fn no_quorum(
-        &self,
-        operation: &str,
-        answered: usize,
-        first_failure: Option<String>,
-        limit: Duration,
-    ) -> Error {
-        let first = first_failure
-            .map(|e| format!("; first failure: {e}"))
-            .unwrap_or_default();
-        Error::Unavailable {
-            backend: crate::NAME,
-            message: format!(
-                "{operation}: only {answered} of {} nodes answered within {limit:?}, and Redlock needs {}{first}",
-                self.members.len(),
-                self.quorum
-            ),
-            source: None,
-        }
-    }
-
-    fn no_answer_quorum<T>(&self, operation: &str, answers: &Answers<T>, limit: Duration) -> Error {
-        let first = answers.failed.first().map(ToString::to_string);
-        self.no_quorum(operation, answers.ok.len(), first, limit)
-    }
-
-    /// Whether a call that started at `sent` left any validity of `ttl`.
-    fn still_valid(sent: Instant, ttl: Duration) -> bool {
-        let drift = ttl.mul_f64(Lease::DRIFT_FACTOR) + Lease::DRIFT_FLOOR;
-        sent.elapsed() + drift < ttl
-    }
-
-    /// Deletes `name` on every node where `owner` holds it, including the
-    /// nodes that seemed to fail: their reply may have been lost after the
-    /// write was applied.
-    async fn release_everywhere(
-        &self,
-        name: &LockName,
-        owner: lock_core::OwnerToken,
-        limit: Duration,
-    ) -> Answers<bool> {
-        self.on_every(limit, |n| n.release(name, owner)).await
-    }
-}
-
-impl Drop for RedlockBackend {
-    fn drop(&mut self) {
-        for task in &self.connecting {
-            task.abort();
-        }
-    }
+    pub(crate) members: Vec<Arc<Member>>,
+    pub(crate) connecting: Vec<JoinHandle<()>>,
+    pub(crate) quorum: usize,
+    pub(crate) node_timeout: Duration,
+    pub(crate) retry_delay: Duration,
+    pub(crate) signals: ReleaseSignals,
 }
 
 #[async_trait]
@@ -294,7 +45,7 @@ impl LockBackend for RedlockBackend {
             .await;
         let tokens: Vec<FencingToken> = answers.ok.iter().flatten().copied().collect();
         if tokens.len() >= self.quorum && Self::still_valid(sent, req.ttl) {
-            let token = tokens.iter().copied().max().unwrap_or(FencingToken(0));
+            let token = tokens.iter().copied().max().unwrap_or(FencingToken::new(0));
             return Ok(Some(Lease::new(
                 req.name.clone(),
                 req.owner,
@@ -375,10 +126,10 @@ impl LockBackend for RedlockBackend {
             return Ok(None);
         };
         let same: Vec<_> = held.iter().filter(|h| &h.owner == owner).collect();
-        Ok(Some(Holder {
-            owner: owner.chars().take(8).collect(),
-            token: FencingToken(same.iter().map(|h| h.counter).max().unwrap_or(0)),
-            expires_in: same.iter().map(|h| h.remaining).min(),
-        }))
+        Ok(Some(Holder::new(
+            owner,
+            FencingToken::new(same.iter().map(|h| h.counter).max().unwrap_or(0)),
+            same.iter().map(|h| h.remaining).min(),
+        )))
     }
 }

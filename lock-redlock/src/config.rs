@@ -2,12 +2,13 @@
 
 use std::time::Duration;
 
-use lock_core::url::{HostList, QueryOptions};
+use lock_core::backend::{HostList, QueryOptions};
 use lock_core::{Error, Result};
 use lock_redis::config::{CommonOptions, NodeConfig};
 
 /// A parsed `redlock://` URL.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct RedlockConfig {
     /// One entry per independent master.
     pub nodes: Vec<NodeConfig>,

@@ -4,6 +4,7 @@
 
 mod backend;
 pub mod config;
+mod majority;
 
 pub use backend::RedlockBackend;
 

@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
-use lock_core::wait::{ReleaseSignals, poll_acquire_signalled};
-use lock_core::{
-    AcquireRequest, BackendStats, Capabilities, Error, FencingToken, Holder, Lease, LockBackend,
-    LockName, OwnerToken, Result, WaitBudget, async_trait,
+use lock_core::backend::{
+    AcquireRequest, BackendStats, Holder, Lease, LockBackend, ReleaseSignals, WaitBudget,
+    async_trait, millis, poll_acquire_signalled,
 };
+use lock_core::{Capabilities, Error, LockName, OwnerToken, Result};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -127,9 +127,10 @@ impl SqlBackend {
     }
 }
 
-fn millis(ttl: Duration) -> i64 {
+/// `ttl` in whole milliseconds as the `BIGINT` the statements bind.
+fn ttl_ms(ttl: Duration) -> i64 {
     // TTLs are bounded by the capabilities long before this could saturate.
-    i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)
+    i64::try_from(millis(ttl)).unwrap_or(i64::MAX)
 }
 
 #[async_trait]
@@ -147,7 +148,7 @@ impl LockBackend for SqlBackend {
         }
         let sent = Instant::now();
         let driver = self.driver.clone();
-        let (name, ttl_ms) = (req.name.as_str().to_owned(), millis(req.ttl));
+        let (name, ttl_ms) = (req.name.as_str().to_owned(), ttl_ms(req.ttl));
         let statement = Box::pin(async move { driver.acquire(&name, &owner, ttl_ms).await });
         let undo = Undo {
             driver: &self.driver,
@@ -156,10 +157,7 @@ impl LockBackend for SqlBackend {
             req,
         };
         let version = Attempt::new(statement, undo).run(self.op_timeout).await?;
-        Ok(
-            version
-                .map(|v| Lease::new(req.name.clone(), req.owner, FencingToken(v), req.ttl, sent)),
-        )
+        Ok(version.map(|token| Lease::new(req.name.clone(), req.owner, token, req.ttl, sent)))
     }
 
     async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
@@ -173,12 +171,8 @@ impl LockBackend for SqlBackend {
         let renewed = self
             .bounded(
                 "renew",
-                self.driver.renew(
-                    lease.name().as_str(),
-                    &owner,
-                    lease.token().get(),
-                    millis(ttl),
-                ),
+                self.driver
+                    .renew(lease.name().as_str(), &owner, lease.token(), ttl_ms(ttl)),
             )
             .await?;
         if renewed {
@@ -194,7 +188,7 @@ impl LockBackend for SqlBackend {
             .bounded(
                 "release",
                 self.driver
-                    .release(lease.name().as_str(), &owner, lease.token().get()),
+                    .release(lease.name().as_str(), &owner, lease.token()),
             )
             .await?;
         if outcome != Released::NotOurs {
@@ -220,11 +214,9 @@ impl LockBackend for SqlBackend {
             .bounded("holder", self.driver.holder(name.as_str()))
             .await?;
         row.map(|row| {
-            Ok(Holder {
-                owner: OwnerToken::from_hex(&row.owner)?.short(),
-                token: FencingToken(row.version),
-                expires_in: Some(row.remaining),
-            })
+            // A row whose owner is no token of ours is an error, not a holder.
+            let owner = OwnerToken::from_hex(&row.owner)?.to_hex();
+            Ok(Holder::new(&owner, row.version, Some(row.remaining)))
         })
         .transpose()
     }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use lock_core::url::QueryOptions;
+use lock_core::backend::QueryOptions;
 use lock_core::{Error, Result};
 
 use crate::backend::SqlBackend;
@@ -70,6 +70,7 @@ pub(crate) const COMMON: &[&str] = &["table", "pool_size", "timeout", "connect_t
 /// `raw` feature, so that whatever must open a database exactly as lock-sql
 /// does (`distlock bench`'s floors) reads them the same way.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct CommonOptions {
     /// The locks table.
     pub table: TableName,

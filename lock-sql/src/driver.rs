@@ -4,13 +4,14 @@
 use std::fmt;
 use std::time::Duration;
 
-use lock_core::{Capabilities, Result, async_trait};
+use lock_core::backend::async_trait;
+use lock_core::{Capabilities, FencingToken, Result};
 
 /// The state of a lock row, as the holder query returns it.
 #[derive(Debug)]
 pub(crate) struct Row {
     pub(crate) owner: String,
-    pub(crate) version: u64,
+    pub(crate) version: FencingToken,
     pub(crate) remaining: Duration,
 }
 
@@ -20,7 +21,7 @@ impl Row {
     pub(crate) fn from_columns(owner: String, version: i64, remaining_ms: i64) -> Self {
         Self {
             owner,
-            version: u64::try_from(version).unwrap_or(0),
+            version: FencingToken::from_i64(version),
             remaining: Duration::from_millis(u64::try_from(remaining_ms).unwrap_or(0)),
         }
     }
@@ -45,15 +46,21 @@ pub(crate) trait Driver: Send + Sync + fmt::Debug + 'static {
 
     /// One statement: takes the row if it is free, expired, or already held
     /// by `owner`; returns the row's version when taken.
-    async fn acquire(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<Option<u64>>;
+    async fn acquire(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<Option<FencingToken>>;
 
     /// Extends the lease if `owner` and `version` still match and it has not
     /// run out; `false` otherwise.
-    async fn renew(&self, name: &str, owner: &str, version: u64, ttl_ms: i64) -> Result<bool>;
+    async fn renew(
+        &self,
+        name: &str,
+        owner: &str,
+        version: FencingToken,
+        ttl_ms: i64,
+    ) -> Result<bool>;
 
     /// Frees the row if `owner` and `version` match; the row and its version
     /// stay.
-    async fn release(&self, name: &str, owner: &str, version: u64) -> Result<Released>;
+    async fn release(&self, name: &str, owner: &str, version: FencingToken) -> Result<Released>;
 
     /// Frees the row if `owner` holds it, whatever the version.
     async fn abandon(&self, name: &str, owner: &str) -> Result<()>;

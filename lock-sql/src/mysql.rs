@@ -16,8 +16,8 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::url::QueryOptions;
-use lock_core::{Capabilities, Error, Fencing, LockName, Result, async_trait};
+use lock_core::backend::{QueryOptions, async_trait};
+use lock_core::{Capabilities, Error, Fencing, FencingToken, LockName, Result};
 use sqlx::error::DatabaseError;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions};
 use sqlx::{AssertSqlSafe, Row as _};
@@ -279,17 +279,13 @@ impl std::fmt::Debug for MySql {
     }
 }
 
-fn signed(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
 #[async_trait]
 impl Driver for MySql {
     fn capabilities(&self) -> Capabilities {
         CAPABILITIES
     }
 
-    async fn acquire(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<Option<u64>> {
+    async fn acquire(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<Option<FencingToken>> {
         let done = sqlx::query(AssertSqlSafe(self.sql.acquire.as_str()))
             .bind(name)
             .bind(owner)
@@ -297,26 +293,34 @@ impl Driver for MySql {
             .execute(&self.pool)
             .await
             .map_err(|e| self.errors.convert("acquire", e))?;
-        Ok(Some(done.last_insert_id()).filter(|v| *v > 0))
+        Ok(Some(done.last_insert_id())
+            .filter(|v| *v > 0)
+            .map(FencingToken::new))
     }
 
-    async fn renew(&self, name: &str, owner: &str, version: u64, ttl_ms: i64) -> Result<bool> {
+    async fn renew(
+        &self,
+        name: &str,
+        owner: &str,
+        version: FencingToken,
+        ttl_ms: i64,
+    ) -> Result<bool> {
         let done = sqlx::query(AssertSqlSafe(self.sql.renew.as_str()))
             .bind(ttl_ms)
             .bind(name)
             .bind(owner)
-            .bind(signed(version))
+            .bind(version.to_i64())
             .execute(&self.pool)
             .await
             .map_err(|e| self.errors.convert("renew", e))?;
         Ok(done.rows_affected() == 1)
     }
 
-    async fn release(&self, name: &str, owner: &str, version: u64) -> Result<Released> {
+    async fn release(&self, name: &str, owner: &str, version: FencingToken) -> Result<Released> {
         let done = sqlx::query(AssertSqlSafe(self.sql.release.as_str()))
             .bind(name)
             .bind(owner)
-            .bind(signed(version))
+            .bind(version.to_i64())
             .execute(&self.pool)
             .await
             .map_err(|e| self.errors.convert("release", e))?;

@@ -22,15 +22,15 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use lock_core::wait::{Backoff, ReleaseSignals};
-use lock_core::{AcquireRequest, Error, LockName, Result};
+use lock_core::backend::{AcquireRequest, Backoff, ReleaseSignals};
+use lock_core::{Error, FencingToken, LockName, Result};
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep, timeout};
 
 use crate::driver::Driver;
 
 /// An acquire statement: the version when taken.
-pub(crate) type Statement = Pin<Box<dyn Future<Output = Result<Option<u64>>> + Send>>;
+pub(crate) type Statement = Pin<Box<dyn Future<Output = Result<Option<FencingToken>>> + Send>>;
 
 /// How long an orphan waits for its statement's answer. It keeps one pooled
 /// connection busy meanwhile (as sqlx would, draining the reply); past this
@@ -139,7 +139,7 @@ impl<'a> Attempt<'a> {
 
     /// The statement's answer, or [`Error::Timeout`] after `limit`, in which
     /// case the statement is left to finish, and undone, in a task.
-    pub(crate) async fn run(mut self, limit: Duration) -> Result<Option<u64>> {
+    pub(crate) async fn run(mut self, limit: Duration) -> Result<Option<FencingToken>> {
         let Some(statement) = self.statement.as_mut() else {
             return Err(Error::backend("an acquire statement was run twice"));
         };

@@ -10,8 +10,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::url::QueryOptions;
-use lock_core::wait::ReleaseSignals;
+use lock_core::backend::{QueryOptions, ReleaseSignals};
 use lock_core::{Capabilities, Error, Fencing, LockName, Result};
 use sqlx::AssertSqlSafe;
 use sqlx::error::DatabaseError;

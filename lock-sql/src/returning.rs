@@ -4,7 +4,8 @@
 
 use std::fmt;
 
-use lock_core::{Capabilities, Result, async_trait};
+use lock_core::backend::async_trait;
+use lock_core::{Capabilities, FencingToken, Result};
 use sqlx::{
     AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row as _,
     Type,
@@ -39,15 +40,6 @@ pub(crate) struct ReturningDriver<DB: Database> {
     pub(crate) capabilities: Capabilities,
 }
 
-fn to_version(v: i64) -> u64 {
-    // Versions start at 1 and only grow.
-    u64::try_from(v).unwrap_or(0)
-}
-
-fn from_version(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
 #[async_trait]
 impl<DB> Driver for ReturningDriver<DB>
 where
@@ -65,7 +57,7 @@ where
         self.capabilities.clone()
     }
 
-    async fn acquire(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<Option<u64>> {
+    async fn acquire(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<Option<FencingToken>> {
         let row = sqlx::query::<DB>(AssertSqlSafe(self.sql.acquire.as_str()))
             .bind(name)
             .bind(owner)
@@ -73,16 +65,22 @@ where
             .fetch_optional(&self.pool)
             .await
             .map_err(|e| self.errors.convert("acquire", e))?;
-        row.map(|r| r.try_get::<i64, _>(0).map(to_version))
+        row.map(|r| r.try_get::<i64, _>(0).map(FencingToken::from_i64))
             .transpose()
             .map_err(|e| self.errors.convert("acquire", e))
     }
 
-    async fn renew(&self, name: &str, owner: &str, version: u64, ttl_ms: i64) -> Result<bool> {
+    async fn renew(
+        &self,
+        name: &str,
+        owner: &str,
+        version: FencingToken,
+        ttl_ms: i64,
+    ) -> Result<bool> {
         let done = sqlx::query::<DB>(AssertSqlSafe(self.sql.renew.as_str()))
             .bind(name)
             .bind(owner)
-            .bind(from_version(version))
+            .bind(version.to_i64())
             .bind(ttl_ms)
             .execute(&self.pool)
             .await
@@ -90,11 +88,11 @@ where
         Ok(done.rows() == 1)
     }
 
-    async fn release(&self, name: &str, owner: &str, version: u64) -> Result<Released> {
+    async fn release(&self, name: &str, owner: &str, version: FencingToken) -> Result<Released> {
         let row = sqlx::query::<DB>(AssertSqlSafe(self.sql.release.as_str()))
             .bind(name)
             .bind(owner)
-            .bind(from_version(version))
+            .bind(version.to_i64())
             .fetch_optional(&self.pool)
             .await
             .map_err(|e| self.errors.convert("release", e))?;

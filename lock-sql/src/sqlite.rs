@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use lock_core::url::QueryOptions;
+use lock_core::backend::QueryOptions;
 use lock_core::{Capabilities, Error, Fencing, Result};
 use sqlx::AssertSqlSafe;
 use sqlx::error::DatabaseError;

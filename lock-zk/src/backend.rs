@@ -1,13 +1,14 @@
 //! [`LockBackend`] for [`ZkBackend`]: a grant is our node first in its
 //! lock's queue, fenced by its czxid (see the crate docs).
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::wait::Backoff;
-use lock_core::{
-    AcquireRequest, BackendStats, Capabilities, Error, Holder, Lease, LockBackend, LockName,
-    Result, WaitBudget, async_trait,
+use lock_core::backend::{
+    AcquireRequest, BackendStats, Backoff, Holder, Lease, LockBackend, Retry, WaitBudget,
+    async_trait,
 };
+use lock_core::{Capabilities, Error, LockName, Result};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
@@ -16,7 +17,25 @@ use crate::cleanup::RETRY_CAP;
 use crate::error::{convert, unavailable};
 use crate::expiry::token;
 use crate::recipe::{Node, PROTECTED, parent_path, queue};
-use crate::session::{ZkBackend, connected, lease_ttl};
+use crate::session::{Inner, connected, lease_ttl};
+
+/// A lock backend on a ZooKeeper ensemble (see the crate docs).
+///
+/// One backend is one ZooKeeper session, shared by every lock it takes. Cheap
+/// to clone; clones share the session.
+#[derive(Clone)]
+pub struct ZkBackend {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for ZkBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZkBackend")
+            .field("config", &self.inner.config)
+            .field("session", &self.session_id().map(|id| format!("{id:#x}")))
+            .finish_non_exhaustive()
+    }
+}
 
 /// The shortest TTL accepted: a lease is renewed every third of its TTL, one
 /// confirmation through the leader each time.
@@ -59,10 +78,9 @@ impl LockBackend for ZkBackend {
         if let Some(lease) = self.granted_before(req) {
             return Ok(lease);
         }
-        let mut backoff = Backoff::with_cap(RETRY_CAP);
+        let mut retry = Retry::new(crate::NAME, budget, Backoff::with_cap(RETRY_CAP));
         // Our node and the session it belongs to, once created.
         let mut queued: Option<(i64, Node)> = None;
-        let mut attempts = 0;
         let outcome = loop {
             let attempt = async {
                 // Making a session is bounded by the connect timeout, but
@@ -79,7 +97,7 @@ impl LockBackend for ZkBackend {
                 let session = client.session_id().0;
                 let mut node = match &queued {
                     Some((s, node)) if *s == session => node.clone(),
-                    _ => self.enqueue(&client, req, attempts > 0).await?,
+                    _ => self.enqueue(&client, req, retry.attempts() > 0).await?,
                 };
                 queued = Some((session, node.clone()));
                 let sent = self
@@ -88,23 +106,16 @@ impl LockBackend for ZkBackend {
                 queued = Some((session, node.clone()));
                 Ok::<_, Error>((client, node, sent?))
             };
-            let result = attempt.await;
-            attempts += 1;
-            match result {
+            match attempt.await {
                 Ok(granted) => break Ok(granted),
                 // A lost connection, an election, an expired session: queue
                 // again (idempotent: the same node if it survived) within
                 // the budget.
-                Err(e)
-                    if e.is_retryable()
-                        && !matches!(e, Error::Busy { .. } | Error::WaitTimeout { .. }) =>
-                {
-                    tracing::debug!(error = %e, "waiting for a ZooKeeper lock failed; trying again");
-                    if budget.is_over() || !budget.sleep(backoff.next_nap()).await {
+                Err(e) => {
+                    if let Err(e) = retry.after(e).await {
                         break Err(e);
                     }
                 }
-                Err(e) => break Err(e),
             }
         };
         match outcome {
@@ -235,11 +246,7 @@ impl LockBackend for ZkBackend {
                 continue; // released in between: look again
             };
             let owner = first.strip_prefix(PROTECTED).unwrap_or(first);
-            return Ok(Some(Holder {
-                owner: owner.chars().take(8).collect(),
-                token: token(stat.czxid),
-                expires_in: None,
-            }));
+            return Ok(Some(Holder::new(owner, token(stat.czxid), None)));
         }
         Err(unavailable(format!("the holder of {name} kept changing")))
     }
@@ -247,5 +254,5 @@ impl LockBackend for ZkBackend {
 
 /// The czxid a lease's fencing token stands for.
 fn czxid_of(lease: &Lease) -> i64 {
-    i64::try_from(lease.token().get()).unwrap_or(i64::MAX)
+    lease.token().to_i64()
 }

@@ -6,13 +6,14 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use lock_core::wait::Backoff;
+use lock_core::backend::Backoff;
 use lock_core::{LockName, OwnerToken, Result};
 use zookeeper_client as zk;
 
+use crate::backend::ZkBackend;
 use crate::error::convert;
 use crate::recipe::{Node, node_prefix, parent_path};
-use crate::session::{ZkBackend, connected};
+use crate::session::connected;
 
 /// Longest pause between retries of a failed wait or cleanup.
 pub(crate) const RETRY_CAP: Duration = Duration::from_millis(500);

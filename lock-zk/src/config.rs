@@ -3,11 +3,12 @@
 use std::fmt;
 use std::time::Duration;
 
-use lock_core::url::{HostList, QueryOptions};
+use lock_core::backend::{HostList, QueryOptions};
 use lock_core::{Error, Result};
 
 /// A parsed `zk://` URL. `Debug` never shows the password.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct ZkConfig {
     /// `host:port` of each server.
     pub hosts: Vec<String>,

@@ -5,17 +5,18 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use lock_core::wait::Backoff;
-use lock_core::{AcquireRequest, FencingToken, Lease};
+use lock_core::FencingToken;
+use lock_core::backend::{AcquireRequest, Backoff, Lease};
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
+use crate::backend::ZkBackend;
 use crate::cleanup::RETRY_CAP;
 use crate::error::no_data_change;
 use crate::recipe::{Node, parent_path};
-use crate::session::{Inner, ZkBackend, connected, lease_ttl};
+use crate::session::{Inner, connected, lease_ttl};
 
 /// One lease this backend granted and keeps.
 pub(crate) struct Held {
@@ -134,7 +135,7 @@ impl ZkBackend {
 
 /// The fencing token of a node: its czxid.
 pub(crate) fn token(czxid: i64) -> FencingToken {
-    FencingToken(u64::try_from(czxid).unwrap_or(0))
+    FencingToken::from_i64(czxid)
 }
 
 /// The expiry task of one grant: sleeps until the grant's deadline (moved

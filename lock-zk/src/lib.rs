@@ -11,8 +11,8 @@ mod recipe;
 mod session;
 
 pub use backend::MIN_TTL;
+pub use backend::ZkBackend;
 pub use recipe::ROOT;
-pub use session::ZkBackend;
 
 /// The backend's name, as [`Capabilities::backend`](lock_core::Capabilities::backend) and
 /// error messages give it.

@@ -5,12 +5,14 @@
 
 use std::sync::atomic::Ordering;
 
-use lock_core::{AcquireRequest, Error, LockName, OwnerToken, Result, WaitBudget};
+use lock_core::backend::{AcquireRequest, WaitBudget};
+use lock_core::{Error, LockName, OwnerToken, Result};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
+use crate::backend::ZkBackend;
 use crate::error::{convert, no_data_change, unavailable};
-use crate::session::{ZkBackend, connected};
+use crate::session::connected;
 
 /// Lock parents live under this node, below the chroot: `/locks/<name>`.
 pub const ROOT: &str = "/locks";

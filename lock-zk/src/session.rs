@@ -1,4 +1,4 @@
-//! [`ZkBackend`] and its ZooKeeper session: one per backend, shared by every
+//! The ZooKeeper session of a [`ZkBackend`]: one per backend, shared by every
 //! lock it takes, replaced when it expires; every request bounded by the
 //! configured timeout.
 
@@ -11,18 +11,10 @@ use std::time::Duration;
 use lock_core::{Error, Result};
 use zookeeper_client as zk;
 
+use crate::backend::ZkBackend;
 use crate::config::ZkConfig;
 use crate::error::{convert, unavailable};
 use crate::expiry::Held;
-
-/// A lock backend on a ZooKeeper ensemble (see the crate docs).
-///
-/// One backend is one ZooKeeper session, shared by every lock it takes. Cheap
-/// to clone; clones share the session.
-#[derive(Clone)]
-pub struct ZkBackend {
-    pub(crate) inner: Arc<Inner>,
-}
 
 pub(crate) struct Inner {
     pub(crate) config: ZkConfig,
@@ -195,14 +187,5 @@ pub(crate) fn connected(client: &zk::Client) -> Result<()> {
     match client.state() {
         zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => Ok(()),
         state => Err(unavailable(format!("the session is {state}"))),
-    }
-}
-
-impl std::fmt::Debug for ZkBackend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ZkBackend")
-            .field("config", &self.inner.config)
-            .field("session", &self.session_id().map(|id| format!("{id:#x}")))
-            .finish_non_exhaustive()
     }
 }

@@ -28,7 +28,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use lock_core::async_trait;
+use lock_core::backend::async_trait;
 
 /// Runs the server (the arguments after the data directory and the stop
 /// signal) and obeys `stop`, `start`, `kill`, `pause` and `resume` lines on

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use distlock_torture::history::{Event, History};
 use distlock_torture::{Nemesis, Run};
-use lock_core::async_trait;
+use lock_core::backend::async_trait;
 
 /// Wraps a nemesis whose fault takes longer to heal than the quiet time
 /// between faults (a server restarted on its data, a member rejoining a

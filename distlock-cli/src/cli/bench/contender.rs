@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use distlock::{AcquireOptions, Error, LockGuard, Locker, OwnerToken, Result, Wait, async_trait};
+use distlock::backend::async_trait;
+use distlock::{AcquireOptions, Error, LockGuard, Locker, OwnerToken, Result, Wait};
 use serde::Serialize;
 
 use super::counting::Counting;

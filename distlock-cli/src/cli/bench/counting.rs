@@ -4,11 +4,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use distlock::wait::{ReleaseSignals, poll_acquire};
-use distlock::{
-    AcquireRequest, Capabilities, Holder, Lease, LockBackend, LockName, Result, WaitBudget,
-    async_trait,
+use distlock::backend::{
+    AcquireRequest, Holder, Lease, LockBackend, ReleaseSignals, WaitBudget, async_trait,
+    poll_acquire,
 };
+use distlock::{Capabilities, LockName, Result};
 
 /// Wraps a backend whose waiting is [`poll_acquire`] woken by in-process
 /// release signals (memory, SQLite, MySQL, memcache) and counts every attempt that

@@ -7,11 +7,12 @@
 use super::floor_error;
 use std::time::Duration;
 
+use distlock::backend::async_trait;
 use distlock::lock_etcd::config::EtcdConfig;
-use distlock::{Error, OwnerToken, Result, async_trait};
+use distlock::{Error, OwnerToken, Result};
 use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
 
-use super::{Floor, without_common_options};
+use super::Floor;
 
 /// A client of the library's cluster.
 pub(super) struct EtcdFloor {
@@ -26,7 +27,7 @@ pub(super) struct EtcdGrant {
 
 /// The client lock-etcd's `EtcdBackend::connect` makes for the same URL.
 pub(crate) async fn client(url: &str) -> Result<Client> {
-    let config = EtcdConfig::parse(&without_common_options(url))?;
+    let config = EtcdConfig::parse(&distlock::backend_url(url)?)?;
     let mut options = etcd_client::ConnectOptions::new()
         .with_timeout(config.timeout)
         .with_connect_timeout(config.connect_timeout)

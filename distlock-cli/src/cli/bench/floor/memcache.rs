@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use distlock::url::QueryOptions;
-use distlock::{Error, OwnerToken, Result, async_trait};
+use distlock::backend::{QueryOptions, async_trait};
+use distlock::{Error, OwnerToken, Result};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;

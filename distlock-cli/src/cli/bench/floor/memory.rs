@@ -6,7 +6,8 @@ use std::collections::hash_map::Entry;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use distlock::{Error, OwnerToken, Result, async_trait};
+use distlock::backend::async_trait;
+use distlock::{Error, OwnerToken, Result};
 
 use super::Floor;
 

@@ -30,7 +30,8 @@ pub(crate) mod zk;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::{Error, OwnerToken, Result, async_trait};
+use distlock::backend::async_trait;
+use distlock::{Error, OwnerToken, Result};
 
 use super::contender::{Contender, Spinning};
 
@@ -128,29 +129,6 @@ fn spin<F: Floor>(floor: F, ttl: Duration) -> Arc<dyn Contender> {
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "redis"))]
 fn base_url(url: &str) -> &str {
     url.split_once('?').map_or(url, |(base, _)| base)
-}
-
-/// `url` without the options distlock reads itself (`ttl`), for the
-/// backends' own URL parsers, which refuse options they do not know.
-#[cfg(any(
-    feature = "redis",
-    feature = "redlock",
-    feature = "etcd",
-    feature = "zk"
-))]
-fn without_common_options(url: &str) -> String {
-    let Some((base, query)) = url.split_once('?') else {
-        return url.to_owned();
-    };
-    let rest: Vec<&str> = query
-        .split('&')
-        .filter(|pair| !pair.is_empty() && pair.split_once('=').map_or(*pair, |(k, _)| k) != "ttl")
-        .collect();
-    if rest.is_empty() {
-        base.to_owned()
-    } else {
-        format!("{base}?{}", rest.join("&"))
-    }
 }
 
 /// A floor's failure as the library would report it: retryable when the

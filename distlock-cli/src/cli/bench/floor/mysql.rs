@@ -7,9 +7,9 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use distlock::backend::{QueryOptions, async_trait};
 use distlock::lock_sql::CommonOptions;
-use distlock::url::QueryOptions;
-use distlock::{Error, OwnerToken, Result, async_trait};
+use distlock::{Error, OwnerToken, Result};
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 
 use super::sql::{SqlGrant, convert, ttl_ms};

@@ -4,11 +4,12 @@
 
 use std::time::Duration;
 
+use distlock::backend::async_trait;
 use distlock::lock_redis::config::RedisConfig;
-use distlock::{Error, OwnerToken, Result, async_trait};
+use distlock::{Error, OwnerToken, Result};
 
 use super::redis_ops::RawNode;
-use super::{Floor, base_url, without_common_options};
+use super::{Floor, base_url};
 
 /// A connection to the library's server.
 pub(super) struct RedisFloor {
@@ -24,7 +25,7 @@ pub(super) struct RedisGrant {
 impl RedisFloor {
     /// Connects as lock-redis connects for the same URL (its timeouts).
     pub(super) async fn open(url: &str) -> Result<Self> {
-        let config = RedisConfig::parse(&without_common_options(url))?;
+        let config = RedisConfig::parse(&distlock::backend_url(url)?)?;
         let node = RawNode::connect(
             base_url(url),
             &config.node.label,

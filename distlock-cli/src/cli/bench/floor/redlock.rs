@@ -5,12 +5,13 @@
 
 use std::time::Duration;
 
+use distlock::backend::async_trait;
 use distlock::lock_redlock::config::RedlockConfig;
-use distlock::{Error, OwnerToken, Result, async_trait};
+use distlock::{Error, OwnerToken, Result};
 use futures_util::future::join_all;
 
+use super::Floor;
 use super::redis_ops::RawNode;
-use super::{Floor, without_common_options};
 
 /// A connection to each master.
 pub(super) struct RedlockFloor {
@@ -28,7 +29,7 @@ impl RedlockFloor {
     /// Connects to every master the URL names, with lock-redlock's per-node
     /// timeouts.
     pub(super) async fn open(url: &str) -> Result<Self> {
-        let config = RedlockConfig::parse(&without_common_options(url))?;
+        let config = RedlockConfig::parse(&distlock::backend_url(url)?)?;
         let mut nodes = Vec::new();
         for node in &config.nodes {
             let url = format!("redis://{}", node.label);

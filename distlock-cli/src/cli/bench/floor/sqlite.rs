@@ -6,9 +6,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use distlock::backend::{QueryOptions, async_trait};
 use distlock::lock_sql::CommonOptions;
-use distlock::url::QueryOptions;
-use distlock::{Error, OwnerToken, Result, async_trait};
+use distlock::{Error, OwnerToken, Result};
 use percent_encoding::percent_decode_str;
 use sqlx::Row as _;
 use sqlx::sqlite::{

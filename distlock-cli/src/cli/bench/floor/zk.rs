@@ -6,11 +6,12 @@ use super::floor_error;
 use std::future::Future;
 use std::time::Duration;
 
+use distlock::backend::async_trait;
 use distlock::lock_zk::config::ZkConfig;
-use distlock::{Error, OwnerToken, Result, async_trait};
+use distlock::{Error, OwnerToken, Result};
 use zookeeper_client as zk;
 
-use super::{Floor, without_common_options};
+use super::Floor;
 
 /// The floor's nodes live under this persistent node.
 const ROOT: &str = "/distlock-bench-floor";
@@ -30,7 +31,7 @@ pub(super) struct ZkGrant {
 /// timeout, fail eagerly, digest auth), with its per-request timeout. The
 /// chroot is ignored: the bench's nodes have their own root.
 pub(crate) async fn session(url: &str) -> Result<(zk::Client, Duration)> {
-    let config = ZkConfig::parse(&without_common_options(url))?;
+    let config = ZkConfig::parse(&distlock::backend_url(url)?)?;
     let mut connector = zk::Client::connector()
         .with_session_timeout(config.session_timeout)
         .with_fail_eagerly();

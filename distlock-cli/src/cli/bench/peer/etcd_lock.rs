@@ -5,7 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use distlock::{Result, async_trait};
+use distlock::Result;
+use distlock::backend::async_trait;
 use etcd_client::{Client, LockOptions};
 
 use crate::cli::bench::contender::{Contender, Held, Role, Subject};

@@ -3,8 +3,9 @@
 
 use std::time::{Duration, Instant};
 
+use distlock::backend::async_trait;
 use distlock::lock_redlock::config::RedlockConfig;
-use distlock::{OwnerToken, Result, async_trait};
+use distlock::{OwnerToken, Result};
 use rslock::{Lock, LockManager};
 
 use crate::cli::bench::contender::{Contender, Held, Role, Subject};

@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use distlock::{Result, async_trait};
+use distlock::Result;
+use distlock::backend::async_trait;
 use tokio::sync::OwnedMutexGuard;
 
 use crate::cli::bench::contender::{Contender, Held, Role, Subject};

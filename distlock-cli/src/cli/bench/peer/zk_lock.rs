@@ -5,7 +5,8 @@
 
 use std::time::Instant;
 
-use distlock::{Error, Result, async_trait};
+use distlock::backend::async_trait;
+use distlock::{Error, Result};
 use zookeeper_client as zk;
 
 use crate::cli::bench::contender::{Contender, Held, Role, Subject};
