@@ -8,7 +8,7 @@ use conformance_tests::servers::Supervised;
 use conformance_tests::servers::redis::Redis;
 use conformance_tests::torture::{NetworkFault, ServerPause, claims, hold_to_claim};
 use distlock_torture::{Nemesis, PauseHolder, Run};
-use lock_core::async_trait;
+use lock_core::backend::async_trait;
 
 const README: &str = include_str!("../../lock-redis/README.md");
 const WORKER: &str = env!("CARGO_BIN_EXE_torture-worker");

@@ -6,7 +6,7 @@ use std::time::Duration;
 use conformance_tests::servers::redis::{Redis, RedisSet};
 use conformance_tests::torture::{claims, hold_to_claim};
 use distlock_torture::{Nemesis, PauseHolder, Run};
-use lock_core::async_trait;
+use lock_core::backend::async_trait;
 
 const README: &str = include_str!("../../lock-redlock/README.md");
 const WORKER: &str = env!("CARGO_BIN_EXE_torture-worker");

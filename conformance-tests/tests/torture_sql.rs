@@ -18,7 +18,7 @@ use conformance_tests::servers::{SqlInstance, SqlServer};
 use conformance_tests::targets::fresh_table;
 use conformance_tests::torture::{NetworkFault, ServerKill, ServerPause, claims, hold_to_claim};
 use distlock_torture::{Nemesis, PauseHolder, Run};
-use lock_core::async_trait;
+use lock_core::backend::async_trait;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 

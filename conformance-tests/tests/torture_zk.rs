@@ -10,7 +10,7 @@ use conformance_tests::servers::zookeeper::{ZkServer, ZooKeeper};
 use conformance_tests::torture::recovered::Recovered;
 use conformance_tests::torture::{NetworkFault, ServerKill, ServerPause, claims, hold_to_claim};
 use distlock_torture::{Nemesis, PauseHolder, Run};
-use lock_core::async_trait;
+use lock_core::backend::async_trait;
 
 const README: &str = include_str!("../../lock-zk/README.md");
 const WORKER: &str = env!("CARGO_BIN_EXE_torture-worker");

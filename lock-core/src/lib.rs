@@ -27,9 +27,3 @@ pub use memory::MemoryBackend;
 pub use name::LockName;
 pub use options::{AcquireOptions, Wait};
 pub use token::{FencingToken, OwnerToken};
-
-// The toolkit path is `lock_core::backend::async_trait`; this hidden alias
-// stays only until the fault suite's test files (owned elsewhere) import it
-// from there.
-#[doc(hidden)]
-pub use async_trait::async_trait;
