@@ -24,6 +24,7 @@ pub enum Wait {
 
 /// The options of one acquire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct AcquireOptions {
     /// How long the lease lasts unless renewed. [`LockGuard`](crate::LockGuard)
     /// renews it at a third of this.
@@ -66,6 +67,7 @@ impl Default for AcquireOptions {
 /// attempt whose reply was lost can be recognised and undone (see
 /// [`LockBackend::abandon`](crate::LockBackend::abandon)).
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct AcquireRequest {
     /// The lock.
     pub name: LockName,

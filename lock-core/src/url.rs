@@ -166,6 +166,7 @@ impl QueryOptions {
 /// A URL whose authority is a comma-separated host list
 /// (`scheme://h1:p1,h2:p2/path?query`), which the `url` crate cannot parse.
 #[derive(Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct HostList<'a> {
     /// Each host as written, credentials included.
     pub hosts: Vec<&'a str>,

@@ -31,7 +31,7 @@ impl EtcdConfig {
 
     /// Parses `etcd://host:port,host:port[/prefix][?user=…&password=…&tls=true&timeout=…]`.
     pub fn parse(url: &str) -> Result<Self> {
-        let HostList { hosts, path } = HostList::parse(url, crate::SCHEMES[0])?;
+        let HostList { hosts, path, .. } = HostList::parse(url, crate::SCHEMES[0])?;
         let mut q = QueryOptions::parse(url)?;
         let user = q.take("user");
         let password = q.take("password");

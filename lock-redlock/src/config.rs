@@ -29,7 +29,7 @@ impl RedlockConfig {
     /// Each host may carry its own credentials; `tls=true` connects to every
     /// node with TLS (`rediss`).
     pub fn parse(url: &str) -> Result<Self> {
-        let HostList { hosts, path } = HostList::parse(url, crate::SCHEMES[0])?;
+        let HostList { hosts, path, .. } = HostList::parse(url, crate::SCHEMES[0])?;
         let db = Some(path).filter(|p| !p.is_empty());
         let mut q = QueryOptions::parse(url)?;
         let common = CommonOptions::take(&mut q, url, Self::DEFAULT_NODE_TIMEOUT)?;

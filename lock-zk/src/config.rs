@@ -58,7 +58,7 @@ impl ZkConfig {
 
     /// Parses `zk://host:port,host:port[/chroot][?session_timeout=…&auth=digest:user:password&timeout=…&connect_timeout=…]`.
     pub fn parse(url: &str) -> Result<Self> {
-        let HostList { hosts, path } = HostList::parse(url, crate::SCHEMES[0])?;
+        let HostList { hosts, path, .. } = HostList::parse(url, crate::SCHEMES[0])?;
         let path = if path.is_empty() {
             String::new()
         } else {
