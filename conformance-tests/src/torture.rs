@@ -294,6 +294,117 @@ impl Nemesis for NetworkFault<'_> {
     }
 }
 
+/// Where a row's workers connect: to the server, or through the proxy a
+/// network fault acts on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Straight to the server.
+    Direct,
+    /// Through the family's proxy.
+    Proxied,
+}
+
+/// The nemesis of a fault every one-server family runs the same way —
+/// `pause-holder`, `server-kill` (kill -9, restarted on its data at heal),
+/// `server-pause`, `net-stall` and `net-drop-reply` — with the route its
+/// workers take; `None` for any other label.
+pub fn shared_nemesis<'a>(
+    fault: &str,
+    server: &'a Supervised,
+    proxies: &'a [Proxy],
+) -> Option<(Box<dyn Nemesis + 'a>, Route)> {
+    let network = |label, fault| -> (Box<dyn Nemesis + 'a>, Route) {
+        (
+            Box::new(NetworkFault {
+                label,
+                proxies,
+                fault,
+            }),
+            Route::Proxied,
+        )
+    };
+    Some(match fault {
+        "pause-holder" => (
+            Box::<distlock_torture::PauseHolder>::default(),
+            Route::Direct,
+        ),
+        "server-kill" => (
+            Box::new(ServerKill {
+                label: "server-kill",
+                server,
+            }),
+            Route::Direct,
+        ),
+        "server-pause" => (
+            Box::new(ServerPause {
+                label: "server-pause",
+                server,
+            }),
+            Route::Direct,
+        ),
+        "net-stall" => network("net-stall", Fault::Stall),
+        "net-drop-reply" => network("net-drop-reply", Fault::DropNextReply),
+        _ => return None,
+    })
+}
+
+/// After a `net-drop-reply` row: the proxies did drop a reply, or the row
+/// measured nothing.
+pub fn assert_faults_applied(backend: &str, claim: &Claim, proxies: &[Proxy]) {
+    if claim.fault == "net-drop-reply" {
+        assert!(
+            proxies.iter().any(|p| p.cuts() > 0),
+            "{backend} × net-drop-reply: no reply was dropped"
+        );
+    }
+}
+
+/// kill -9 of a cluster's leader, found anew at each fault (right after a
+/// heal the cluster may still be electing: it waits up to 10 s for one);
+/// the same member restarts on its data when the fault ends.
+pub struct LeaderKill<'a> {
+    leader: Box<dyn Fn() -> Option<&'a Supervised> + Send + Sync + 'a>,
+    killed: Option<&'a Supervised>,
+}
+
+impl<'a> LeaderKill<'a> {
+    /// `leader` names the current leader's process, if there is one.
+    pub fn new(leader: impl Fn() -> Option<&'a Supervised> + Send + Sync + 'a) -> Self {
+        Self {
+            leader: Box::new(leader),
+            killed: None,
+        }
+    }
+}
+
+#[async_trait]
+impl Nemesis for LeaderKill<'_> {
+    fn label(&self) -> String {
+        "leader-kill".into()
+    }
+    async fn inject(&mut self, _: &Run) -> std::io::Result<()> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let leader = loop {
+            if let Some(leader) = (self.leader)() {
+                break leader;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(std::io::Error::other("the cluster has no leader"));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        leader.kill();
+        self.killed = Some(leader);
+        Ok(())
+    }
+    async fn heal(&mut self, _: &Run) -> std::io::Result<()> {
+        if let Some(member) = self.killed.take() {
+            member.restart();
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

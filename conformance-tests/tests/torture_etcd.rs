@@ -7,9 +7,10 @@ use std::time::Duration;
 use conformance_tests::proxy::{Fault, Proxy};
 use conformance_tests::servers::etcd::{Etcd, EtcdMember};
 use conformance_tests::torture::recovered::Recovered;
-use conformance_tests::torture::{NetworkFault, ServerKill, ServerPause, claims, hold_to_claim};
-use distlock_torture::{Nemesis, PauseHolder, Run};
-use lock_core::backend::async_trait;
+use conformance_tests::torture::{
+    LeaderKill, NetworkFault, ServerKill, ServerPause, claims, hold_to_claim,
+};
+use distlock_torture::{Nemesis, PauseHolder};
 
 const README: &str = include_str!("../../lock-etcd/README.md");
 const WORKER: &str = env!("CARGO_BIN_EXE_torture-worker");
@@ -20,42 +21,6 @@ const TTL: Duration = Duration::from_secs(2);
 /// The longest a kill waits for the lock to be granted again after the
 /// last restart.
 const PATIENCE: Duration = Duration::from_secs(10);
-
-/// kill -9 of the cluster's leader; the same member restarts on its data
-/// when the fault ends.
-struct LeaderKill<'a> {
-    etcd: &'a Etcd,
-    killed: Option<&'a EtcdMember>,
-}
-
-#[async_trait]
-impl Nemesis for LeaderKill<'_> {
-    fn label(&self) -> String {
-        "leader-kill".into()
-    }
-    async fn inject(&mut self, _: &Run) -> std::io::Result<()> {
-        // Right after a heal the cluster may still be electing.
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        let leader = loop {
-            if let Some(leader) = self.etcd.leader() {
-                break leader;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(std::io::Error::other("the etcd cluster has no leader"));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        };
-        leader.process().kill();
-        self.killed = Some(leader);
-        Ok(())
-    }
-    async fn heal(&mut self, _: &Run) -> std::io::Result<()> {
-        if let Some(member) = self.killed.take() {
-            member.process().restart();
-        }
-        Ok(())
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_keeps_its_claims_under_faults() {
@@ -96,7 +61,7 @@ async fn etcd_keeps_its_claims_under_faults() {
                 let etcd = cluster.as_ref().expect("started");
                 url = etcd.url("torture", "");
                 Box::new(Recovered {
-                    nemesis: LeaderKill { etcd, killed: None },
+                    nemesis: LeaderKill::new(|| etcd.leader().map(EtcdMember::process)),
                     patience: PATIENCE,
                 })
             }

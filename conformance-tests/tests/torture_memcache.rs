@@ -4,11 +4,12 @@
 
 use std::time::Duration;
 
-use conformance_tests::proxy::{Fault, Proxy};
+use conformance_tests::proxy::Proxy;
 use conformance_tests::servers::memcached::Memcached;
 use conformance_tests::targets::fresh_table;
-use conformance_tests::torture::{NetworkFault, ServerKill, ServerPause, claims, hold_to_claim};
-use distlock_torture::{Nemesis, PauseHolder};
+use conformance_tests::torture::{
+    Route, assert_faults_applied, claims, hold_to_claim, shared_nemesis,
+};
 
 const README: &str = include_str!("../../lock-memcache/README.md");
 const WORKER: &str = env!("CARGO_BIN_EXE_torture-worker");
@@ -25,49 +26,16 @@ async fn memcache_keeps_its_claims_under_faults() {
         let query = format!("prefix={}:", fresh_table());
         let direct = server.url(&query);
         let proxied = server.url_via(proxy.port(), &query);
-        let process = server.process();
-        let (mut nemesis, url): (Box<dyn Nemesis + '_>, &str) = match claim.fault.as_str() {
-            "pause-holder" => (Box::<PauseHolder>::default(), &direct),
-            // memcached keeps nothing: it comes back empty.
-            "server-kill" => (
-                Box::new(ServerKill {
-                    label: "server-kill",
-                    server: process,
-                }),
-                &direct,
-            ),
-            "server-pause" => (
-                Box::new(ServerPause {
-                    label: "server-pause",
-                    server: process,
-                }),
-                &direct,
-            ),
-            "net-stall" => (
-                Box::new(NetworkFault {
-                    label: "net-stall",
-                    proxies: std::slice::from_ref(&proxy),
-                    fault: Fault::Stall,
-                }),
-                &proxied,
-            ),
-            "net-drop-reply" => (
-                Box::new(NetworkFault {
-                    label: "net-drop-reply",
-                    proxies: std::slice::from_ref(&proxy),
-                    fault: Fault::DropNextReply,
-                }),
-                &proxied,
-            ),
-            other => panic!("no nemesis for the README's fault {other:?}"),
+        // memcached keeps nothing: a killed one comes back empty.
+        let (mut nemesis, route) =
+            shared_nemesis(&claim.fault, server.process(), std::slice::from_ref(&proxy))
+                .unwrap_or_else(|| panic!("no nemesis for the README's fault {:?}", claim.fault));
+        let url = match route {
+            Route::Direct => &direct,
+            Route::Proxied => &proxied,
         };
         let outcome = hold_to_claim(WORKER, "memcache", url, TTL, &claim, nemesis.as_mut()).await;
         eprintln!("memcache × {}: {:?}", claim.fault, outcome.figures);
-        if claim.fault == "net-drop-reply" {
-            assert!(
-                proxy.cuts() > 0,
-                "memcache × net-drop-reply: no reply was dropped"
-            );
-        }
+        assert_faults_applied("memcache", &claim, std::slice::from_ref(&proxy));
     }
 }

@@ -11,13 +11,15 @@
 
 use std::time::Duration;
 
-use conformance_tests::proxy::{Fault, Proxy};
+use conformance_tests::proxy::Proxy;
 use conformance_tests::servers::mariadb::Mariadb;
 use conformance_tests::servers::postgres::Postgres;
 use conformance_tests::servers::{SqlInstance, SqlServer};
 use conformance_tests::targets::fresh_table;
-use conformance_tests::torture::{NetworkFault, ServerKill, ServerPause, claims, hold_to_claim};
-use distlock_torture::{Nemesis, PauseHolder, Run};
+use conformance_tests::torture::{
+    Route, assert_faults_applied, claims, hold_to_claim, shared_nemesis,
+};
+use distlock_torture::{Nemesis, Run};
 use lock_core::backend::async_trait;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -49,63 +51,31 @@ async fn every_row(server: &SqlInstance, heading: &str, tree: bool) {
         let query = format!("table={}", fresh_table());
         let direct = server.url(&query);
         let proxied = server.url_via(proxy.port(), &query);
-        let process = server.process();
-        let (mut nemesis, url): (Box<dyn Nemesis + '_>, &str) = match claim.fault.as_str() {
-            "pause-holder" => (Box::<PauseHolder>::default(), &direct),
+        let (mut nemesis, route): (Box<dyn Nemesis + '_>, Route) = match claim.fault.as_str() {
             "server-kill" if tree => (
                 Box::new(TreeKill {
                     server,
                     stopped: Vec::new(),
                 }),
-                &direct,
-            ),
-            "server-kill" => (
-                Box::new(ServerKill {
-                    label: "server-kill",
-                    server: process,
-                }),
-                &direct,
+                Route::Direct,
             ),
             "server-pause" if tree => (
                 Box::new(TreePause {
                     server,
                     stopped: Vec::new(),
                 }),
-                &direct,
+                Route::Direct,
             ),
-            "server-pause" => (
-                Box::new(ServerPause {
-                    label: "server-pause",
-                    server: process,
-                }),
-                &direct,
-            ),
-            "net-stall" => (
-                Box::new(NetworkFault {
-                    label: "net-stall",
-                    proxies: std::slice::from_ref(&proxy),
-                    fault: Fault::Stall,
-                }),
-                &proxied,
-            ),
-            "net-drop-reply" => (
-                Box::new(NetworkFault {
-                    label: "net-drop-reply",
-                    proxies: std::slice::from_ref(&proxy),
-                    fault: Fault::DropNextReply,
-                }),
-                &proxied,
-            ),
-            other => panic!("no nemesis for the README's fault {other:?}"),
+            other => shared_nemesis(other, server.process(), std::slice::from_ref(&proxy))
+                .unwrap_or_else(|| panic!("no nemesis for the README's fault {other:?}")),
+        };
+        let url = match route {
+            Route::Direct => &direct,
+            Route::Proxied => &proxied,
         };
         let outcome = hold_to_claim(WORKER, label, url, TTL, &claim, nemesis.as_mut()).await;
         eprintln!("{label} × {}: {:?}", claim.fault, outcome.figures);
-        if claim.fault == "net-drop-reply" {
-            assert!(
-                proxy.cuts() > 0,
-                "{label} × net-drop-reply: no reply was dropped"
-            );
-        }
+        assert_faults_applied(label, &claim, std::slice::from_ref(&proxy));
     }
 }
 

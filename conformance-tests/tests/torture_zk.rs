@@ -8,9 +8,10 @@ use std::time::Duration;
 use conformance_tests::proxy::{Fault, Proxy};
 use conformance_tests::servers::zookeeper::{ZkServer, ZooKeeper};
 use conformance_tests::torture::recovered::Recovered;
-use conformance_tests::torture::{NetworkFault, ServerKill, ServerPause, claims, hold_to_claim};
-use distlock_torture::{Nemesis, PauseHolder, Run};
-use lock_core::backend::async_trait;
+use conformance_tests::torture::{
+    LeaderKill, NetworkFault, ServerKill, ServerPause, claims, hold_to_claim,
+};
+use distlock_torture::{Nemesis, PauseHolder};
 
 const README: &str = include_str!("../../lock-zk/README.md");
 const WORKER: &str = env!("CARGO_BIN_EXE_torture-worker");
@@ -25,42 +26,6 @@ const PATIENCE: Duration = Duration::from_secs(10);
 /// shorter than a fault (two TTLs), so that a paused or cut-off session
 /// expires during the fault and the lock moves on.
 const SESSION: &str = "session_timeout=750ms&timeout=500ms&connect_timeout=2s";
-
-/// kill -9 of the ensemble's leader; the same server restarts on its data
-/// when the fault ends.
-struct LeaderKill<'a> {
-    zk: &'a ZooKeeper,
-    killed: Option<&'a ZkServer>,
-}
-
-#[async_trait]
-impl Nemesis for LeaderKill<'_> {
-    fn label(&self) -> String {
-        "leader-kill".into()
-    }
-    async fn inject(&mut self, _: &Run) -> std::io::Result<()> {
-        // Right after a heal the ensemble may still be electing.
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        let leader = loop {
-            if let Some(leader) = self.zk.leader() {
-                break leader;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(std::io::Error::other("the ensemble has no leader"));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        };
-        leader.process().kill();
-        self.killed = Some(leader);
-        Ok(())
-    }
-    async fn heal(&mut self, _: &Run) -> std::io::Result<()> {
-        if let Some(server) = self.killed.take() {
-            server.process().restart();
-        }
-        Ok(())
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_keeps_its_claims_under_faults() {
@@ -101,7 +66,7 @@ async fn zookeeper_keeps_its_claims_under_faults() {
                 let zk = ensemble.as_ref().expect("started");
                 url = zk.url("torture", SESSION);
                 Box::new(Recovered {
-                    nemesis: LeaderKill { zk, killed: None },
+                    nemesis: LeaderKill::new(|| zk.leader().map(ZkServer::process)),
                     patience: PATIENCE,
                 })
             }
