@@ -348,6 +348,37 @@ pub fn shared_nemesis<'a>(
     })
 }
 
+/// The nemesis of a row of a family whose server is slow to come back (a
+/// consensus store restarted on its data, a member rejoining): as
+/// [`shared_nemesis`], but `server-kill` and `leader-kill` (with `leader`,
+/// the cluster's) strike again only once the lock was granted after the
+/// last heal, waiting at most `patience`.
+pub fn recovering_nemesis<'a>(
+    fault: &str,
+    server: &'a Supervised,
+    proxies: &'a [Proxy],
+    leader: Option<LeaderKill<'a>>,
+    patience: Duration,
+) -> Option<(Box<dyn Nemesis + 'a>, Route)> {
+    use recovered::Recovered;
+    Some(match (fault, leader) {
+        ("server-kill", _) => (
+            Box::new(Recovered {
+                nemesis: ServerKill {
+                    label: "server-kill",
+                    server,
+                },
+                patience,
+            }),
+            Route::Direct,
+        ),
+        ("leader-kill", Some(nemesis)) => {
+            (Box::new(Recovered { nemesis, patience }), Route::Direct)
+        }
+        (other, _) => return shared_nemesis(other, server, proxies),
+    })
+}
+
 /// After a `net-drop-reply` row: the proxies did drop a reply, or the row
 /// measured nothing.
 pub fn assert_faults_applied(backend: &str, claim: &Claim, proxies: &[Proxy]) {

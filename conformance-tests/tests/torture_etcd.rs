@@ -4,13 +4,9 @@
 
 use std::time::Duration;
 
-use conformance_tests::proxy::{Fault, Proxy};
+use conformance_tests::proxy::Proxy;
 use conformance_tests::servers::etcd::{Etcd, EtcdMember};
-use conformance_tests::torture::recovered::Recovered;
-use conformance_tests::torture::{
-    LeaderKill, NetworkFault, ServerKill, ServerPause, claims, hold_to_claim,
-};
-use distlock_torture::{Nemesis, PauseHolder};
+use conformance_tests::torture::{LeaderKill, Route, claims, hold_to_claim, recovering_nemesis};
 
 const README: &str = include_str!("../../lock-etcd/README.md");
 const WORKER: &str = env!("CARGO_BIN_EXE_torture-worker");
@@ -33,40 +29,26 @@ async fn etcd_keeps_its_claims_under_faults() {
         // A row may end with the server still starting again.
         one.wait_ready().await;
         let mut url = direct.clone();
-        let mut nemesis: Box<dyn Nemesis> = match claim.fault.as_str() {
-            "pause-holder" => Box::<PauseHolder>::default(),
-            "server-kill" => Box::new(Recovered {
-                nemesis: ServerKill {
-                    label: "server-kill",
-                    server: one.members[0].process(),
-                },
-                patience: PATIENCE,
-            }),
-            "server-pause" => Box::new(ServerPause {
-                label: "server-pause",
-                server: one.members[0].process(),
-            }),
-            "net-stall" => {
-                url.clone_from(&proxied);
-                Box::new(NetworkFault {
-                    label: "net-stall",
-                    proxies: std::slice::from_ref(&proxy),
-                    fault: Fault::Stall,
-                })
-            }
-            "leader-kill" => {
-                if cluster.is_none() {
-                    cluster = Some(Etcd::start_cluster().await);
-                }
-                let etcd = cluster.as_ref().expect("started");
-                url = etcd.url("torture", "");
-                Box::new(Recovered {
-                    nemesis: LeaderKill::new(|| etcd.leader().map(EtcdMember::process)),
-                    patience: PATIENCE,
-                })
-            }
-            other => panic!("no nemesis for the README's fault {other:?}"),
+        let server = one.members[0].process();
+        let leader = if claim.fault == "leader-kill" {
+            let cluster = match &cluster {
+                Some(cluster) => cluster,
+                None => cluster.insert(Etcd::start_cluster().await),
+            };
+            url = cluster.url("torture", "");
+            Some(LeaderKill::new(|| {
+                cluster.leader().map(EtcdMember::process)
+            }))
+        } else {
+            None
         };
+        let proxies = std::slice::from_ref(&proxy);
+        let (mut nemesis, route) =
+            recovering_nemesis(&claim.fault, server, proxies, leader, PATIENCE)
+                .unwrap_or_else(|| panic!("no nemesis for the README's fault {:?}", claim.fault));
+        if route == Route::Proxied {
+            url.clone_from(&proxied);
+        }
         let outcome = hold_to_claim(WORKER, "etcd", &url, TTL, &claim, nemesis.as_mut()).await;
         eprintln!("etcd × {}: {:?}", claim.fault, outcome.figures);
     }

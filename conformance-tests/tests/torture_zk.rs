@@ -5,13 +5,9 @@
 
 use std::time::Duration;
 
-use conformance_tests::proxy::{Fault, Proxy};
+use conformance_tests::proxy::Proxy;
 use conformance_tests::servers::zookeeper::{ZkServer, ZooKeeper};
-use conformance_tests::torture::recovered::Recovered;
-use conformance_tests::torture::{
-    LeaderKill, NetworkFault, ServerKill, ServerPause, claims, hold_to_claim,
-};
-use distlock_torture::{Nemesis, PauseHolder};
+use conformance_tests::torture::{LeaderKill, Route, claims, hold_to_claim, recovering_nemesis};
 
 const README: &str = include_str!("../../lock-zk/README.md");
 const WORKER: &str = env!("CARGO_BIN_EXE_torture-worker");
@@ -38,40 +34,24 @@ async fn zookeeper_keeps_its_claims_under_faults() {
         // A row may end with the server still starting again.
         one.wait_ready().await;
         let mut url = direct.clone();
-        let mut nemesis: Box<dyn Nemesis> = match claim.fault.as_str() {
-            "pause-holder" => Box::<PauseHolder>::default(),
-            "server-kill" => Box::new(Recovered {
-                nemesis: ServerKill {
-                    label: "server-kill",
-                    server: one.servers[0].process(),
-                },
-                patience: PATIENCE,
-            }),
-            "server-pause" => Box::new(ServerPause {
-                label: "server-pause",
-                server: one.servers[0].process(),
-            }),
-            "net-stall" => {
-                url.clone_from(&proxied);
-                Box::new(NetworkFault {
-                    label: "net-stall",
-                    proxies: std::slice::from_ref(&proxy),
-                    fault: Fault::Stall,
-                })
-            }
-            "leader-kill" => {
-                if ensemble.is_none() {
-                    ensemble = Some(ZooKeeper::start_ensemble().await);
-                }
-                let zk = ensemble.as_ref().expect("started");
-                url = zk.url("torture", SESSION);
-                Box::new(Recovered {
-                    nemesis: LeaderKill::new(|| zk.leader().map(ZkServer::process)),
-                    patience: PATIENCE,
-                })
-            }
-            other => panic!("no nemesis for the README's fault {other:?}"),
+        let server = one.servers[0].process();
+        let leader = if claim.fault == "leader-kill" {
+            let cluster = match &ensemble {
+                Some(cluster) => cluster,
+                None => ensemble.insert(ZooKeeper::start_ensemble().await),
+            };
+            url = cluster.url("torture", SESSION);
+            Some(LeaderKill::new(|| cluster.leader().map(ZkServer::process)))
+        } else {
+            None
         };
+        let proxies = std::slice::from_ref(&proxy);
+        let (mut nemesis, route) =
+            recovering_nemesis(&claim.fault, server, proxies, leader, PATIENCE)
+                .unwrap_or_else(|| panic!("no nemesis for the README's fault {:?}", claim.fault));
+        if route == Route::Proxied {
+            url.clone_from(&proxied);
+        }
         let outcome = hold_to_claim(WORKER, "zookeeper", &url, TTL, &claim, nemesis.as_mut()).await;
         eprintln!("zookeeper × {}: {:?}", claim.fault, outcome.figures);
     }
