@@ -58,7 +58,11 @@ impl UrlTarget {
     #[cfg(feature = "sqlite")]
     pub fn sqlite() -> Self {
         let dir = tempfile::tempdir().expect("create a temporary directory");
-        let url = format!("sqlite://{}/locks.db", dir.path().display());
+        let url = format!(
+            "{}://{}/locks.db",
+            distlock::lock_sql::SQLITE_SCHEMES[0],
+            dir.path().display()
+        );
         Self {
             label: "sqlite",
             url,

@@ -131,7 +131,11 @@ impl Etcd {
 
     /// An `etcd://` URL for the cluster with a key prefix and a query string.
     pub fn url(&self, prefix: &str, query: &str) -> String {
-        let base = format!("etcd://{}/{prefix}", self.endpoints());
+        let base = format!(
+            "{}://{}/{prefix}",
+            distlock::lock_etcd::SCHEMES[0],
+            self.endpoints()
+        );
         if query.is_empty() {
             base
         } else {

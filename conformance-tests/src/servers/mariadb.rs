@@ -77,7 +77,12 @@ impl Mariadb {
             label: "mariadb",
             port,
             password: PASSWORD,
-            base_url: |port| format!("mariadb://{USER}:{PASSWORD}@127.0.0.1:{port}/{DATABASE}"),
+            base_url: |port| {
+                format!(
+                    "{}://{USER}:{PASSWORD}@127.0.0.1:{port}/{DATABASE}",
+                    distlock::lock_sql::MYSQL_SCHEMES[1]
+                )
+            },
             process,
         };
         server.wait_ready().await;

@@ -88,7 +88,7 @@ impl Memcached {
 
     /// The same URL, through another port (a proxy's).
     pub fn url_via(&self, port: u16, query: &str) -> String {
-        let base = format!("memcache://127.0.0.1:{port}");
+        let base = format!("{}://127.0.0.1:{port}", distlock::lock_memcache::SCHEMES[0]);
         if query.is_empty() {
             base
         } else {

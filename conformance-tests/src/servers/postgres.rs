@@ -66,7 +66,12 @@ impl Postgres {
             label: "postgres",
             port,
             password: PASSWORD,
-            base_url: |port| format!("postgres://{USER}:{PASSWORD}@127.0.0.1:{port}/postgres"),
+            base_url: |port| {
+                format!(
+                    "{}://{USER}:{PASSWORD}@127.0.0.1:{port}/postgres",
+                    distlock::lock_sql::POSTGRES_SCHEMES[0]
+                )
+            },
             process: Supervised::start(&dir, "INT", &command),
         };
         server.wait_ready().await;

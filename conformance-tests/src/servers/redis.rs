@@ -101,7 +101,10 @@ impl Redis {
 
     /// The same URL, through another port (a proxy's).
     pub fn url_via(&self, port: u16, query: &str) -> String {
-        let base = format!("redis://{USER}:{PASSWORD}@127.0.0.1:{port}");
+        let base = format!(
+            "{}://{USER}:{PASSWORD}@127.0.0.1:{port}",
+            distlock::lock_redis::SCHEMES[0]
+        );
         if query.is_empty() {
             base
         } else {
@@ -191,7 +194,11 @@ impl RedisSet {
     /// A `redlock://` URL for every node, with the given query string.
     pub fn url(&self, query: &str) -> String {
         let hosts: Vec<String> = self.nodes.iter().map(Redis::redlock_host).collect();
-        let base = format!("redlock://{}", hosts.join(","));
+        let base = format!(
+            "{}://{}",
+            distlock::lock_redlock::SCHEMES[0],
+            hosts.join(",")
+        );
         if query.is_empty() {
             base
         } else {

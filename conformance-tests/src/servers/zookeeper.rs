@@ -227,7 +227,11 @@ impl ZooKeeper {
     /// A `zk://` URL for the ensemble with a chroot (without its leading
     /// `/`) and a query string.
     pub fn url(&self, chroot: &str, query: &str) -> String {
-        let base = format!("zk://{}/{chroot}", self.connect_string());
+        let base = format!(
+            "{}://{}/{chroot}",
+            distlock::lock_zk::SCHEMES[0],
+            self.connect_string()
+        );
         if query.is_empty() {
             base
         } else {
