@@ -76,7 +76,44 @@ fn bench_writes_everything(url: &str, backend: &str, out: &Path) {
             .map(|r| r["subject"].as_str().unwrap())
             .collect();
         assert!(subjects.contains(&"library") && subjects.contains(&"floor"));
+        // Every headline ratio (the library's at least) comes with the
+        // median of the per-slice ratios to the floor, inside its interval.
+        for subject in headline["ratio_to_floor"].as_object().unwrap().keys() {
+            let paired = &headline["paired_ratio_to_floor"][subject];
+            let [median, low, high, confidence] =
+                ["median", "low", "high", "confidence"].map(|k| paired[k].as_f64());
+            let (Some(median), Some(low), Some(high), Some(confidence)) =
+                (median, low, high, confidence)
+            else {
+                panic!(
+                    "{} has no paired {subject} ratio: {headline}",
+                    w["workload"]
+                );
+            };
+            assert!(low <= median && median <= high, "{paired}");
+            assert!((0.0..=1.0).contains(&confidence), "{paired}");
+            assert!(paired["n"].as_u64().is_some_and(|n| n >= 1), "{paired}");
+        }
     }
+    // The longest single wait for a grant, for every contender.
+    let contended = &workloads[1]["metrics"];
+    let max_wait = contended
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "max wait")
+        .unwrap_or_else(|| panic!("no max wait in {contended}"));
+    for run in workloads[1]["runs"].as_array().unwrap() {
+        let subject = run["subject"].as_str().unwrap();
+        assert!(
+            max_wait["values"][subject]
+                .as_f64()
+                .is_some_and(|us| us > 0.0),
+            "no max wait for {subject}: {max_wait}"
+        );
+    }
+    assert!(table.contains("max wait"), "{table}");
+    assert!(table.contains("order-statistic interval"), "{table}");
     let in_commands = &report["hand_off_in_floor_commands"];
     for subject in ["library", "floor"] {
         assert!(

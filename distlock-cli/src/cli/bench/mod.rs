@@ -25,7 +25,7 @@ use contender::{Contender, Library};
 use counting::Counting;
 use progress::Progress;
 use report::{Machine, Report, Settings, WorkloadReport};
-use workload::{HOLD, Plan, Slice, Workload};
+use workload::{HOLD, Plan, Run, Slice, Workload};
 
 pub(crate) async fn bench(args: BenchArgs) -> Result<u8> {
     if let Err(e) = std::fs::create_dir_all(&args.out) {
@@ -75,12 +75,18 @@ pub(crate) async fn bench(args: BenchArgs) -> Result<u8> {
         };
         let underway = progress.start(workload);
         let mut totals: Vec<Slice> = contenders.iter().map(|_| Slice::default()).collect();
+        // Each contender's slices, round by round, for the paired ratios.
+        let mut slices: Vec<Vec<Run>> = contenders
+            .iter()
+            .map(|_| Vec::with_capacity(plan.slices as usize))
+            .collect();
         for round in 0..plan.slices as usize {
             // Each round starts with the next contender, so none always
             // follows the same one.
             for k in 0..contenders.len() {
                 let i = (round + k) % contenders.len();
                 let slice = workload.slice(&contenders[i], &plan).await?;
+                slices[i].push(slice.summary(&contenders[i].subject().name));
                 totals[i].merge(slice);
             }
         }
@@ -94,7 +100,7 @@ pub(crate) async fn bench(args: BenchArgs) -> Result<u8> {
             workload,
             describe: workload.describe(&plan),
             latency: workload.latency(),
-            metrics: report::metrics(workload, &runs, &floor.subject().name),
+            metrics: report::metrics(workload, &runs, &slices, &floor.subject().name),
             runs,
         });
     }

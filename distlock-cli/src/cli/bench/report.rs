@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::contender::{Role, Subject};
+use super::stats::MedianInterval;
 use super::workload::{Run, Workload};
 
 /// Everything one `distlock bench` run measured; written as the JSON data
@@ -96,6 +97,12 @@ pub(crate) struct Metric {
     pub(crate) values: BTreeMap<String, f64>,
     /// Value ÷ the floor's value, by contender name (not the floor's own).
     pub(crate) ratio_to_floor: BTreeMap<String, f64>,
+    /// Headline only: the median over the rounds of the contender's slice
+    /// value ÷ the floor's slice value in the same round, with its
+    /// order-statistic interval, by contender name. Rounds where either
+    /// value is missing or the floor's is 0 are left out.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) paired_ratio_to_floor: BTreeMap<String, MedianInterval>,
 }
 
 /// How to read one metric out of a run.
@@ -132,6 +139,9 @@ fn acquire_p50(r: &Run) -> Option<f64> {
 fn p99(r: &Run) -> Option<f64> {
     r.latency.as_ref().map(|d| d.p99_us)
 }
+fn max(r: &Run) -> Option<f64> {
+    r.latency.as_ref().map(|d| d.max_us)
+}
 fn fairness(r: &Run) -> Option<f64> {
     r.fairness()
 }
@@ -157,6 +167,7 @@ fn specs(w: Workload) -> Vec<Spec> {
             spec("acquisitions/s", PerSecond, Higher, rate),
             spec("wait p50", Micros, Lower, p50),
             spec("wait p99", Micros, Lower, p99),
+            spec("max wait", Micros, Lower, max),
             spec("fairness max/min", Count, Lower, fairness),
         ],
         Workload::HandOff => vec![
@@ -171,8 +182,14 @@ fn specs(w: Workload) -> Vec<Spec> {
     }
 }
 
-/// Compares every run of `workload` with the floor's run.
-pub(crate) fn metrics(workload: Workload, runs: &[Run], floor: &str) -> Vec<Metric> {
+/// Compares every run of `workload` with the floor's run; `slices` holds
+/// each contender's per-slice runs, in the order of `runs`, round by round.
+pub(crate) fn metrics(
+    workload: Workload,
+    runs: &[Run],
+    slices: &[Vec<Run>],
+    floor: &str,
+) -> Vec<Metric> {
     specs(workload)
         .into_iter()
         .enumerate()
@@ -187,6 +204,11 @@ pub(crate) fn metrics(workload: Workload, runs: &[Run], floor: &str) -> Vec<Metr
                 .filter(|(name, _)| name.as_str() != floor)
                 .filter_map(|(name, v)| Some((name.clone(), v / base?)))
                 .collect();
+            let paired_ratio_to_floor = if i == 0 {
+                paired(runs, slices, floor, spec.value)
+            } else {
+                BTreeMap::new()
+            };
             Metric {
                 name: spec.name,
                 unit: spec.unit,
@@ -194,7 +216,37 @@ pub(crate) fn metrics(workload: Workload, runs: &[Run], floor: &str) -> Vec<Metr
                 headline: i == 0,
                 values,
                 ratio_to_floor,
+                paired_ratio_to_floor,
             }
+        })
+        .collect()
+}
+
+/// Each non-floor contender's per-round ratios to the floor, summed up as
+/// their median and its interval.
+fn paired(
+    runs: &[Run],
+    slices: &[Vec<Run>],
+    floor: &str,
+    value: fn(&Run) -> Option<f64>,
+) -> BTreeMap<String, MedianInterval> {
+    let Some(base) = runs
+        .iter()
+        .position(|r| r.subject == floor)
+        .and_then(|i| slices.get(i))
+    else {
+        return BTreeMap::new();
+    };
+    runs.iter()
+        .zip(slices)
+        .filter(|(r, _)| r.subject != floor)
+        .filter_map(|(r, mine)| {
+            let ratios = mine
+                .iter()
+                .zip(base)
+                .filter_map(|(m, f)| Some(value(m)? / value(f).filter(|f| *f > 0.0)?))
+                .collect();
+            Some((r.subject.clone(), MedianInterval::of(ratios)?))
         })
         .collect()
 }
@@ -266,6 +318,17 @@ pub(crate) fn show_ratio(r: f64) -> String {
     format!("{r:.digits$}×")
 }
 
+/// A paired median ratio with its interval: `0.93× [0.90–0.95]`.
+pub(crate) fn show_interval(p: &MedianInterval) -> String {
+    let bare = |r: f64| show_ratio(r).trim_end_matches('×').to_owned();
+    format!(
+        "{} [{}–{}]",
+        show_ratio(p.median),
+        bare(p.low),
+        bare(p.high)
+    )
+}
+
 impl Report {
     /// The name of the floor's column.
     pub(crate) fn floor(&self) -> &str {
@@ -301,9 +364,11 @@ impl Report {
                         .map_or_else(|| "–".to_owned(), |v| show(m.unit, *v))
                 }));
                 row.extend(others.iter().map(|o| {
-                    m.ratio_to_floor
-                        .get(*o)
-                        .map_or_else(|| "–".to_owned(), |r| show_ratio(*r))
+                    match (m.paired_ratio_to_floor.get(*o), m.ratio_to_floor.get(*o)) {
+                        (Some(p), _) => show_interval(p),
+                        (None, Some(r)) => show_ratio(*r),
+                        (None, None) => "–".to_owned(),
+                    }
                 }));
                 row.push(
                     match m.better {
@@ -329,6 +394,23 @@ impl Report {
             show_micros(self.settings.share_ms * 1e3),
             self.settings.slices,
         );
+        let confidence = self
+            .workloads
+            .iter()
+            .flat_map(|w| &w.metrics)
+            .flat_map(|m| m.paired_ratio_to_floor.values())
+            .map(|p| p.confidence)
+            .fold(f64::INFINITY, f64::min);
+        if confidence.is_finite() {
+            let _ = writeln!(
+                out,
+                "Headline ratios: median of the {} per-slice ratios to the floor's slice in the \
+                 same round [order-statistic interval of the median, ≥ {:.0} % confidence]; \
+                 other rows: totals ÷ the floor's totals.\n",
+                self.settings.slices,
+                (confidence * 100.0).floor(),
+            );
+        }
         for (n, row) in rows.iter().enumerate() {
             let mut line = String::new();
             for (c, cell) in row.iter().enumerate() {
@@ -371,7 +453,7 @@ impl Report {
 mod tests {
     use std::time::Duration;
 
-    use super::super::stats::Distribution;
+    use super::super::stats::{Distribution, Samples};
     use super::*;
 
     fn run(subject: &str, acquisitions: u64, busy: Option<u64>) -> Run {
@@ -390,7 +472,7 @@ mod tests {
     #[test]
     fn ratios_are_to_the_floor_and_skip_what_is_missing() {
         let runs = [run("library", 90, Some(10)), run("floor", 100, Some(0))];
-        let m = metrics(Workload::Wakeups, &runs, "floor");
+        let m = metrics(Workload::Wakeups, &runs, &[], "floor");
         assert!(m[0].headline && !m[1].headline);
         assert_eq!(m[0].values["library"], 10.0 / 90.0);
         assert!(
@@ -402,12 +484,38 @@ mod tests {
     }
 
     #[test]
+    fn headline_ratios_pair_slices_of_the_same_round() {
+        let rounds = |name: &str, counts: &[u64]| -> Vec<Run> {
+            counts.iter().map(|c| run(name, *c, None)).collect()
+        };
+        let library = rounds("library", &[90, 40, 100, 0, 95, 99, 180]);
+        // The floor's fourth round got nothing: that pair is left out.
+        let floor = rounds("floor", &[100, 50, 100, 0, 100, 100, 200]);
+        let total = |r: &[Run]| run(&r[0].subject, r.iter().map(|r| r.acquisitions).sum(), None);
+        let runs = [total(&library), total(&floor)];
+        let m = metrics(Workload::Uncontended, &runs, &[library, floor], "floor");
+        let p = &m[0].paired_ratio_to_floor["library"];
+        // Ratios 0.8, 0.9, 0.9, 0.95, 0.99, 1.0: six pairs, so the whole
+        // range at 1 − 2/64 confidence.
+        assert_eq!(p.n, 6);
+        assert!((p.median - 0.925).abs() < 1e-12, "{p:?}");
+        assert_eq!((p.low, p.high), (0.8, 1.0));
+        assert!((p.confidence - (1.0 - 2.0 / 64.0)).abs() < 1e-12);
+        assert!(!p.low.is_nan() && m[1].paired_ratio_to_floor.is_empty());
+        assert_eq!(show_interval(p), "0.93× [0.80–1.00]");
+    }
+
+    #[test]
     fn hand_off_is_counted_in_the_floors_single_commands() {
         let mut floor_pairs = run("floor", 100, None);
         floor_pairs.acquire_p50_us = Some(80.0);
-        let handing = |name: &str, us| Run {
-            latency: Distribution::of(vec![Duration::from_micros(us)]),
-            ..run(name, 10, None)
+        let handing = |name: &str, us| {
+            let mut s = Samples::new();
+            s.record(Duration::from_micros(us));
+            Run {
+                latency: Distribution::of(&s, true),
+                ..run(name, 10, None)
+            }
         };
         let report = |workload, runs| WorkloadReport {
             workload,
@@ -424,7 +532,9 @@ mod tests {
             ),
         ];
         let x = hand_off_in_commands(&workloads, "floor");
-        assert_eq!((x["library"], x["floor"]), (2.5, 1.5));
+        // Latencies are kept to three significant digits.
+        assert!((x["library"] - 2.5).abs() < 2.5e-3, "{x:?}");
+        assert!((x["floor"] - 1.5).abs() < 1.5e-3, "{x:?}");
         assert!(hand_off_in_commands(&workloads[1..], "floor").is_empty());
     }
 

@@ -10,7 +10,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use super::contender::Contender;
-use super::stats::Distribution;
+use super::stats::{Distribution, Samples};
 
 /// How long a holder keeps the lock in the hand-off and wake-ups workloads,
 /// so that the other clients are surely waiting when it lets go.
@@ -122,12 +122,13 @@ impl Run {
     }
 }
 
-/// One client's share of a run.
+/// One client's share of a run. Made before the slice starts: recording a
+/// sample into it allocates nothing.
 #[derive(Default)]
 struct Tally {
     acquisitions: u64,
-    latencies: Vec<Duration>,
-    acquire_latencies: Vec<Duration>,
+    latencies: Samples,
+    acquire_latencies: Samples,
 }
 
 impl Workload {
@@ -184,41 +185,57 @@ impl Workload {
     /// Runs one slice of the workload on `contender`, for `plan.slice`.
     pub(crate) async fn slice(self, contender: &Arc<dyn Contender>, plan: &Plan) -> Result<Slice> {
         let before = contender.wakeups();
+        let n = match self {
+            Workload::Uncontended => 1,
+            _ => plan.clients,
+        };
+        // Every client's sample memory, taken before the clock starts.
+        let tallies: Vec<Tally> = (0..n).map(|_| Tally::default()).collect();
         let started = Instant::now();
         let until = started + plan.slice;
         let one_name = plan.name(self, 0);
         let tallies = match self {
             Workload::Uncontended => {
-                clients(1, |_| pairs(contender.clone(), one_name.clone(), until)).await
+                clients(tallies, |_, t| {
+                    pairs(contender.clone(), one_name.clone(), until, t)
+                })
+                .await
             }
             Workload::Contended => {
-                clients(plan.clients, |_| {
-                    waits(contender.clone(), one_name.clone(), until, Duration::ZERO)
+                clients(tallies, |_, t| {
+                    waits(
+                        contender.clone(),
+                        one_name.clone(),
+                        until,
+                        Duration::ZERO,
+                        t,
+                    )
                 })
                 .await
             }
             Workload::HandOff => {
                 let relay = Arc::new(Relay::default());
-                clients(plan.clients, |me| {
+                clients(tallies, |me, t| {
                     hand_offs(
                         contender.clone(),
                         one_name.clone(),
                         until,
                         relay.clone(),
                         me,
+                        t,
                     )
                 })
                 .await
             }
             Workload::Wakeups => {
-                clients(plan.clients, |_| {
-                    waits(contender.clone(), one_name.clone(), until, HOLD)
+                clients(tallies, |_, t| {
+                    waits(contender.clone(), one_name.clone(), until, HOLD, t)
                 })
                 .await
             }
             Workload::ManyNames => {
-                clients(plan.clients, |i| {
-                    pairs(contender.clone(), plan.name(self, i % plan.names), until)
+                clients(tallies, |i, t| {
+                    pairs(contender.clone(), plan.name(self, i % plan.names), until, t)
                 })
                 .await
             }
@@ -226,17 +243,18 @@ impl Workload {
         let elapsed = started.elapsed();
         let after = contender.wakeups();
         let since = |a: Option<u64>, b: Option<u64>| Some(a? - b?);
-        Ok(Slice {
+        let mut slice = Slice {
             elapsed,
             per_client: tallies.iter().map(|t| t.acquisitions).collect(),
-            acquire_latencies: tallies
-                .iter()
-                .flat_map(|t| t.acquire_latencies.iter().copied())
-                .collect(),
-            latencies: tallies.into_iter().flat_map(|t| t.latencies).collect(),
             busy_attempts: since(after.busy_attempts, before.busy_attempts),
             notices: since(after.notices, before.notices),
-        })
+            ..Slice::default()
+        };
+        for t in &tallies {
+            slice.latencies.merge(&t.latencies);
+            slice.acquire_latencies.merge(&t.acquire_latencies);
+        }
+        Ok(slice)
     }
 }
 
@@ -245,8 +263,8 @@ impl Workload {
 pub(crate) struct Slice {
     elapsed: Duration,
     per_client: Vec<u64>,
-    latencies: Vec<Duration>,
-    acquire_latencies: Vec<Duration>,
+    latencies: Samples,
+    acquire_latencies: Samples,
     busy_attempts: Option<u64>,
     notices: Option<u64>,
 }
@@ -261,8 +279,8 @@ impl Slice {
         for (total, more) in self.per_client.iter_mut().zip(next.per_client) {
             *total += more;
         }
-        self.latencies.extend(next.latencies);
-        self.acquire_latencies.extend(next.acquire_latencies);
+        self.latencies.merge(&next.latencies);
+        self.acquire_latencies.merge(&next.acquire_latencies);
         let add = |a: Option<u64>, b: Option<u64>| match (a, b) {
             (Some(a), Some(b)) => Some(a + b),
             (a, b) => a.or(b),
@@ -273,13 +291,23 @@ impl Slice {
 
     /// The summary of all the slices, under the contender's column name.
     pub(crate) fn into_run(self, subject: String) -> Run {
+        self.run(subject, true)
+    }
+
+    /// The summary of this one slice, to pair with the floor's slice of the
+    /// same round; without the percentile curve, which only the totals draw.
+    pub(crate) fn summary(&self, subject: &str) -> Run {
+        self.run(subject.to_owned(), false)
+    }
+
+    fn run(&self, subject: String, curve: bool) -> Run {
         Run {
             subject,
             elapsed_ms: self.elapsed.as_secs_f64() * 1e3,
             acquisitions: self.per_client.iter().sum(),
-            per_client: self.per_client,
-            latency: Distribution::of(self.latencies),
-            acquire_p50_us: Distribution::of(self.acquire_latencies).map(|d| d.p50_us),
+            per_client: self.per_client.clone(),
+            latency: Distribution::of(&self.latencies, curve),
+            acquire_p50_us: self.acquire_latencies.p50_us(),
             busy_attempts: self.busy_attempts,
             notices: self.notices,
         }
@@ -288,12 +316,17 @@ impl Slice {
 
 /// Runs `n` clients as tasks, so that every contender is driven from the
 /// runtime's worker threads the same way, and collects their tallies.
-async fn clients<F, Fut>(n: usize, client: F) -> Result<Vec<Tally>>
+async fn clients<F, Fut>(tallies: Vec<Tally>, client: F) -> Result<Vec<Tally>>
 where
-    F: Fn(usize) -> Fut,
+    F: Fn(usize, Tally) -> Fut,
     Fut: Future<Output = Result<Tally>> + Send + 'static,
 {
-    let tasks: Vec<_> = (0..n).map(|i| tokio::spawn(client(i))).collect();
+    let n = tallies.len();
+    let tasks: Vec<_> = tallies
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| tokio::spawn(client(i, t)))
+        .collect();
     let mut tallies = Vec::with_capacity(n);
     for task in tasks {
         let tally = task
@@ -305,16 +338,20 @@ where
 }
 
 /// Acquire + release pairs, timing each pair.
-async fn pairs(c: Arc<dyn Contender>, name: String, until: Instant) -> Result<Tally> {
-    let mut tally = Tally::default();
+async fn pairs(
+    c: Arc<dyn Contender>,
+    name: String,
+    until: Instant,
+    mut tally: Tally,
+) -> Result<Tally> {
     while Instant::now() < until {
         let start = Instant::now();
         let Some(held) = c.acquire(&name, until).await? else {
             break;
         };
-        tally.acquire_latencies.push(start.elapsed());
+        tally.acquire_latencies.record(start.elapsed());
         held.release().await?;
-        tally.latencies.push(start.elapsed());
+        tally.latencies.record(start.elapsed());
         tally.acquisitions += 1;
     }
     Ok(tally)
@@ -326,14 +363,14 @@ async fn waits(
     name: String,
     until: Instant,
     hold: Duration,
+    mut tally: Tally,
 ) -> Result<Tally> {
-    let mut tally = Tally::default();
     while Instant::now() < until {
         let start = Instant::now();
         let Some(held) = c.acquire(&name, until).await? else {
             break;
         };
-        tally.latencies.push(start.elapsed());
+        tally.latencies.record(start.elapsed());
         tally.acquisitions += 1;
         if !hold.is_zero() {
             tokio::time::sleep(hold).await;
@@ -363,8 +400,8 @@ async fn hand_offs(
     until: Instant,
     relay: Arc<Relay>,
     me: usize,
+    mut tally: Tally,
 ) -> Result<Tally> {
-    let mut tally = Tally::default();
     let mut grants = relay.grants.subscribe();
     while Instant::now() < until {
         let Some(held) = c.acquire(&name, until).await? else {
@@ -373,7 +410,7 @@ async fn hand_offs(
         let held_at = Instant::now();
         let passed = relay.baton.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some((_, released_at)) = passed.filter(|(from, _)| *from != me) {
-            tally.latencies.push(held_at - released_at);
+            tally.latencies.record(held_at - released_at);
         }
         let mut mine = 0;
         relay.grants.send_modify(|n| {

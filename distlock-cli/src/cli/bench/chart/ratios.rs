@@ -2,7 +2,7 @@
 //! log scale.
 
 use super::*;
-use crate::cli::bench::report::{Better, show_ratio};
+use crate::cli::bench::report::{Better, show_interval, show_ratio};
 
 /// The ratio axis: symmetric around 1 on a log scale, wide enough for the
 /// most extreme ratio.
@@ -58,7 +58,8 @@ pub(super) fn ratio_bars(out: &mut String, report: &Report, y: &mut f64) {
         *y,
         11.5,
         &format!("fill=\"{MUTED}\""),
-        "Shaded side of each row = better than the floor. Bold = the workload's headline metric.",
+        "Shaded side of each row = better than the floor. Bold = the workload's headline metric: \
+         median of the per-slice ratios, whisker = its 95 % interval.",
     );
     *y += 12.0;
     let axis = RatioAxis::new(
@@ -66,7 +67,13 @@ pub(super) fn ratio_bars(out: &mut String, report: &Report, y: &mut f64) {
             .workloads
             .iter()
             .flat_map(|w| &w.metrics)
-            .flat_map(|m| m.ratio_to_floor.values().copied()),
+            .flat_map(|m| {
+                m.ratio_to_floor.values().copied().chain(
+                    m.paired_ratio_to_floor
+                        .values()
+                        .flat_map(|p| [p.low, p.high]),
+                )
+            }),
     );
     let top = *y;
     for w in &report.workloads {
@@ -126,8 +133,11 @@ pub(super) fn ratio_bars(out: &mut String, report: &Report, y: &mut f64) {
                 &format!("{weight}text-anchor=\"end\""),
                 &format!("{} {arrow}", m.name),
             );
-            for (j, (subject, ratio)) in m.ratio_to_floor.iter().enumerate() {
+            for (j, (subject, pooled)) in m.ratio_to_floor.iter().enumerate() {
                 let bar_y = *y + 5.0 + 11.0 * j as f64;
+                // The headline shows the paired median and its interval.
+                let paired = m.paired_ratio_to_floor.get(subject);
+                let ratio = &paired.map_or(*pooled, |p| p.median);
                 let (one, end) = (axis.x(1.0), axis.x(*ratio));
                 let width = (end - one).abs().max(1.5);
                 rect(
@@ -138,14 +148,26 @@ pub(super) fn ratio_bars(out: &mut String, report: &Report, y: &mut f64) {
                     9.0,
                     &format!("fill=\"{}\"", colour(report, subject)),
                 );
-                let label = show_ratio(*ratio);
+                // How far the bar and its whisker reach either way.
+                let (mut reach, mut back) = (one.max(end), end);
+                if let Some(p) = paired {
+                    let (lo, hi) = (axis.x(p.low), axis.x(p.high));
+                    let mid = bar_y + 4.5;
+                    let ink = format!("stroke=\"{INK}\" stroke-width=\"1.2\"");
+                    line(out, (lo, mid), (hi, mid), &ink);
+                    line(out, (lo, mid - 3.0), (lo, mid + 3.0), &ink);
+                    line(out, (hi, mid - 3.0), (hi, mid + 3.0), &ink);
+                    reach = reach.max(hi);
+                    back = back.min(lo);
+                }
+                let label = paired.map_or_else(|| show_ratio(*ratio), show_interval);
                 // Beside the bar's end, or inside it where the end is too
                 // close to the row labels.
                 let room = 7.0 * label.chars().count() as f64;
                 let (label_x, attrs) = if *ratio >= 1.0 {
-                    (one.max(end) + 4.0, "text-anchor=\"start\"")
-                } else if end - room - 4.0 > BARS_LEFT {
-                    (end - 4.0, "text-anchor=\"end\"")
+                    (reach + 4.0, "text-anchor=\"start\"")
+                } else if back - room - 4.0 > BARS_LEFT {
+                    (back - 4.0, "text-anchor=\"end\"")
                 } else {
                     (end + 4.0, "text-anchor=\"start\" fill=\"white\"")
                 };
