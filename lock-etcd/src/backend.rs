@@ -5,9 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, SortOrder, SortTarget, Txn, TxnOp,
-};
+use etcd_client::{Client, ConnectOptions, GetOptions, SortOrder, SortTarget};
 use lock_core::backend::{
     AcquireRequest, BackendStats, Backoff, Holder, Lease, LockBackend, Retry, WaitBudget,
     async_trait,
@@ -16,7 +14,7 @@ use lock_core::{Capabilities, Error, FencingToken, LockName, Result};
 use tokio::time::Instant;
 
 use crate::config::EtcdConfig;
-use crate::error::convert;
+use crate::error::{convert, lease_not_found};
 use crate::queue::lease_id;
 
 /// etcd grants leases in whole seconds and never shorter than its minimum,
@@ -99,14 +97,21 @@ impl LockBackend for EtcdBackend {
         let mut retry = Retry::new(crate::NAME, budget, Backoff::new());
         let outcome = loop {
             let attempt = async {
+                let sent = Instant::now();
                 let place = self.enqueue(req).await?;
+                if place.revision == place.holder_revision && place.fresh {
+                    // First in line on a lease this attempt granted: its TTL
+                    // runs from the grant, sent at `sent`, as `try_acquire`'s.
+                    return Ok((place, sent));
+                }
                 if place.revision != place.holder_revision {
                     self.wait_for_turn(&req.name, &place, budget).await?;
                 }
-                // The lease was kept alive while we waited; the grant's
-                // deadline counts from this renewal.
+                // The lease was kept alive while we waited (or granted by an
+                // earlier attempt); the grant's deadline counts from this
+                // renewal.
                 let renewed = Instant::now();
-                if self.keep_alive(place.lease).await? <= 0 {
+                if !self.keep_alive(place.lease).await? {
                     return Err(Error::not_held(&req.name));
                 }
                 Ok::<_, Error>((place, renewed))
@@ -139,7 +144,7 @@ impl LockBackend for EtcdBackend {
         let sent = Instant::now();
         let id = lease_id(lease.owner());
         let key = self.key(lease.name(), id);
-        let (remaining, mine) = tokio::join!(
+        let (alive, mine) = tokio::join!(
             self.keep_alive(id),
             self.call(
                 "check our key",
@@ -151,7 +156,7 @@ impl LockBackend for EtcdBackend {
             .kvs()
             .first()
             .is_some_and(|kv| kv.create_revision() == token);
-        if remaining? <= 0 || !still_ours {
+        if !alive? || !still_ours {
             return Err(Error::not_held(lease.name()));
         }
         // etcd renews a lease to the TTL it was granted with, whatever `ttl` asks.
@@ -159,22 +164,22 @@ impl LockBackend for EtcdBackend {
         Ok(lease.renewed(lease.ttl(), sent))
     }
 
+    /// One `LeaseRevoke`: revoking the lease deletes every key attached to
+    /// it, and the lease ID is derived from the owner token, so only the
+    /// owner can revoke it and the next holder's key (under its own lease) is
+    /// never touched. A lease that expired or was already revoked is
+    /// `ErrGRPCLeaseNotFound`: [`Error::NotHeld`].
     async fn release(&self, lease: &Lease) -> Result<()> {
         let id = lease_id(lease.owner());
-        let key = self.key(lease.name(), id);
-        let token = lease.token().to_i64();
-        let txn = Txn::new()
-            .when([Compare::create_revision(
-                key.clone(),
-                CompareOp::Equal,
-                token,
-            )])
-            .and_then([TxnOp::delete(key, None)]);
-        let deleted = self
-            .call("release", |mut c| async move { c.txn(txn).await })
+        let revoked = self
+            .call("release", |mut c| async move {
+                match c.lease_revoke(id).await {
+                    Err(e) if lease_not_found(&e) => Ok(false),
+                    other => other.map(|_| true),
+                }
+            })
             .await?;
-        self.dequeue(id).await?;
-        if deleted.succeeded() {
+        if revoked {
             Ok(())
         } else {
             Err(Error::not_held(lease.name()))

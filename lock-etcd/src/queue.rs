@@ -24,6 +24,10 @@ pub(crate) struct Place {
     pub(crate) lease: i64,
     pub(crate) revision: i64,
     pub(crate) holder_revision: i64,
+    /// This call granted the lease and put the key: the lease's TTL runs
+    /// from the grant, sent just before, so a grant needs no keep-alive.
+    /// False when an earlier attempt had already granted either.
+    pub(crate) fresh: bool,
 }
 
 impl EtcdBackend {
@@ -55,16 +59,17 @@ impl EtcdBackend {
         let lease = lease_id(req.owner);
         let seconds = i64::try_from(req.ttl.as_secs() + u64::from(req.ttl.subsec_nanos() > 0))
             .unwrap_or(i64::MAX);
-        self.call("grant a lease", |mut c| async move {
-            match c
-                .lease_grant(seconds, Some(LeaseGrantOptions::new().with_id(lease)))
-                .await
-            {
-                Err(e) if lease_exists(&e) => Ok(()), // our own earlier attempt
-                other => other.map(|_| ()),
-            }
-        })
-        .await?;
+        let granted = self
+            .call("grant a lease", |mut c| async move {
+                match c
+                    .lease_grant(seconds, Some(LeaseGrantOptions::new().with_id(lease)))
+                    .await
+                {
+                    Err(e) if lease_exists(&e) => Ok(false), // our own earlier attempt
+                    other => other.map(|_| true),
+                }
+            })
+            .await?;
         let key = self.key(&req.name, lease);
         let first = GetOptions::new()
             .with_prefix()
@@ -87,6 +92,7 @@ impl EtcdBackend {
         let response = self
             .call("enqueue", |mut c| async move { c.txn(txn).await })
             .await?;
+        let put = response.succeeded();
         let ops = response.op_responses();
         let revision = match ops.first() {
             Some(TxnOpResponse::Put(put)) => put.header().map(|h| h.revision()),
@@ -103,6 +109,7 @@ impl EtcdBackend {
                 lease,
                 revision,
                 holder_revision,
+                fresh: granted && put,
             }),
             _ => Err(Error::backend(
                 "etcd answered the enqueue transaction without the expected keys",
@@ -218,19 +225,20 @@ impl EtcdBackend {
         })
     }
 
-    /// One keep-alive; the lease's remaining TTL in seconds (0: it is gone).
-    pub(crate) async fn keep_alive(&self, lease: i64) -> Result<i64> {
+    /// One keep-alive, one round trip: whether the lease is still alive.
+    /// etcd-client sends the first keep-alive as it opens the stream and
+    /// waits for its answer, failing unless the TTL in it is above 0.
+    pub(crate) async fn keep_alive(&self, lease: i64) -> Result<bool> {
         self.call("keep the lease alive", |mut c| async move {
-            let (mut keeper, mut answers) = match c.lease_keep_alive(lease).await {
+            match c.lease_keep_alive(lease).await {
+                Ok(_) => Ok(true),
                 // The client's answer to a first reply without TTL: an
                 // expired or revoked lease, not an outage. (Its only other
                 // error of that kind, a send on the channel it has just
                 // opened, cannot happen.)
-                Err(etcd_client::Error::LeaseKeepAliveError(_)) => return Ok(0),
-                other => other?,
-            };
-            keeper.keep_alive().await?;
-            Ok(answers.message().await?.map_or(0, |a| a.ttl()))
+                Err(etcd_client::Error::LeaseKeepAliveError(_)) => Ok(false),
+                Err(e) => Err(e),
+            }
         })
         .await
     }
