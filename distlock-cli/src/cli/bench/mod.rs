@@ -8,6 +8,7 @@ mod contender;
 mod counting;
 mod date;
 mod floor;
+mod metrics;
 mod peer;
 mod progress;
 mod report;
@@ -100,7 +101,7 @@ pub(crate) async fn bench(args: BenchArgs) -> Result<u8> {
             workload,
             describe: workload.describe(&plan),
             latency: workload.latency(),
-            metrics: report::metrics(workload, &runs, &slices, &floor.subject().name),
+            metrics: metrics::metrics(workload, &runs, &slices, &floor.subject().name),
             runs,
         });
     }
@@ -128,7 +129,10 @@ pub(crate) async fn bench(args: BenchArgs) -> Result<u8> {
             .chain(&peers)
             .map(|c| c.subject())
             .collect(),
-        hand_off_in_floor_commands: report::hand_off_in_commands(&workloads, &floor.subject().name),
+        hand_off_in_floor_commands: metrics::hand_off_in_commands(
+            &workloads,
+            &floor.subject().name,
+        ),
         workloads,
     };
     print!("{}", report.table());
