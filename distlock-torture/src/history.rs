@@ -21,9 +21,11 @@
 //! | `final` | value | the register's value when the run ended |
 
 use std::fmt;
-use std::io::Write;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// One event of the history.
@@ -191,15 +193,21 @@ pub fn instant_ns(at: Instant) -> u64 {
 pub struct History {
     path: PathBuf,
     pid: u32,
+    // Kept open: a worker logs several events per acquisition, and an open
+    // and a close around each would sit in the timed loop.
+    file: Arc<File>,
 }
 
 impl History {
-    /// Appends to `path` as this process.
-    pub fn open(path: impl Into<PathBuf>) -> Self {
-        Self {
-            path: path.into(),
+    /// Appends to `path` (created if missing) as this process.
+    pub fn open(path: impl Into<PathBuf>) -> std::io::Result<Self> {
+        let path = path.into();
+        let file = OpenOptions::new().create(true).append(true).open(&path)?;
+        Ok(Self {
+            path,
             pid: std::process::id(),
-        }
+            file: Arc::new(file),
+        })
     }
 
     /// The file's path.
@@ -215,11 +223,7 @@ impl History {
             pid: self.pid,
             event,
         };
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.path)?
-            .write_all(format!("{record}\n").as_bytes())
+        (&*self.file).write_all(format!("{record}\n").as_bytes())
     }
 
     /// Every record in the file, in time order. A last line cut short by a
@@ -242,6 +246,46 @@ impl History {
         }
         records.sort_by_key(|r: &Record| r.ns);
         Ok(records)
+    }
+}
+
+/// Reads a history as it grows: each call returns the records appended
+/// since the last one, in file order (which is time order for each
+/// process), so a nemesis that watches the workers reads every line once.
+#[derive(Debug)]
+pub struct Follower {
+    path: PathBuf,
+    offset: u64,
+    partial: String,
+}
+
+impl Follower {
+    /// Follows `path` from its start.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self {
+            path: path.into(),
+            offset: 0,
+            partial: String::new(),
+        }
+    }
+
+    /// The whole lines appended since the last call; a line still being
+    /// written waits for the next call.
+    pub fn new_records(&mut self) -> std::io::Result<Vec<Record>> {
+        let mut file = File::open(&self.path)?;
+        file.seek(SeekFrom::Start(self.offset))?;
+        let mut text = String::new();
+        self.offset += file.read_to_string(&mut text)? as u64;
+        self.partial.push_str(&text);
+        let Some(end) = self.partial.rfind('\n') else {
+            return Ok(Vec::new());
+        };
+        let whole: String = self.partial.drain(..=end).collect();
+        whole
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(|l| l.parse().map_err(std::io::Error::other))
+            .collect()
     }
 }
 
@@ -309,6 +353,25 @@ mod tests {
         assert_eq!(records[0].ns, 1, "sorted by time");
         std::fs::write(&path, "2 1 bogus\n1 1 invoke\n").unwrap();
         assert!(History::read(&path).is_err());
+    }
+
+    #[test]
+    fn a_follower_reads_each_whole_line_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h");
+        let mut follower = Follower::new(&path);
+        std::fs::write(&path, "1 7 invoke\n2 7 gra").unwrap();
+        let first = follower.new_records().unwrap();
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].event, Event::Invoke);
+        std::fs::write(&path, "1 7 invoke\n2 7 grant 3 9\n3 8 invoke\n").unwrap();
+        let next = follower.new_records().unwrap();
+        assert_eq!(
+            next.iter().map(|r| r.pid).collect::<Vec<_>>(),
+            [7, 8],
+            "the torn line once it is whole, then the new one"
+        );
+        assert!(follower.new_records().unwrap().is_empty());
     }
 
     #[test]

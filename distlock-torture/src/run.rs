@@ -1,6 +1,7 @@
 //! One run: worker processes taking one lock while a nemesis strikes on a
 //! schedule, then the checker's figures.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Mutex;
@@ -12,7 +13,7 @@ use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 
 use crate::checker::{Figures, check};
-use crate::history::{Event, History, now_ns};
+use crate::history::{Event, Follower, History, now_ns};
 use crate::register::Register;
 use crate::worker::WorkerPlan;
 
@@ -150,6 +151,56 @@ pub struct Run {
     until_ns: u64,
     history: History,
     workers: Mutex<Vec<Child>>,
+    watch: Mutex<Watch>,
+}
+
+/// What the nemeses ask of the history, kept up to date line by line as it
+/// grows instead of read whole at every look.
+#[derive(Debug)]
+struct Watch {
+    follower: Follower,
+    /// Each process's last event, signals left out.
+    last: HashMap<u32, Event>,
+    last_grant_ns: Option<u64>,
+    last_heal_ns: Option<u64>,
+}
+
+impl Watch {
+    fn catch_up(&mut self) {
+        // A line that cannot be read now is read at the next look.
+        let Ok(records) = self.follower.new_records() else {
+            return;
+        };
+        for r in records {
+            match r.event {
+                Event::AtRisk | Event::Lost => continue,
+                Event::Grant { .. } => self.last_grant_ns = self.last_grant_ns.max(Some(r.ns)),
+                Event::Healed(_) => self.last_heal_ns = self.last_heal_ns.max(Some(r.ns)),
+                _ => {}
+            }
+            self.last.insert(r.pid, r.event);
+        }
+    }
+
+    /// The workers (in pid order) whose last event puts them in `wanted`.
+    fn in_phase(&mut self, workers: &[u32], wanted: Phase) -> Vec<u32> {
+        self.catch_up();
+        let mut found: Vec<u32> = workers
+            .iter()
+            .copied()
+            .filter(|pid| match (wanted, self.last.get(pid)) {
+                (Phase::Holding, Some(Event::Read { .. })) => true,
+                (Phase::Holding, _) => false,
+                // A grant is followed by a read, a write line by the write.
+                (Phase::OutsideTheRegister, Some(Event::Grant { .. } | Event::Write { .. })) => {
+                    false
+                }
+                (Phase::OutsideTheRegister, _) => true,
+            })
+            .collect();
+        found.sort_unstable();
+        found
+    }
 }
 
 impl Run {
@@ -176,7 +227,7 @@ impl Run {
         let deadline = tokio::time::Instant::now() + self.plan.ttl;
         loop {
             let workers = self.workers();
-            if let Some(pid) = phase(self.history.path(), &workers, Phase::Holding).first() {
+            if let Some(pid) = self.in_phase(&workers, Phase::Holding).first() {
                 return *pid;
             }
             if tokio::time::Instant::now() >= deadline {
@@ -202,15 +253,31 @@ impl Run {
                 Phase::OutsideTheRegister
             };
             let workers = self.workers();
-            for pid in phase(self.history.path(), &workers, wanted) {
+            for pid in self.in_phase(&workers, wanted) {
                 self.signal(pid, Signal::SIGSTOP)?;
-                if phase(self.history.path(), &[pid], wanted) == [pid] {
+                if self.in_phase(&[pid], wanted) == [pid] {
                     return Ok(pid);
                 }
                 self.signal(pid, Signal::SIGCONT)?;
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
+    }
+
+    /// Whether a worker was granted the lock after the last fault ended
+    /// (or no fault has ended yet).
+    pub fn granted_since_heal(&self) -> bool {
+        let mut watch = self.watch.lock().unwrap_or_else(|p| p.into_inner());
+        watch.catch_up();
+        match (watch.last_heal_ns, watch.last_grant_ns) {
+            (None, _) => true,
+            (Some(heal), grant) => grant.is_some_and(|g| g > heal),
+        }
+    }
+
+    fn in_phase(&self, workers: &[u32], wanted: Phase) -> Vec<u32> {
+        let mut watch = self.watch.lock().unwrap_or_else(|p| p.into_inner());
+        watch.in_phase(workers, wanted)
     }
 
     /// Sends `signal` to a worker's process group.
@@ -274,34 +341,6 @@ enum Phase {
     OutsideTheRegister,
 }
 
-/// The workers (in pid order) whose last event puts them in `wanted`.
-fn phase(history: &Path, workers: &[u32], wanted: Phase) -> Vec<u32> {
-    let Ok(records) = History::read(history) else {
-        return Vec::new();
-    };
-    let mut found: Vec<u32> = workers
-        .iter()
-        .copied()
-        .filter(|pid| {
-            let last = records
-                .iter()
-                .rev()
-                .find(|r| r.pid == *pid && !matches!(r.event, Event::AtRisk | Event::Lost));
-            match (wanted, last.map(|r| &r.event)) {
-                (Phase::Holding, Some(Event::Read { .. })) => true,
-                (Phase::Holding, _) => false,
-                // A grant is followed by a read, a write line by the write.
-                (Phase::OutsideTheRegister, Some(Event::Grant { .. } | Event::Write { .. })) => {
-                    false
-                }
-                (Phase::OutsideTheRegister, _) => true,
-            }
-        })
-        .collect();
-    found.sort_unstable();
-    found
-}
-
 /// What a run produced.
 #[derive(Debug)]
 pub struct Outcome {
@@ -317,9 +356,10 @@ pub struct Outcome {
 /// duration is over, waits for the workers, and checks the history.
 pub async fn run(plan: RunPlan, nemesis: &mut dyn Nemesis) -> std::io::Result<Outcome> {
     std::fs::create_dir_all(&plan.dir)?;
-    let history = History::open(plan.dir.join("history"));
-    let _ = std::fs::remove_file(history.path());
+    let path = plan.dir.join("history");
+    let _ = std::fs::remove_file(&path);
     let _ = std::fs::remove_file(plan.dir.join("register"));
+    let history = History::open(&path)?;
     let started = now_ns();
     let until_ns = started + plan.duration.as_nanos() as u64;
     let run = Run {
@@ -327,6 +367,12 @@ pub async fn run(plan: RunPlan, nemesis: &mut dyn Nemesis) -> std::io::Result<Ou
         until_ns,
         history,
         workers: Mutex::new(Vec::new()),
+        watch: Mutex::new(Watch {
+            follower: Follower::new(path),
+            last: HashMap::new(),
+            last_grant_ns: None,
+            last_heal_ns: None,
+        }),
     };
     for _ in 0..run.plan.clients {
         let child = run.spawn()?;

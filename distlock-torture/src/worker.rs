@@ -83,7 +83,7 @@ impl WorkerPlan {
 /// the loop goes on; only a history or register that cannot be written
 /// ends it.
 pub async fn work(locker: &Locker, plan: &WorkerPlan) -> std::io::Result<()> {
-    let history = History::open(&plan.history);
+    let history = History::open(&plan.history)?;
     let register = Register::open(&plan.register);
     let opts = AcquireOptions::with_ttl(plan.ttl).wait(Wait::For(plan.wait));
     while now_ns() < plan.until_ns {

@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use distlock_torture::history::{Event, History};
 use distlock_torture::{Nemesis, Run};
 use lock_core::backend::async_trait;
 
@@ -28,7 +27,7 @@ impl<N: Nemesis> Nemesis for Recovered<N> {
     }
     async fn inject(&mut self, run: &Run) -> std::io::Result<()> {
         let deadline = tokio::time::Instant::now() + self.patience;
-        while !granted_since_heal(run.history()) && tokio::time::Instant::now() < deadline {
+        while !run.granted_since_heal() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         self.nemesis.inject(run).await
@@ -36,20 +35,4 @@ impl<N: Nemesis> Nemesis for Recovered<N> {
     async fn heal(&mut self, run: &Run) -> std::io::Result<()> {
         self.nemesis.heal(run).await
     }
-}
-
-/// Whether the history has a grant after its last heal (or no heal yet).
-fn granted_since_heal(history: &History) -> bool {
-    let Ok(records) = History::read(history.path()) else {
-        return false;
-    };
-    let Some(healed) = records
-        .iter()
-        .rposition(|r| matches!(r.event, Event::Healed(_)))
-    else {
-        return true;
-    };
-    records[healed..]
-        .iter()
-        .any(|r| matches!(r.event, Event::Grant { .. }))
 }
