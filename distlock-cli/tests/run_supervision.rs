@@ -106,9 +106,7 @@ fn a_paused_distlock_has_its_command_stopped_before_the_next_holder_runs() {
         "the paused holder's command still ran when the next holder started: {seen}"
     );
     assert_eq!(read(&d.join("got-term")), "term\n", "SIGTERM came first");
-    let out = holder.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
-    assert!(stderr(&out).contains("was lost"), "{}", stderr(&out));
+    exits_lost(holder);
 }
 
 /// Renewal fails (the database is locked by somebody else) while the command
@@ -274,9 +272,7 @@ fn a_lock_taken_over_kills_the_command_and_its_children() {
         gone.is_some(),
         "the command and its child outlived the lock"
     );
-    let out = holder.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
-    assert!(stderr(&out).contains("was lost"), "{}", stderr(&out));
+    exits_lost(holder);
 }
 
 /// The command exits but leaves a process running in the background: it is
@@ -493,4 +489,11 @@ impl Db {
             .block_on(sqlx::query(sql).execute(&mut self.conn))
             .unwrap();
     }
+}
+
+/// distlock ended with status 125, saying the lock was lost.
+fn exits_lost(holder: std::process::Child) {
+    let out = holder.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(stderr(&out).contains("was lost"), "{}", stderr(&out));
 }
