@@ -157,3 +157,74 @@ fn bad_input_is_usage_and_an_unusable_backend_is_unavailable() {
     assert_eq!(unreachable.status.code(), Some(69));
     assert!(String::from_utf8_lossy(&unreachable.stderr).contains("does not exist"));
 }
+
+#[test]
+fn several_urls_are_measured_side_by_side() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = format!("sqlite://{}/bench.db", dir.path().display());
+    let out = dir.path().join("results");
+    let run = bench(&[
+        "--url",
+        &sqlite,
+        "--url",
+        "memory://",
+        "--duration",
+        "200ms",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    // Each backend keeps its own report, measured against its own floor.
+    for backend in ["sqlite", "memory"] {
+        let data = std::fs::read_to_string(out.join(format!("bench-{backend}.json"))).unwrap();
+        let report: Value = serde_json::from_str(&data).unwrap();
+        assert_eq!(report["backend"], backend);
+        assert!(report["workloads"][0]["metrics"][0]["ratio_to_floor"]["library"].is_f64());
+    }
+    let data = std::fs::read_to_string(out.join("bench-comparison.json")).unwrap();
+    let all: Value = serde_json::from_str(&data).unwrap();
+    let subjects: Vec<&str> = all["subjects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(subjects, ["sqlite", "memory", "memory/tokio-mutex"]);
+    let workloads = all["workloads"].as_array().unwrap();
+    assert_eq!(workloads.len(), WORKLOADS.len());
+    for w in workloads {
+        let headline = &w["metrics"][0];
+        for backend in ["sqlite", "memory"] {
+            let paired = &headline["paired_ratio_to_floor"][backend];
+            assert!(
+                paired["median"].is_f64(),
+                "{} {backend}: {headline}",
+                w["workload"]
+            );
+            assert!(headline["values"][backend].is_f64(), "{headline}");
+        }
+        assert!(headline["values"].get("floor").is_none(), "{headline}");
+    }
+    let svg = std::fs::read_to_string(out.join("bench-comparison.svg")).unwrap();
+    assert!(svg.contains("comparison") && svg.trim_end().ends_with("</svg>"));
+    let table = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        table.contains("sqlite ÷ floor") && table.contains("memory ÷ floor"),
+        "{table}"
+    );
+
+    let twice = bench(&[
+        "--url",
+        "memory://",
+        "--url",
+        "memory://",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(twice.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&twice.stderr).contains("same backend"));
+}

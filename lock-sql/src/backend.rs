@@ -27,7 +27,8 @@ use crate::orphans::{Attempt, Orphans, Undo};
 ///   never goes backwards for a name.
 ///
 /// Waiters poll with jittered backoff; a release in the same process wakes a
-/// local waiter at once.
+/// local waiter at once (through the server's notice where the dialect has
+/// one).
 ///
 /// An acquire statement the caller stopped waiting for is left to finish in
 /// a task of its own, which frees whatever it took (see `orphans.rs`).
@@ -191,7 +192,9 @@ impl LockBackend for SqlBackend {
                     .release(lease.name().as_str(), &owner, lease.token()),
             )
             .await?;
-        if outcome != Released::NotOurs {
+        // With a listener, the server's notice of this release wakes a local
+        // waiter too; waking one here as well would wake two per release.
+        if outcome != Released::NotOurs && self.listener.is_none() {
             self.signals.notify(lease.name());
         }
         match outcome {

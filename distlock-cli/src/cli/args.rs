@@ -150,8 +150,10 @@ pub(crate) struct StatusArgs {
 pub(crate) struct BenchArgs {
     /// The backend to measure: sqlite://PATH, memory://, … Query options
     /// such as ?ttl=10s or ?synchronous=normal apply to the floor too.
-    #[arg(long, env = "DISTLOCK_URL", hide_env_values = true)]
-    pub(crate) url: String,
+    /// Repeat it to measure several backends side by side in one run, taking
+    /// turns round by round, with a comparison table, JSON and chart.
+    #[arg(long, env = "DISTLOCK_URL", hide_env_values = true, required = true)]
+    pub(crate) url: Vec<String>,
 
     /// Clients in the contended, hand-off, wake-ups and many-names
     /// workloads.

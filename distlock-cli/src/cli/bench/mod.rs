@@ -4,6 +4,7 @@
 //! workloads and how a backend adds its floor and peers.
 
 mod chart;
+mod compare;
 mod contender;
 mod counting;
 mod date;
@@ -13,20 +14,19 @@ mod peer;
 mod progress;
 mod report;
 mod stats;
+mod target;
 mod workload;
 
 use std::path::Path;
-use std::sync::Arc;
 
 use distlock::Result;
 
 use super::args::BenchArgs;
 use super::exit;
-use contender::{Contender, Library};
-use counting::Counting;
 use progress::Progress;
-use report::{Machine, Report, Settings, WorkloadReport};
-use workload::{HOLD, Plan, Run, Slice, Workload};
+use report::{Machine, Report};
+use target::Target;
+use workload::{Plan, Workload};
 
 pub(crate) async fn bench(args: BenchArgs) -> Result<u8> {
     if let Err(e) = std::fs::create_dir_all(&args.out) {
@@ -36,107 +36,82 @@ pub(crate) async fn bench(args: BenchArgs) -> Result<u8> {
         );
         return Ok(exit::USAGE);
     }
-    let locker = distlock::connect(&args.url).await?;
-    let backend = locker.capabilities().backend;
-    let ttl = locker.defaults().ttl;
-    let (library, counted): (Arc<dyn Contender>, Arc<dyn Contender>) = if Counting::fits(&args.url)
-    {
-        (
-            Arc::new(Library::new(locker.clone())),
-            Arc::new(Library::counted(&locker)),
-        )
-    } else if locker.capabilities().server_side_wait {
-        // Counts its wake-ups itself, in every workload.
-        let own: Arc<dyn Contender> = Arc::new(Library::with_notices(locker.clone()));
-        (own.clone(), own)
-    } else {
-        let plain: Arc<dyn Contender> = Arc::new(Library::new(locker.clone()));
-        (plain.clone(), plain)
-    };
-    let floor = floor::connect(backend, &args.url, ttl).await?;
-    let peers = peer::for_backend(&args.url, ttl).await?;
-    let mut contenders = vec![floor.clone(), library.clone()];
-    contenders.extend(peers.iter().cloned());
+    let mut targets: Vec<Target> = Vec::with_capacity(args.url.len());
+    for url in &args.url {
+        let target = Target::open(url).await?;
+        if let Some(same) = targets.iter().find(|t| t.backend() == target.backend()) {
+            eprintln!(
+                "distlock: two --url name the same backend ({}); their results would share one \
+                 file. Run them in separate benches.",
+                same.backend()
+            );
+            return Ok(exit::USAGE);
+        }
+        targets.push(target);
+    }
     let clients = usize::from(args.clients);
+    // One plan for every target, so each contender of each backend gets the
+    // same share of each workload in the same number of slices.
     let plan = Plan::new(
         clients,
         args.names.map_or(clients, usize::from),
         args.duration,
-        contenders.len(),
+        targets.iter().map(Target::contenders).max().unwrap_or(1),
     );
 
-    let mut workloads = Vec::new();
-    let mut progress = Progress::new(&plan);
+    let mut progress = Progress::new(&plan, targets.len());
     for workload in Workload::ALL {
-        // The counting wrapper costs a little per call, so only the workload
-        // that needs its counts pays for it.
-        contenders[1] = match workload {
-            Workload::Wakeups => counted.clone(),
-            _ => library.clone(),
-        };
         let underway = progress.start(workload);
-        let mut totals: Vec<Slice> = contenders.iter().map(|_| Slice::default()).collect();
-        // Each contender's slices, round by round, for the paired ratios.
-        let mut slices: Vec<Vec<Run>> = contenders
-            .iter()
-            .map(|_| Vec::with_capacity(plan.slices as usize))
-            .collect();
+        for target in &mut targets {
+            target.begin(workload, &plan);
+        }
         for round in 0..plan.slices as usize {
-            // Each round starts with the next contender, so none always
-            // follows the same one.
-            for k in 0..contenders.len() {
-                let i = (round + k) % contenders.len();
-                let slice = workload.slice(&contenders[i], &plan).await?;
-                slices[i].push(slice.summary(&contenders[i].subject().name));
-                totals[i].merge(slice);
+            // Targets take turns like contenders do, each round starting
+            // with the next one.
+            for k in 0..targets.len() {
+                let i = (round + k) % targets.len();
+                targets[i].round(workload, &plan, round).await?;
             }
         }
-        let runs: Vec<_> = totals
-            .into_iter()
-            .zip(&contenders)
-            .map(|(total, c)| total.into_run(c.subject().name))
+        let runs: Vec<_> = targets
+            .iter_mut()
+            .flat_map(|t| {
+                let backend = t.backend();
+                t.finish(workload, &plan)
+                    .iter()
+                    .map(move |r| (backend, r.subject.clone(), r.acquisitions))
+                    .collect::<Vec<_>>()
+            })
             .collect();
         progress.finish(underway, &runs);
-        workloads.push(WorkloadReport {
-            workload,
-            describe: workload.describe(&plan),
-            latency: workload.latency(),
-            metrics: metrics::metrics(workload, &runs, &slices, &floor.subject().name),
-            runs,
-        });
     }
 
-    let report = Report {
-        backend,
-        url: distlock::url::redact(&args.url),
-        date: date::today(),
-        machine: Machine {
-            cores: std::thread::available_parallelism().map_or(1, usize::from),
-            os: std::env::consts::OS,
-            arch: std::env::consts::ARCH,
-        },
-        settings: Settings {
-            clients: plan.clients,
-            names: plan.names,
-            duration_ms: plan.duration.as_secs_f64() * 1e3,
-            share_ms: plan.share().as_secs_f64() * 1e3,
-            slices: plan.slices,
-            hold_ms: HOLD.as_secs_f64() * 1e3,
-            ttl_ms: ttl.as_secs_f64() * 1e3,
-        },
-        subjects: [&library, &floor]
-            .into_iter()
-            .chain(&peers)
-            .map(|c| c.subject())
-            .collect(),
-        hand_off_in_floor_commands: metrics::hand_off_in_commands(
-            &workloads,
-            &floor.subject().name,
-        ),
-        workloads,
+    let machine = Machine {
+        cores: std::thread::available_parallelism().map_or(1, usize::from),
+        os: std::env::consts::OS,
+        arch: std::env::consts::ARCH,
     };
-    print!("{}", report.table());
-    match write(&report, &args.out) {
+    let date = date::today();
+    let reports: Vec<Report> = targets
+        .into_iter()
+        .map(|t| t.report(&plan, date.clone(), machine.clone()))
+        .collect();
+    let mut written = Vec::new();
+    for report in &reports {
+        print!("{}", report.table());
+        written.push(write(report, &args.out));
+    }
+    if reports.len() > 1
+        && let Some(all) = compare::comparison(&reports)
+    {
+        println!();
+        print!("{}", all.table());
+        written.push(write(&all, &args.out));
+    }
+    match written
+        .into_iter()
+        .collect::<std::result::Result<(), String>>()
+    {
         Ok(()) => Ok(0),
         Err(e) => {
             eprintln!("distlock: {e}");

@@ -6,11 +6,13 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 
-use super::workload::{Plan, Run, Workload};
+use super::workload::{Plan, Workload};
 
 /// How far the benchmark has come.
 pub(crate) struct Progress {
     done: usize,
+    /// Backends measured side by side.
+    targets: usize,
     /// The expected time of one workload.
     per_workload: Duration,
     started: Instant,
@@ -26,11 +28,12 @@ pub(crate) struct Underway {
 }
 
 impl Progress {
-    pub(crate) fn new(plan: &Plan) -> Self {
-        let total = plan.duration * u32::try_from(Workload::ALL.len()).unwrap_or(u32::MAX);
+    pub(crate) fn new(plan: &Plan, targets: usize) -> Self {
+        let per_workload = plan.duration * u32::try_from(targets).unwrap_or(u32::MAX);
+        let total = per_workload * u32::try_from(Workload::ALL.len()).unwrap_or(u32::MAX);
         eprintln!(
-            "distlock bench: {} workloads of {:.1}s, each contender's share in {} interleaved \
-             slices; about {:.0}s in all",
+            "distlock bench: {} workloads of {:.1}s per backend, each contender's share in {} \
+             interleaved slices; about {:.0}s in all",
             Workload::ALL.len(),
             plan.duration.as_secs_f64(),
             plan.slices,
@@ -38,7 +41,8 @@ impl Progress {
         );
         Self {
             done: 0,
-            per_workload: plan.duration,
+            targets,
+            per_workload,
             started: Instant::now(),
             terminal: std::io::stderr().is_terminal(),
         }
@@ -72,14 +76,18 @@ impl Progress {
         }
     }
 
-    pub(crate) fn finish(&mut self, underway: Underway, runs: &[Run]) {
+    /// `runs`: each contender's backend, name and acquisitions.
+    pub(crate) fn finish(&mut self, underway: Underway, runs: &[(&str, String, u64)]) {
         if let Some(ticker) = underway.ticker {
             ticker.abort();
         }
         self.done += 1;
         let counts: Vec<String> = runs
             .iter()
-            .map(|r| format!("{} {}", r.subject, r.acquisitions))
+            .map(|(backend, subject, acquisitions)| match self.targets {
+                1 => format!("{subject} {acquisitions}"),
+                _ => format!("{backend} {subject} {acquisitions}"),
+            })
             .collect();
         let total = self.per_workload * u32::try_from(Workload::ALL.len()).unwrap_or(u32::MAX);
         let erase = if self.terminal { "\r\x1b[K" } else { "" };

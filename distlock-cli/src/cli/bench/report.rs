@@ -31,7 +31,7 @@ pub(crate) struct Report {
 }
 
 /// Where the numbers come from; they only compare within one machine.
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub(crate) struct Machine {
     pub(crate) cores: usize,
     pub(crate) os: &'static str,
@@ -39,7 +39,7 @@ pub(crate) struct Machine {
 }
 
 /// The command-line settings of the run.
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub(crate) struct Settings {
     pub(crate) clients: usize,
     pub(crate) names: usize,

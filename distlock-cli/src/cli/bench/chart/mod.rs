@@ -23,7 +23,10 @@ const MUTED: &str = "#666";
 const GRID: &str = "#ddd";
 const BETTER_SIDE: &str = "#e6f4e6";
 /// The floor's line is dashed grey; the others take these colours in order.
-const COLOURS: &[&str] = &["#2f6db5", "#b5462f", "#8a4fb5", "#2f9e8f"];
+const COLOURS: &[&str] = &[
+    "#2f6db5", "#b5462f", "#8a4fb5", "#2f9e8f", "#c28a1e", "#5a8a2f", "#b52f7a", "#2f8ab5",
+    "#7a5a3a", "#4a4ab5", "#b5792f", "#3a7a5a",
+];
 const FLOOR_COLOUR: &str = "#555";
 
 /// The whole chart for one report.

@@ -1,0 +1,113 @@
+//! Several backends side by side (`--url A --url B …`): one report whose
+//! contenders are each backend's library and peers, named after the
+//! backend, with every ratio still to that backend's own floor. It prints,
+//! serialises and draws like any other report.
+
+use std::collections::BTreeMap;
+
+use super::contender::{Role, Subject};
+use super::report::{Metric, Report, WorkloadReport};
+
+/// The backend's own name for its library, `backend/peer` for a peer.
+fn rename(backend: &str, subject: &Subject) -> String {
+    match subject.role {
+        Role::Peer => format!("{backend}/{}", subject.name),
+        Role::Library | Role::Floor => backend.to_owned(),
+    }
+}
+
+/// The reports of one run over several URLs, which share their plan and
+/// workloads, as one.
+pub(crate) fn comparison(reports: &[Report]) -> Option<Report> {
+    let first = reports.first()?;
+    let mut subjects = Vec::new();
+    let mut workloads: Vec<WorkloadReport> = first
+        .workloads
+        .iter()
+        .map(|w| WorkloadReport {
+            workload: w.workload,
+            describe: w.describe.clone(),
+            latency: w.latency,
+            runs: Vec::new(),
+            metrics: w
+                .metrics
+                .iter()
+                .map(|m| Metric {
+                    name: m.name,
+                    unit: m.unit,
+                    better: m.better,
+                    headline: m.headline,
+                    values: BTreeMap::new(),
+                    ratio_to_floor: BTreeMap::new(),
+                    paired_ratio_to_floor: BTreeMap::new(),
+                })
+                .collect(),
+        })
+        .collect();
+    let mut hand_off = BTreeMap::new();
+    for report in reports {
+        let floor = report.floor();
+        // Old name → new name, floor left out.
+        let names: BTreeMap<&str, String> = report
+            .subjects
+            .iter()
+            .filter(|s| s.role != Role::Floor)
+            .map(|s| (s.name.as_str(), rename(report.backend, s)))
+            .collect();
+        subjects.extend(
+            report
+                .subjects
+                .iter()
+                .filter(|s| s.role != Role::Floor)
+                .map(|s| Subject {
+                    role: s.role,
+                    name: names[s.name.as_str()].clone(),
+                    detail: format!("{} ({})", s.detail, report.url),
+                }),
+        );
+        let rekey = |from: &BTreeMap<String, f64>, into: &mut BTreeMap<String, f64>| {
+            for (name, v) in from {
+                if let Some(new) = names.get(name.as_str()) {
+                    into.insert(new.clone(), *v);
+                }
+            }
+        };
+        rekey(&report.hand_off_in_floor_commands, &mut hand_off);
+        for (mine, theirs) in workloads.iter_mut().zip(&report.workloads) {
+            mine.runs.extend(
+                theirs
+                    .runs
+                    .iter()
+                    .filter(|r| r.subject != floor)
+                    .filter_map(|r| {
+                        let mut run = r.clone();
+                        run.subject = names.get(r.subject.as_str())?.clone();
+                        Some(run)
+                    }),
+            );
+            for (m, t) in mine.metrics.iter_mut().zip(&theirs.metrics) {
+                rekey(&t.values, &mut m.values);
+                rekey(&t.ratio_to_floor, &mut m.ratio_to_floor);
+                for (name, p) in &t.paired_ratio_to_floor {
+                    if let Some(new) = names.get(name.as_str()) {
+                        m.paired_ratio_to_floor.insert(new.clone(), p.clone());
+                    }
+                }
+            }
+        }
+    }
+    Some(Report {
+        backend: "comparison",
+        url: reports
+            .iter()
+            .map(|r| r.url.as_str())
+            .collect::<Vec<_>>()
+            .join(" · "),
+        date: first.date.clone(),
+        machine: first.machine.clone(),
+        settings: first.settings.clone(),
+        subjects,
+        workloads,
+        hand_off_in_floor_commands: hand_off,
+    })
+}

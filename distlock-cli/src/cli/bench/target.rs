@@ -1,0 +1,170 @@
+//! One backend under measurement: its library, floor and peers, and what
+//! they measured so far. Several targets take turns round by round, so a run
+//! over several URLs interleaves them the way one target interleaves its
+//! contenders.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock::Result;
+
+use super::contender::{Contender, Library};
+use super::counting::Counting;
+use super::report::{Machine, Report, Settings, WorkloadReport};
+use super::workload::{HOLD, Plan, Run, Slice, Workload};
+use super::{floor, metrics, peer};
+
+pub(crate) struct Target {
+    url: String,
+    backend: &'static str,
+    ttl: Duration,
+    library: Arc<dyn Contender>,
+    /// The library as the wake-ups workload measures it (see `Counting`).
+    counted: Arc<dyn Contender>,
+    floor: Arc<dyn Contender>,
+    peers: Vec<Arc<dyn Contender>>,
+    /// Floor, library, peers: the order contenders take turns in.
+    contenders: Vec<Arc<dyn Contender>>,
+    workloads: Vec<WorkloadReport>,
+    /// The workload under way: each contender's slices merged so far, and
+    /// each one's per-slice summaries, round by round, for the paired ratios.
+    totals: Vec<Slice>,
+    slices: Vec<Vec<Run>>,
+}
+
+impl Target {
+    pub(crate) async fn open(url: &str) -> Result<Self> {
+        let locker = distlock::connect(url).await?;
+        let backend = locker.capabilities().backend;
+        let ttl = locker.defaults().ttl;
+        let (library, counted): (Arc<dyn Contender>, Arc<dyn Contender>) = if Counting::fits(url) {
+            (
+                Arc::new(Library::new(locker.clone())),
+                Arc::new(Library::counted(&locker)),
+            )
+        } else if locker.capabilities().server_side_wait {
+            // Counts its wake-ups itself, in every workload.
+            let own: Arc<dyn Contender> = Arc::new(Library::with_notices(locker.clone()));
+            (own.clone(), own)
+        } else {
+            let plain: Arc<dyn Contender> = Arc::new(Library::new(locker.clone()));
+            (plain.clone(), plain)
+        };
+        let floor = floor::connect(backend, url, ttl).await?;
+        let peers = peer::for_backend(url, ttl).await?;
+        let mut contenders = vec![floor.clone(), library.clone()];
+        contenders.extend(peers.iter().cloned());
+        Ok(Self {
+            url: url.to_owned(),
+            backend,
+            ttl,
+            library,
+            counted,
+            floor,
+            peers,
+            contenders,
+            workloads: Vec::new(),
+            totals: Vec::new(),
+            slices: Vec::new(),
+        })
+    }
+
+    /// The backend, as its capabilities name it.
+    pub(crate) fn backend(&self) -> &'static str {
+        self.backend
+    }
+
+    /// How many contenders take turns (the plan divides the time by it).
+    pub(crate) fn contenders(&self) -> usize {
+        self.contenders.len()
+    }
+
+    /// Gets ready to measure `workload`.
+    pub(crate) fn begin(&mut self, workload: Workload, plan: &Plan) {
+        // The counting wrapper costs a little per call, so only the workload
+        // that needs its counts pays for it.
+        self.contenders[1] = match workload {
+            Workload::Wakeups => self.counted.clone(),
+            _ => self.library.clone(),
+        };
+        self.totals = self.contenders.iter().map(|_| Slice::default()).collect();
+        self.slices = self
+            .contenders
+            .iter()
+            .map(|_| Vec::with_capacity(plan.slices as usize))
+            .collect();
+    }
+
+    /// Every contender's slice of round `round`.
+    pub(crate) async fn round(
+        &mut self,
+        workload: Workload,
+        plan: &Plan,
+        round: usize,
+    ) -> Result<()> {
+        // Each round starts with the next contender, so none always follows
+        // the same one.
+        let n = self.contenders.len();
+        for k in 0..n {
+            let i = (round + k) % n;
+            let contender = &self.contenders[i];
+            let slice = workload.slice(contender, plan).await?;
+            self.slices[i].push(slice.summary(&contender.subject().name));
+            self.totals[i].merge(slice);
+        }
+        Ok(())
+    }
+
+    /// Ends `workload`; returns each contender's run of it.
+    pub(crate) fn finish(&mut self, workload: Workload, plan: &Plan) -> &[Run] {
+        let runs: Vec<Run> = std::mem::take(&mut self.totals)
+            .into_iter()
+            .zip(&self.contenders)
+            .map(|(total, c)| total.into_run(c.subject().name))
+            .collect();
+        let slices = std::mem::take(&mut self.slices);
+        self.workloads.push(WorkloadReport {
+            workload,
+            describe: workload.describe(plan),
+            latency: workload.latency(),
+            metrics: metrics::metrics(workload, &runs, &slices, &self.floor.subject().name),
+            runs,
+        });
+        &self.workloads[self.workloads.len() - 1].runs
+    }
+
+    /// Everything this target measured.
+    pub(crate) fn report(self, plan: &Plan, date: String, machine: Machine) -> Report {
+        Report {
+            backend: self.backend,
+            url: distlock::url::redact(&self.url),
+            date,
+            machine,
+            settings: Settings::of(plan, self.ttl),
+            subjects: [&self.library, &self.floor]
+                .into_iter()
+                .chain(&self.peers)
+                .map(|c| c.subject())
+                .collect(),
+            hand_off_in_floor_commands: metrics::hand_off_in_commands(
+                &self.workloads,
+                &self.floor.subject().name,
+            ),
+            workloads: self.workloads,
+        }
+    }
+}
+
+impl Settings {
+    fn of(plan: &Plan, ttl: Duration) -> Self {
+        Self {
+            clients: plan.clients,
+            names: plan.names,
+            duration_ms: plan.duration.as_secs_f64() * 1e3,
+            share_ms: plan.share().as_secs_f64() * 1e3,
+            slices: plan.slices,
+            hold_ms: HOLD.as_secs_f64() * 1e3,
+            ttl_ms: ttl.as_secs_f64() * 1e3,
+        }
+    }
+}
