@@ -47,8 +47,10 @@ impl NodeConfig {
         })
     }
 
-    /// The URL for the driver.
-    pub(crate) fn connection_info(&self) -> &str {
+    /// The URL the driver connects to, credentials included (so print
+    /// `label`, not this): for opening a `redis::Client` of one's own to
+    /// the same server.
+    pub fn url(&self) -> &str {
         &self.url
     }
 

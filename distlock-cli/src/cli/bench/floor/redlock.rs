@@ -32,9 +32,9 @@ impl RedlockFloor {
         let config = RedlockConfig::parse(&distlock::backend_url(url)?)?;
         let mut nodes = Vec::new();
         for node in &config.nodes {
-            let url = format!("redis://{}", node.label);
             nodes.push(
-                RawNode::connect(&url, &node.label, node.timeout, node.connect_timeout).await?,
+                RawNode::connect(node.url(), &node.label, node.timeout, node.connect_timeout)
+                    .await?,
             );
         }
         Ok(Self {

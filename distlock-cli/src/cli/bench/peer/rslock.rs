@@ -33,7 +33,7 @@ impl Rslock {
         let uris: Vec<String> = config
             .nodes
             .iter()
-            .map(|n| format!("redis://{}", n.label))
+            .map(|n| n.url().to_owned())
             .collect();
         let clients = uris
             .iter()
