@@ -3,8 +3,8 @@
 //! restart that loses the fence counter, TTL limits, an unreachable server,
 //! an `add` whose reply was lost, one request per acquire, renewal and
 //! release, and writes that land before a release's or renewal's write on
-//! the CAS it knows or between its read and its conditional write. Calls cut mid-exchange are
-//! in `memcache_cancel.rs`.
+//! the CAS it knows or between its read and its conditional write. Calls
+//! cut mid-exchange are in `memcache_cancel.rs`.
 
 mod common {
     pub(crate) mod memcache;
