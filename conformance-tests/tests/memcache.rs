@@ -1,9 +1,10 @@
 //! memcached beyond the conformance suite: a stale owner's compare-and-delete
 //! and compare-and-set against a new holder, eviction of a held lock, a
 //! restart that loses the fence counter, TTL limits, an unreachable server,
-//! an `add` whose reply was lost, and writes that land between a release's
-//! or renewal's read and its conditional write. Calls cut mid-exchange are
-//! in `memcache_cancel.rs`.
+//! an `add` whose reply was lost, one request per acquire, renewal and
+//! release, and writes that land before a release's or renewal's write on
+//! the CAS it knows or between its read and its conditional write. Calls
+//! cut mid-exchange are in `memcache_cancel.rs`.
 
 mod common {
     pub(crate) mod memcache;
@@ -43,21 +44,35 @@ async fn a_stale_owner_never_deletes_or_extends_a_new_holders_lock() {
     let seen = a.client().get(&key).await.expect("get").expect("held");
     assert_eq!(seen.value, first.owner().to_hex());
     // The lock vanishes (as on expiry or eviction) and somebody else takes it.
-    assert!(a.client().delete_if(&key, seen.cas).await.expect("delete"));
+    assert!(
+        a.client()
+            .delete_if(&key, seen.cas)
+            .await
+            .expect("delete")
+            .applied()
+            .is_some()
+    );
     let second = Locker::from_arc(b.clone() as Arc<dyn LockBackend>)
         .acquire_lease("stale", opts(Duration::from_secs(30)))
         .await
         .expect("taken over");
     // Step 2, with the stale CAS: neither may touch the new holder's item.
     assert!(
-        !a.client().delete_if(&key, seen.cas).await.expect("md"),
+        a.client()
+            .delete_if(&key, seen.cas)
+            .await
+            .expect("md")
+            .applied()
+            .is_none(),
         "stale compare-and-delete applied"
     );
     assert!(
-        !a.client()
+        a.client()
             .set_if(&key, &seen.value, 30, seen.cas)
             .await
-            .expect("ms"),
+            .expect("ms")
+            .applied()
+            .is_none(),
         "stale compare-and-set applied"
     );
     let now = b
@@ -231,17 +246,81 @@ async fn proxied_pair(proxy: &Proxy) -> (Arc<MemcacheBackend>, Arc<MemcacheBacke
     )
 }
 
-/// Runs `call` (a release or renewal through `proxy`) with the proxy holding
-/// each of its first `interleavings` conditional writes (every request but
-/// one follows a read: the first is the read, then a write and a read go
-/// through between holds); `meanwhile` runs while a write is held.
+/// Runs `call` with `proxy` letting one request through and holding any
+/// later one: it fails if `call` needs a second.
+async fn in_one_request<T>(proxy: &Proxy, call: impl Future<Output = T>) -> T {
+    proxy.set(Fault::StallRequestsAfter(1));
+    let outcome = timeout(Duration::from_secs(3), call)
+        .await
+        .expect("done in one request: a second one is held");
+    proxy.set(Fault::None);
+    outcome
+}
+
+/// Uncontended, an acquire (its add, counter increment and read written
+/// together), a renewal and a release take one request each, and so does an
+/// attempt on a held lock: the renewal and the release write on the CAS the
+/// grant or the last renewal returned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_a_renewal_and_a_release_take_one_request_each() {
+    let proxy = Proxy::start(Memcached::shared().await.port()).await;
+    let (a, b) = proxied_pair(&proxy).await;
+    let name = LockName::new("one-each").expect("name");
+    let ttl = Duration::from_secs(10);
+    let lease = in_one_request(
+        &proxy,
+        a.try_acquire(&AcquireRequest::new(name.clone(), ttl)),
+    )
+    .await
+    .expect("try_acquire")
+    .expect("free");
+    let busy = in_one_request(
+        &proxy,
+        a.try_acquire(&AcquireRequest::new(name.clone(), ttl)),
+    )
+    .await
+    .expect("try_acquire");
+    assert!(busy.is_none(), "another owner holds it");
+    let renewed = in_one_request(&proxy, a.renew(&lease, Duration::from_secs(30)))
+        .await
+        .expect("renew");
+    let item = b.client().get(&a.lock_key(&name)).await.expect("get");
+    assert!(
+        item.is_some_and(|i| i.ttl.is_some_and(|t| t > 10)),
+        "the renewal set the longer expiry"
+    );
+    let next = in_one_request(
+        &proxy,
+        a.try_acquire(&AcquireRequest::new(name.clone(), ttl)),
+    )
+    .await
+    .expect("try_acquire");
+    assert!(next.is_none(), "still held");
+    in_one_request(&proxy, a.release(&renewed))
+        .await
+        .expect("release");
+    assert_eq!(b.client().get(&a.lock_key(&name)).await.expect("get"), None);
+    let after = a
+        .try_acquire(&AcquireRequest::new(name, ttl))
+        .await
+        .expect("try_acquire")
+        .expect("free again");
+    assert!(after.token() > lease.token(), "tokens go up");
+    a.release(&after).await.expect("release");
+}
+
+/// Runs `call` (a release or renewal through `proxy`, of a lease whose CAS
+/// is stale, so that its write on that CAS misses and it reads) with the
+/// proxy holding each of its first `interleavings` writes that follow a read
+/// (first the write on the stale CAS and the read go through, then a write
+/// and a read between holds); `meanwhile` runs while a write is held.
 async fn between_read_and_write<T: Send + 'static>(
     proxy: &Proxy,
     call: impl Future<Output = T> + Send + 'static,
     mut meanwhile: impl AsyncFnMut(),
     interleavings: u32,
 ) -> T {
-    proxy.set(Fault::StallRequestsAfter(1));
+    proxy.set(Fault::StallRequestsAfter(2));
     let mut held = proxy.held();
     let call = tokio::spawn(call);
     for i in 0..interleavings {
@@ -304,14 +383,17 @@ async fn rewrite_as_a_late_renewal(b: &MemcacheBackend, key: &str, ttl: u64) {
         b.client()
             .set_if(key, &item.value, ttl, item.cas)
             .await
-            .expect("ms"),
+            .expect("ms")
+            .applied()
+            .is_some(),
         "the late renewal applied"
     );
 }
 
-/// A renewal of the lease that was cut on the client's side lands between
-/// the release's read and its compare-and-delete: the CAS moved, the lock is
-/// still ours, and the release must free it, not report it lost.
+/// Renewals of the lease that were cut on the client's side landed: one
+/// before the release, so its delete on the lease's CAS misses, and one
+/// between the release's read and its compare-and-delete. The lock is still
+/// ours, and the release must free it, not report it lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_renewal_between_the_read_and_the_delete_does_not_fail_the_release() {
     let Held {
@@ -321,6 +403,7 @@ async fn a_late_renewal_between_the_read_and_the_delete_does_not_fail_the_releas
         key,
         lease,
     } = Held::new("late-renewal").await;
+    rewrite_as_a_late_renewal(&b, &key, 10).await;
     let released = between_read_and_write(
         &proxy,
         {
@@ -353,6 +436,7 @@ async fn a_late_renewal_between_the_read_and_the_set_does_not_fail_the_renewal()
         key,
         lease,
     } = Held::new("late-renewal").await;
+    rewrite_as_a_late_renewal(&b, &key, 10).await;
     let longer = Duration::from_secs(30);
     let renewed = between_read_and_write(
         &proxy,
@@ -391,11 +475,13 @@ async fn a_lock_taken_over_between_the_read_and_the_write_is_not_held_and_left_a
             .await
             .expect("try_acquire")
             .expect("free");
+        rewrite_as_a_late_renewal(&b, &key, 10).await;
         let mut newer = None;
         let take_over = async || {
             // Gone (evicted, say), then another owner takes it.
             let item = b.client().get(&key).await.expect("get").expect("held");
-            assert!(b.client().delete_if(&key, item.cas).await.expect("md"));
+            let deleted = b.client().delete_if(&key, item.cas).await.expect("md");
+            assert!(deleted.applied().is_some());
             newer = b
                 .try_acquire(&AcquireRequest::new(name.clone(), ttl))
                 .await
@@ -436,6 +522,7 @@ async fn a_cas_that_moves_before_every_try_is_a_retryable_error_not_a_loss() {
         key,
         lease,
     } = Held::new("moving").await;
+    rewrite_as_a_late_renewal(&b, &key, 10).await;
     let released = between_read_and_write(
         &proxy,
         {

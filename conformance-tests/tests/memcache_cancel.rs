@@ -216,11 +216,13 @@ async fn a_request_cut_after_its_write_leaves_no_reply_for_the_next() {
     sleep(Duration::from_millis(100)).await;
 
     let held_key = cut.lock_key(held.name());
+    let (added, _, _) = cut
+        .client()
+        .add_then_increment(&held_key, "intruder", 30, "intruder#fence", 1)
+        .await
+        .expect("add");
     assert!(
-        !cut.client()
-            .add(&held_key, "intruder", 30)
-            .await
-            .expect("add"),
+        added.applied().is_none(),
         "an add of a held key was granted"
     );
     for _ in 0..4 {

@@ -22,6 +22,7 @@ pub struct Lease {
     ttl: Duration,
     sent_at: Instant,
     deadline: Instant,
+    version: Option<u64>,
 }
 
 impl Lease {
@@ -46,10 +47,24 @@ impl Lease {
             token,
             ttl,
             sent_at,
+            version: None,
         }
     }
 
-    /// The same grant, extended by a renewal sent at `sent_at`.
+    /// The same lease, carrying `version`: the backend's version of the
+    /// lock's record as this grant or renewal left it (memcache: the item's
+    /// CAS unique), so that the next renewal or the release can write on it
+    /// without reading it first. Only ever a hint: a backend that uses it
+    /// must still refuse to write when it no longer matches, because a
+    /// renewal cut on our side after the server applied it leaves it stale.
+    pub fn with_version(mut self, version: u64) -> Self {
+        self.version = Some(version);
+        self
+    }
+
+    /// The same grant, extended by a renewal sent at `sent_at`. It keeps the
+    /// [`version`](Self::version); a backend that keeps one sets the
+    /// renewal's with [`with_version`](Self::with_version).
     pub fn renewed(&self, ttl: Duration, sent_at: Instant) -> Self {
         Self {
             deadline: Self::deadline_for(ttl, sent_at),
@@ -88,6 +103,12 @@ impl Lease {
     /// instant its TTL is counted from.
     pub fn sent_at(&self) -> Instant {
         self.sent_at
+    }
+
+    /// The backend's version of the lock's record, if it keeps one (see
+    /// [`with_version`](Self::with_version)).
+    pub fn version(&self) -> Option<u64> {
+        self.version
     }
 
     /// When the lease must be taken as expired, on the local monotonic clock.

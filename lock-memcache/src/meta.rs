@@ -4,13 +4,14 @@
 //! The classic text protocol has no conditional delete; the meta protocol
 //! does (`md key C<cas>`), and a conditional set (`ms … C<cas>`).
 //!
-//! A connection is taken out of the pool for one exchange and put back only
-//! once that exchange read its whole reply. If the request fails, times out,
-//! or its future is dropped between the write and the read (a cancelled
-//! call), the connection is dropped with it: its reply would otherwise be
-//! read by the next request, and an `add` that read a stale `HD` would report
-//! a grant. Every request also carries an opaque token that the reply must
-//! echo, so a reply out of step is an error, never an answer.
+//! A connection is taken out of the pool for one exchange (one command, or a
+//! few written at once) and put back only once that exchange read every
+//! reply. If a request fails, is refused, times out, or its future is
+//! dropped between the write and the last read (a cancelled call), the
+//! connection is dropped with it: its replies would otherwise be read by the
+//! next request, and an `add` that read a stale `HD` would report a grant.
+//! Every command also carries an opaque token that its reply must echo, so
+//! a reply out of step is an error, never an answer.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -110,6 +111,23 @@ impl MetaClient {
         line: &str,
         data: Option<&[u8]>,
     ) -> Result<Reply> {
+        let mut replies = self.pipeline(operation, &[(line, data)]).await?;
+        Ok(replies.remove(0))
+    }
+
+    /// Sends `commands` (each a line and its data block) in one write on one
+    /// connection, then reads their replies: one round trip. memcached runs
+    /// one connection's commands in the order sent, though other
+    /// connections' commands may run in between.
+    ///
+    /// The connection goes back to the pool only once every reply was read
+    /// and is well-formed and in step; on anything else it is dropped, so a
+    /// later request can never read a reply left over from this one.
+    async fn pipeline(
+        &self,
+        operation: &'static str,
+        commands: &[(&str, Option<&[u8]>)],
+    ) -> Result<Vec<Reply>> {
         let timed_out = || Error::timeout(operation, self.timeout);
         // Waiting for a free connection counts against the timeout.
         let mut deadline = Instant::now() + self.timeout;
@@ -134,120 +152,214 @@ impl MetaClient {
                 conn
             }
         };
-        let opaque = self.opaque.fetch_add(1, Ordering::Relaxed).to_string();
-        let reply = match timeout_at(deadline, exchange(&mut conn, line, &opaque, data)).await {
-            Ok(Ok(reply)) => reply,
-            Ok(Err(e)) => return Err(self.unavailable(format!("{operation}: {e}"))),
-            Err(_) => return Err(timed_out()),
+        let count = u32::try_from(commands.len()).unwrap_or(u32::MAX);
+        let first = self.opaque.fetch_add(count, Ordering::Relaxed);
+        let opaques: Vec<String> = (0..count)
+            .map(|i| first.wrapping_add(i).to_string())
+            .collect();
+        let request = encode(commands, &opaques);
+        let exchange = async {
+            let io = |e: std::io::Error| self.unavailable(format!("{operation}: {e}"));
+            conn.get_mut().write_all(&request).await.map_err(io)?;
+            let mut replies = Vec::with_capacity(commands.len());
+            for opaque in &opaques {
+                let reply = read_reply(&mut conn).await.map_err(io)?;
+                // A refused or out-of-step reply ends the exchange here: what
+                // follows it on the wire is not ours to guess.
+                self.check(operation, &reply, opaque)?;
+                replies.push(reply);
+            }
+            Ok(replies)
         };
+        let replies = timeout_at(deadline, exchange)
+            .await
+            .map_err(|_| timed_out())??;
+        self.idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(conn);
+        Ok(replies)
+    }
+
+    /// A refused request, or a reply that does not echo `opaque`, is an error.
+    fn check(&self, operation: &str, reply: &Reply, opaque: &str) -> Result<()> {
         match reply.status() {
-            // What the server does with the rest of a refused request is not
-            // ours to guess: the connection goes.
             "CLIENT_ERROR" | "SERVER_ERROR" | "ERROR" => Err(Error::backend(format!(
                 "memcached refused {operation}: {}",
                 reply.tokens.join(" ")
             ))),
-            _ if reply.flag('O') != Some(opaque.as_str()) => Err(self.unavailable(format!(
+            _ if reply.flag('O') != Some(opaque) => Err(self.unavailable(format!(
                 "{operation}: the reply {:?} is not this request's",
                 reply.status()
             ))),
-            _ => {
-                self.idle
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push(conn);
-                Ok(reply)
-            }
+            _ => Ok(()),
         }
     }
 
-    /// `add`: stores `value` only if `key` is absent. `true` if stored.
-    pub async fn add(&self, key: &str, value: &str, exptime: u64) -> Result<bool> {
-        let line = format!("ms {key} {} T{exptime} ME", value.len());
-        let reply = self.request("add", &line, Some(value.as_bytes())).await?;
-        stored(&reply)
+    /// `add` (store `value` at `key` only if absent), then an increment of the
+    /// counter at `counter` (created with `seed` if missing), then a read of
+    /// `key`, in one round trip and in that order. Returns the add's outcome
+    /// (with the new item's CAS), the counter's new value, and the item at
+    /// `key` as the read found it.
+    ///
+    /// The counter moves even when the add is refused.
+    pub async fn add_then_increment(
+        &self,
+        key: &str,
+        value: &str,
+        exptime: u64,
+        counter: &str,
+        seed: u64,
+    ) -> Result<(Write, u64, Option<Item>)> {
+        let add = format!("ms {key} {} T{exptime} ME c", value.len());
+        let increment = increment_line(counter, seed);
+        // `u`: without it this read, which comes with every attempt, would
+        // bump the item in the LRU, and memcached shelters an item fetched
+        // twice from eviction: the lock would stay in the cache longer than
+        // without the read.
+        let read = format!("mg {key} v c t u");
+        let replies = self
+            .pipeline(
+                "add",
+                &[
+                    (&add, Some(value.as_bytes())),
+                    (&increment, None),
+                    (&read, None),
+                ],
+            )
+            .await?;
+        let [added, counted, read] = <[Reply; 3]>::try_from(replies)
+            .map_err(|_| Error::backend("memcached answered a pipeline short"))?;
+        Ok((written(&added)?, counter_value(&counted)?, item(&read)))
     }
 
     /// The item at `key`, if any.
     pub async fn get(&self, key: &str) -> Result<Option<Item>> {
-        let reply = self
-            .request("get", &format!("mg {key} v c t"), None)
-            .await?;
-        if reply.status() == "EN" {
-            return Ok(None);
-        }
-        let value = String::from_utf8_lossy(reply.data.as_deref().unwrap_or_default()).into_owned();
-        let cas = reply.flag('c').and_then(|c| c.parse().ok()).unwrap_or(0);
-        let ttl = reply
-            .flag('t')
-            .and_then(|t| t.parse::<i64>().ok())
-            .and_then(|t| u64::try_from(t).ok());
-        Ok(Some(Item { value, cas, ttl }))
+        Ok(item(&self.request("get", &get_line(key), None).await?))
     }
 
     /// Sets `key` to `value` with a new expiry only if its CAS is still
-    /// `cas`. `true` if stored.
-    pub async fn set_if(&self, key: &str, value: &str, exptime: u64, cas: u64) -> Result<bool> {
-        let line = format!("ms {key} {} T{exptime} C{cas}", value.len());
+    /// `cas`.
+    pub async fn set_if(&self, key: &str, value: &str, exptime: u64, cas: u64) -> Result<Write> {
+        let line = format!("ms {key} {} T{exptime} C{cas} c", value.len());
         let reply = self
             .request("compare-and-set", &line, Some(value.as_bytes()))
             .await?;
-        stored(&reply)
+        written(&reply)
     }
 
-    /// Deletes `key` only if its CAS is still `cas`. `true` if deleted.
-    pub async fn delete_if(&self, key: &str, cas: u64) -> Result<bool> {
+    /// Deletes `key` only if its CAS is still `cas`.
+    pub async fn delete_if(&self, key: &str, cas: u64) -> Result<Write> {
         let reply = self
             .request("compare-and-delete", &format!("md {key} C{cas}"), None)
             .await?;
-        Ok(reply.status() == "HD")
+        written(&reply)
     }
 
     /// Increments the counter at `key`, creating it with `seed` (and no
     /// expiry) if it is missing; returns the new value.
     pub async fn increment_or_seed(&self, key: &str, seed: u64) -> Result<u64> {
-        let reply = self
-            .request("increment", &format!("ma {key} N0 J{seed} v"), None)
-            .await?;
-        let data = reply.data.as_deref().unwrap_or_default();
-        String::from_utf8_lossy(data).trim().parse().map_err(|_| {
-            Error::backend(format!(
-                "memcached answered an increment with {:?}",
-                reply.tokens
-            ))
-        })
+        counter_value(
+            &self
+                .request("increment", &increment_line(key, seed), None)
+                .await?,
+        )
     }
 }
 
-fn stored(reply: &Reply) -> Result<bool> {
+/// How a write ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Write {
+    /// Applied (`HD`); the item's new CAS, `0` where the command returns
+    /// none (a delete).
+    Applied(u64),
+    /// Not applied: an add found the key taken (`NS`).
+    NotStored,
+    /// Not applied: the item's CAS is not the one given (`EX`).
+    Changed,
+    /// Not applied: no item at the key (`NF`).
+    Missing,
+}
+
+impl Write {
+    /// The new CAS, if the write applied.
+    pub fn applied(self) -> Option<u64> {
+        match self {
+            Self::Applied(cas) => Some(cas),
+            Self::NotStored | Self::Changed | Self::Missing => None,
+        }
+    }
+}
+
+fn get_line(key: &str) -> String {
+    format!("mg {key} v c t")
+}
+
+fn increment_line(key: &str, seed: u64) -> String {
+    format!("ma {key} N0 J{seed} v")
+}
+
+fn item(reply: &Reply) -> Option<Item> {
+    if reply.status() != "VA" {
+        return None;
+    }
+    let value = String::from_utf8_lossy(reply.data.as_deref().unwrap_or_default()).into_owned();
+    let cas = reply.flag('c').and_then(|c| c.parse().ok()).unwrap_or(0);
+    let ttl = reply
+        .flag('t')
+        .and_then(|t| t.parse::<i64>().ok())
+        .and_then(|t| u64::try_from(t).ok());
+    Some(Item { value, cas, ttl })
+}
+
+fn counter_value(reply: &Reply) -> Result<u64> {
+    let data = reply.data.as_deref().unwrap_or_default();
+    String::from_utf8_lossy(data).trim().parse().map_err(|_| {
+        Error::backend(format!(
+            "memcached answered an increment with {:?}",
+            reply.tokens
+        ))
+    })
+}
+
+fn written(reply: &Reply) -> Result<Write> {
     match reply.status() {
-        "HD" => Ok(true),
-        "NS" | "EX" | "NF" => Ok(false),
+        "HD" => Ok(Write::Applied(
+            reply.flag('c').and_then(|c| c.parse().ok()).unwrap_or(0),
+        )),
+        "NS" => Ok(Write::NotStored),
+        "EX" => Ok(Write::Changed),
+        "NF" => Ok(Write::Missing),
         other => Err(Error::backend(format!(
             "unexpected memcached reply \"{other}\""
         ))),
     }
 }
 
-/// Writes `line` with the opaque flag `O<opaque>` (and the data block), and
-/// reads one reply.
-async fn exchange(
-    conn: &mut Connection,
-    line: &str,
-    opaque: &str,
-    data: Option<&[u8]>,
-) -> std::io::Result<Reply> {
-    let mut request =
-        Vec::with_capacity(line.len() + opaque.len() + 4 + data.map_or(0, |d| d.len() + 2));
-    request.extend_from_slice(line.as_bytes());
-    request.extend_from_slice(b" O");
-    request.extend_from_slice(opaque.as_bytes());
-    request.extend_from_slice(b"\r\n");
-    if let Some(d) = data {
-        request.extend_from_slice(d);
+/// The commands, each line with its opaque flag `O<opaque>` and followed by
+/// its data block, in one buffer.
+fn encode(commands: &[(&str, Option<&[u8]>)], opaques: &[String]) -> Vec<u8> {
+    let mut request = Vec::with_capacity(
+        commands
+            .iter()
+            .map(|(line, data)| line.len() + 16 + data.map_or(0, |d| d.len() + 2))
+            .sum(),
+    );
+    for ((line, data), opaque) in commands.iter().zip(opaques) {
+        request.extend_from_slice(line.as_bytes());
+        request.extend_from_slice(b" O");
+        request.extend_from_slice(opaque.as_bytes());
         request.extend_from_slice(b"\r\n");
+        if let Some(d) = data {
+            request.extend_from_slice(d);
+            request.extend_from_slice(b"\r\n");
+        }
     }
-    conn.get_mut().write_all(&request).await?;
+    request
+}
+
+/// Reads one reply: its status line and, for `VA`, its data block.
+async fn read_reply(conn: &mut Connection) -> std::io::Result<Reply> {
     let mut status = String::new();
     if conn.read_line(&mut status).await? == 0 {
         return Err(std::io::Error::new(
