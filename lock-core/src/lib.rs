@@ -14,6 +14,7 @@ mod options;
 mod renewal;
 mod renewal_queue;
 mod token;
+mod turns;
 pub mod url;
 pub mod wait;
 

@@ -17,6 +17,7 @@ use crate::lease::Lease;
 use crate::name::LockName;
 use crate::options::{AcquireOptions, AcquireRequest, Wait, WaitBudget};
 use crate::renewal_queue::RenewalQueue;
+use crate::turns::Turns;
 
 /// Acquires locks from one backend: validates input, keeps leases renewed
 /// through [`LockGuard`], and makes every acquire cancel-safe.
@@ -41,6 +42,7 @@ pub struct Locker {
     backend: Arc<dyn LockBackend>,
     defaults: AcquireOptions,
     renewals: Arc<RenewalQueue>,
+    turns: Arc<Turns>,
 }
 
 impl Locker {
@@ -55,6 +57,7 @@ impl Locker {
             backend,
             defaults: AcquireOptions::default(),
             renewals: Arc::default(),
+            turns: Arc::default(),
         }
     }
 
@@ -168,7 +171,8 @@ impl Locker {
         opts: AcquireOptions,
     ) -> Result<Lease> {
         let name = LockName::new(name)?;
-        self.backend.capabilities().check_ttl(opts.ttl)?;
+        let capabilities = self.backend.capabilities();
+        capabilities.check_ttl(opts.ttl)?;
         let span = tracing::info_span!(
             "acquire",
             lock = %name,
@@ -179,8 +183,16 @@ impl Locker {
         let req = AcquireRequest::new(name, opts.ttl);
         let cancel = CancellationToken::new();
         let budget = WaitBudget::new(opts.wait, cancel.clone());
+        // Waiters of one name in this locker poll the backend one at a time,
+        // oldest first (see `turns.rs`); held until the attempt ends.
+        let turn = if opts.wait != Wait::No && !capabilities.fifo {
+            Some(self.turns.take(&req.name, &budget).await?)
+        } else {
+            None
+        };
         let backend = self.backend.clone();
         let attempt = async move {
+            let _turn = turn;
             let outcome = backend.acquire(&req, &budget).await;
             match &outcome {
                 Ok(lease) => {

@@ -380,3 +380,44 @@ fn renewals_start_again_on_a_new_runtime() {
         guard.release().await.unwrap();
     });
 }
+
+/// The task that just released a lock and asks for it again at once queues
+/// behind the task of the same locker that was already waiting, instead of
+/// taking the lock again before the waiter's wake-up runs.
+#[tokio::test(flavor = "current_thread")]
+async fn a_releaser_asking_again_does_not_overtake_a_waiter() {
+    let locker = Locker::new(MemoryBackend::new());
+    let opts = AcquireOptions::with_ttl(Duration::from_secs(30)).wait(Wait::Forever);
+    let mut held = locker.lock_with("busy", opts).await.expect("free");
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let waiter = {
+        let (locker, tx) = (locker.clone(), tx.clone());
+        tokio::spawn(async move {
+            for _ in 0..3 {
+                let guard = locker.lock_with("busy", opts).await.expect("granted");
+                tx.send("waiter").unwrap();
+                guard.release().await.expect("release");
+            }
+        })
+    };
+    // The waiter tried once and now waits.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    for _ in 0..3 {
+        held.release().await.expect("release");
+        held = locker.lock_with("busy", opts).await.expect("granted");
+        tx.send("releaser").unwrap();
+    }
+    held.release().await.expect("release");
+    waiter.await.expect("waiter task");
+    drop(tx);
+    let mut order = Vec::new();
+    while let Some(who) = rx.recv().await {
+        order.push(who);
+    }
+    assert_eq!(
+        order,
+        [
+            "waiter", "releaser", "waiter", "releaser", "waiter", "releaser"
+        ]
+    );
+}
