@@ -228,3 +228,47 @@ fn several_urls_are_measured_side_by_side() {
     assert_eq!(twice.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&twice.stderr).contains("same backend"));
 }
+
+#[test]
+fn a_sweep_follows_each_workload_along_its_axis() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = bench(&[
+        "--url",
+        "memory://",
+        "--sweep",
+        "--duration",
+        "60ms",
+        "--out",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let data = std::fs::read_to_string(dir.path().join("bench-sweep-memory.json")).unwrap();
+    let sweep: Value = serde_json::from_str(&data).unwrap();
+    let series = sweep["series"].as_array().unwrap();
+    let axis = |workload: &str, metric: &str| -> Vec<u64> {
+        let s = series
+            .iter()
+            .find(|s| s["workload"] == workload && s["metric"] == metric)
+            .unwrap_or_else(|| panic!("no {workload} {metric} in {series:?}"));
+        s["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                assert!(p["values"]["library"].is_f64(), "{p}");
+                assert!(p["values"]["floor"].is_f64(), "{p}");
+                p["x"].as_u64().unwrap()
+            })
+            .collect()
+    };
+    assert_eq!(axis("contended", "acquisitions/s"), [1, 4, 16, 64, 256]);
+    assert_eq!(axis("hand-off", "hand-off p50"), [4, 16, 64, 256]);
+    assert_eq!(axis("wake-ups", "attempts per release"), [4, 16, 64, 256]);
+    assert_eq!(axis("many-names", "pairs/s"), [10, 1_000, 100_000]);
+    let svg = std::fs::read_to_string(dir.path().join("bench-sweep-memory.svg")).unwrap();
+    assert!(svg.contains("<polyline") && svg.trim_end().ends_with("</svg>"));
+}

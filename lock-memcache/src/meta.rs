@@ -283,6 +283,7 @@ pub enum Write {
 
 impl Write {
     /// The new CAS, if the write applied.
+    #[cfg_attr(not(feature = "raw"), allow(dead_code))]
     pub fn applied(self) -> Option<u64> {
         match self {
             Self::Applied(cas) => Some(cas),

@@ -166,8 +166,15 @@ pub(crate) struct BenchArgs {
     pub(crate) duration: Duration,
 
     /// Distinct lock names in the many-names workload (default: --clients).
-    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
-    pub(crate) names: Option<u16>,
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub(crate) names: Option<u32>,
+
+    /// Instead of the five workloads: contended at 1, 4, 16, 64 and 256
+    /// clients on one name, hand-off and wake-ups at 4 to 256, many-names at
+    /// 10, 1,000 and 100,000 names; each point runs for --duration.
+    /// Writes bench-sweep-BACKEND.json and .svg.
+    #[arg(long)]
+    pub(crate) sweep: bool,
 
     /// Where the JSON data file and the SVG chart go; created if missing.
     #[arg(long, default_value = "bench-results")]

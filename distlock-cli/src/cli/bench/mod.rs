@@ -14,6 +14,7 @@ mod peer;
 mod progress;
 mod report;
 mod stats;
+mod sweep;
 mod target;
 mod workload;
 
@@ -24,7 +25,8 @@ use distlock::Result;
 use super::args::BenchArgs;
 use super::exit;
 use progress::Progress;
-use report::{Machine, Report};
+use report::{Machine, Report, WorkloadReport};
+use sweep::Sweep;
 use target::Target;
 use workload::{Plan, Workload};
 
@@ -50,48 +52,35 @@ pub(crate) async fn bench(args: BenchArgs) -> Result<u8> {
         targets.push(target);
     }
     let clients = usize::from(args.clients);
-    // One plan for every target, so each contender of each backend gets the
-    // same share of each workload in the same number of slices.
-    let plan = Plan::new(
-        clients,
-        args.names.map_or(clients, usize::from),
-        args.duration,
-        targets.iter().map(Target::contenders).max().unwrap_or(1),
-    );
-
-    let mut progress = Progress::new(&plan, targets.len());
-    for workload in Workload::ALL {
-        let underway = progress.start(workload);
-        for target in &mut targets {
-            target.begin(workload, &plan);
-        }
-        for round in 0..plan.slices as usize {
-            // Targets take turns like contenders do, each round starting
-            // with the next one.
-            for k in 0..targets.len() {
-                let i = (round + k) % targets.len();
-                targets[i].round(workload, &plan, round).await?;
-            }
-        }
-        let runs: Vec<_> = targets
-            .iter_mut()
-            .flat_map(|t| {
-                let backend = t.backend();
-                t.finish(workload, &plan)
-                    .iter()
-                    .map(move |r| (backend, r.subject.clone(), r.acquisitions))
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        progress.finish(underway, &runs);
-    }
-
     let machine = Machine {
         cores: std::thread::available_parallelism().map_or(1, usize::from),
         os: std::env::consts::OS,
         arch: std::env::consts::ARCH,
     };
     let date = date::today();
+    if args.sweep {
+        return sweep(targets, &args, date, machine).await;
+    }
+    // One plan for every target, so each contender of each backend gets the
+    // same share of each workload in the same number of slices.
+    let plan = Plan::new(
+        clients,
+        args.names
+            .map_or(clients, |k| usize::try_from(k).unwrap_or(usize::MAX)),
+        args.duration,
+        most_contenders(&targets),
+    );
+
+    let mut progress = Progress::new(&plan, targets.len());
+    for workload in Workload::ALL {
+        let underway = progress.start(workload);
+        let measured = measure(&mut targets, workload, &plan).await?;
+        progress.finish(underway, &measured);
+        for (target, (_, m)) in targets.iter_mut().zip(measured) {
+            target.keep(m);
+        }
+    }
+
     let reports: Vec<Report> = targets
         .into_iter()
         .map(|t| t.report(&plan, date.clone(), machine.clone()))
@@ -99,15 +88,110 @@ pub(crate) async fn bench(args: BenchArgs) -> Result<u8> {
     let mut written = Vec::new();
     for report in &reports {
         print!("{}", report.table());
-        written.push(write(report, &args.out));
+        written.push(write(
+            &format!("bench-{}", report.backend),
+            report,
+            &chart::svg(report),
+            &args.out,
+        ));
     }
     if reports.len() > 1
         && let Some(all) = compare::comparison(&reports)
     {
         println!();
         print!("{}", all.table());
-        written.push(write(&all, &args.out));
+        written.push(write(
+            "bench-comparison",
+            &all,
+            &chart::svg(&all),
+            &args.out,
+        ));
     }
+    finish(written)
+}
+
+/// The most contenders any target has: the plan divides each workload's
+/// time among that many.
+fn most_contenders(targets: &[Target]) -> usize {
+    targets.iter().map(Target::contenders).max().unwrap_or(1)
+}
+
+/// Runs `workload` on every target, the targets taking turns round by
+/// round like the contenders of one target do. Returns each target's
+/// backend and measurements, in the order of `targets`.
+async fn measure(
+    targets: &mut [Target],
+    workload: Workload,
+    plan: &Plan,
+) -> Result<Vec<(&'static str, WorkloadReport)>> {
+    for target in targets.iter_mut() {
+        target.begin(workload, plan);
+    }
+    for round in 0..plan.slices as usize {
+        for k in 0..targets.len() {
+            let i = (round + k) % targets.len();
+            targets[i].round(workload, plan, round).await?;
+        }
+    }
+    Ok(targets
+        .iter_mut()
+        .map(|t| (t.backend(), t.finish(workload, plan)))
+        .collect())
+}
+
+/// `--sweep`: each workload of the sweep at each point of its axis.
+async fn sweep(
+    mut targets: Vec<Target>,
+    args: &BenchArgs,
+    date: String,
+    machine: Machine,
+) -> Result<u8> {
+    let clients = usize::from(args.clients);
+    let points: usize = sweep::AXES.iter().map(|a| a.points.len()).sum();
+    eprintln!(
+        "distlock bench --sweep: {points} points of {:.1}s per backend; about {:.0}s in all",
+        args.duration.as_secs_f64(),
+        (args.duration * u32::try_from(points * targets.len()).unwrap_or(u32::MAX)).as_secs_f64(),
+    );
+    let duration_ms = args.duration.as_secs_f64() * 1e3;
+    let mut sweeps: Vec<Sweep> = targets
+        .iter()
+        .map(|t| Sweep::new(t, date.clone(), machine.clone(), duration_ms))
+        .collect();
+    for axis in &sweep::AXES {
+        for &x in axis.points {
+            let (n, k) = match axis.varies {
+                "names" => (clients, x),
+                _ => (x, 1),
+            };
+            let plan = Plan::new(n, k, args.duration, most_contenders(&targets));
+            let started = std::time::Instant::now();
+            let measured = measure(&mut targets, axis.workload, &plan).await?;
+            eprintln!(
+                "{:<12} {x:>6} {}  {:>5.1}s",
+                axis.workload.id(),
+                axis.varies,
+                started.elapsed().as_secs_f64()
+            );
+            for (sweep, (_, m)) in sweeps.iter_mut().zip(&measured) {
+                sweep.add(axis.varies, x, m);
+            }
+        }
+    }
+    let mut written = Vec::new();
+    for sweep in &sweeps {
+        print!("{}", sweep.table());
+        written.push(write(
+            &format!("bench-sweep-{}", sweep.backend),
+            sweep,
+            &chart::sweep::svg(sweep),
+            &args.out,
+        ));
+    }
+    finish(written)
+}
+
+fn finish(written: Vec<std::result::Result<(), String>>) -> Result<u8> {
     match written
         .into_iter()
         .collect::<std::result::Result<(), String>>()
@@ -125,16 +209,20 @@ fn scheme(url: &str) -> &str {
     url.split_once(':').map_or(url, |(s, _)| s)
 }
 
-/// Writes the data file and the chart into `dir`.
-fn write(report: &Report, dir: &Path) -> std::result::Result<(), String> {
-    let stem = format!("bench-{}", report.backend);
+/// Writes `STEM.json` (the data) and `STEM.svg` (the chart) into `dir`.
+fn write(
+    stem: &str,
+    data: &impl serde::Serialize,
+    svg: &str,
+    dir: &Path,
+) -> std::result::Result<(), String> {
     let json = dir.join(format!("{stem}.json"));
-    let svg = dir.join(format!("{stem}.svg"));
-    let data = serde_json::to_string_pretty(report)
+    let chart = dir.join(format!("{stem}.svg"));
+    let data = serde_json::to_string_pretty(data)
         .map_err(|e| format!("cannot encode the results: {e}"))?;
-    for (path, body) in [(&json, data), (&svg, chart::svg(report))] {
+    for (path, body) in [(&json, data.as_str()), (&chart, svg)] {
         std::fs::write(path, body).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
-    eprintln!("distlock: wrote {} and {}", json.display(), svg.display());
+    eprintln!("distlock: wrote {} and {}", json.display(), chart.display());
     Ok(())
 }

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 
+use super::report::WorkloadReport;
 use super::workload::{Plan, Workload};
 
 /// How far the benchmark has come.
@@ -76,17 +77,18 @@ impl Progress {
         }
     }
 
-    /// `runs`: each contender's backend, name and acquisitions.
-    pub(crate) fn finish(&mut self, underway: Underway, runs: &[(&str, String, u64)]) {
+    /// `measured`: each target's backend and workload.
+    pub(crate) fn finish(&mut self, underway: Underway, measured: &[(&str, WorkloadReport)]) {
         if let Some(ticker) = underway.ticker {
             ticker.abort();
         }
         self.done += 1;
-        let counts: Vec<String> = runs
+        let counts: Vec<String> = measured
             .iter()
-            .map(|(backend, subject, acquisitions)| match self.targets {
-                1 => format!("{subject} {acquisitions}"),
-                _ => format!("{backend} {subject} {acquisitions}"),
+            .flat_map(|(backend, m)| m.runs.iter().map(move |r| (backend, r)))
+            .map(|(backend, r)| match self.targets {
+                1 => format!("{} {}", r.subject, r.acquisitions),
+                _ => format!("{backend} {} {}", r.subject, r.acquisitions),
             })
             .collect();
         let total = self.per_workload * u32::try_from(Workload::ALL.len()).unwrap_or(u32::MAX);

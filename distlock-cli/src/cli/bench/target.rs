@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use distlock::Result;
 
-use super::contender::{Contender, Library};
+use super::contender::{Contender, Library, Subject};
 use super::counting::Counting;
 use super::report::{Machine, Report, Settings, WorkloadReport};
 use super::workload::{HOLD, Plan, Run, Slice, Workload};
@@ -74,6 +74,20 @@ impl Target {
         self.backend
     }
 
+    /// The URL, with any password removed.
+    pub(crate) fn url(&self) -> String {
+        distlock::url::redact(&self.url)
+    }
+
+    /// Library first, then the floor, then any peers.
+    pub(crate) fn subjects(&self) -> Vec<Subject> {
+        [&self.library, &self.floor]
+            .into_iter()
+            .chain(&self.peers)
+            .map(|c| c.subject())
+            .collect()
+    }
+
     /// How many contenders take turns (the plan divides the time by it).
     pub(crate) fn contenders(&self) -> usize {
         self.contenders.len()
@@ -115,37 +129,37 @@ impl Target {
         Ok(())
     }
 
-    /// Ends `workload`; returns each contender's run of it.
-    pub(crate) fn finish(&mut self, workload: Workload, plan: &Plan) -> &[Run] {
+    /// Ends `workload`: each contender's run of it and the metrics.
+    pub(crate) fn finish(&mut self, workload: Workload, plan: &Plan) -> WorkloadReport {
         let runs: Vec<Run> = std::mem::take(&mut self.totals)
             .into_iter()
             .zip(&self.contenders)
             .map(|(total, c)| total.into_run(c.subject().name))
             .collect();
         let slices = std::mem::take(&mut self.slices);
-        self.workloads.push(WorkloadReport {
+        WorkloadReport {
             workload,
             describe: workload.describe(plan),
             latency: workload.latency(),
             metrics: metrics::metrics(workload, &runs, &slices, &self.floor.subject().name),
             runs,
-        });
-        &self.workloads[self.workloads.len() - 1].runs
+        }
+    }
+
+    /// Keeps a finished workload for [`Target::report`].
+    pub(crate) fn keep(&mut self, measured: WorkloadReport) {
+        self.workloads.push(measured);
     }
 
     /// Everything this target measured.
     pub(crate) fn report(self, plan: &Plan, date: String, machine: Machine) -> Report {
         Report {
             backend: self.backend,
-            url: distlock::url::redact(&self.url),
+            url: self.url(),
             date,
             machine,
             settings: Settings::of(plan, self.ttl),
-            subjects: [&self.library, &self.floor]
-                .into_iter()
-                .chain(&self.peers)
-                .map(|c| c.subject())
-                .collect(),
+            subjects: self.subjects(),
             hand_off_in_floor_commands: metrics::hand_off_in_commands(
                 &self.workloads,
                 &self.floor.subject().name,

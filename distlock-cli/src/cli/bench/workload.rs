@@ -2,6 +2,7 @@
 //! by a deadline, so every run stops by itself.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -49,6 +50,8 @@ pub(crate) struct Plan {
     /// Keeps this run's lock names apart from earlier runs' (a run that was
     /// killed may have left a name held until its TTL).
     pub(crate) run_id: String,
+    /// Where the next many-names slice starts in each client's names.
+    cursor: AtomicUsize,
 }
 
 impl Plan {
@@ -67,6 +70,7 @@ impl Plan {
             slices,
             slice: share / slices,
             run_id: OwnerToken::random().short(),
+            cursor: AtomicUsize::new(0),
         }
     }
 
@@ -77,6 +81,29 @@ impl Plan {
 
     fn name(&self, workload: Workload, index: usize) -> String {
         format!("bench.{}.{}.{index}", self.run_id, workload.id())
+    }
+
+    /// Each client's names in the many-names workload: client i takes
+    /// names i, i + n, i + 2n, … (mod K, n clients), starting where the
+    /// last slice stopped, so a run spreads over all K names; when K ≤ n,
+    /// client i keeps to name i mod K. Made before the clock starts, up to
+    /// a bound the slice cannot use up.
+    fn names_of_clients(&self, workload: Workload) -> Vec<Arc<[String]>> {
+        const MOST: usize = 1 << 16;
+        let (n, k) = (self.clients, self.names.max(1));
+        let each = k.div_ceil(n).clamp(1, MOST);
+        let start = if k > n {
+            self.cursor.load(Ordering::Relaxed)
+        } else {
+            0
+        };
+        (0..n)
+            .map(|i| {
+                (0..each)
+                    .map(|j| self.name(workload, (i + (start + j) * n) % k))
+                    .collect()
+            })
+            .collect()
     }
 }
 
@@ -191,6 +218,10 @@ impl Workload {
         };
         // Every client's sample memory, taken before the clock starts.
         let tallies: Vec<Tally> = (0..n).map(|_| Tally::default()).collect();
+        let mine: Vec<Arc<[String]>> = match self {
+            Workload::ManyNames => plan.names_of_clients(self),
+            _ => Vec::new(),
+        };
         let started = Instant::now();
         let until = started + plan.slice;
         let one_name = plan.name(self, 0);
@@ -235,12 +266,17 @@ impl Workload {
             }
             Workload::ManyNames => {
                 clients(tallies, |i, t| {
-                    pairs(contender.clone(), plan.name(self, i % plan.names), until, t)
+                    pairs_on(contender.clone(), mine[i].clone(), until, t)
                 })
                 .await
             }
         }?;
         let elapsed = started.elapsed();
+        if self == Workload::ManyNames {
+            let most = tallies.iter().map(|t| t.acquisitions).max().unwrap_or(0);
+            plan.cursor
+                .fetch_add(usize::try_from(most).unwrap_or(0), Ordering::Relaxed);
+        }
         let after = contender.wakeups();
         let since = |a: Option<u64>, b: Option<u64>| Some(a? - b?);
         let mut slice = Slice {
@@ -337,16 +373,24 @@ where
     Ok(tallies)
 }
 
-/// Acquire + release pairs, timing each pair.
-async fn pairs(
+/// Acquire + release pairs on one name, timing each pair.
+async fn pairs(c: Arc<dyn Contender>, name: String, until: Instant, tally: Tally) -> Result<Tally> {
+    pairs_on(c, Arc::from([name]), until, tally).await
+}
+
+/// Acquire + release pairs on each of `names` in turn, timing each pair.
+async fn pairs_on(
     c: Arc<dyn Contender>,
-    name: String,
+    names: Arc<[String]>,
     until: Instant,
     mut tally: Tally,
 ) -> Result<Tally> {
-    while Instant::now() < until {
+    for name in names.iter().cycle() {
+        if Instant::now() >= until {
+            break;
+        }
         let start = Instant::now();
-        let Some(held) = c.acquire(&name, until).await? else {
+        let Some(held) = c.acquire(name, until).await? else {
             break;
         };
         tally.acquire_latencies.record(start.elapsed());

@@ -3,11 +3,12 @@
 
 use std::fmt::Write as _;
 
-use super::contender::Role;
+use super::contender::{Role, Subject};
 use super::report::{Report, show_micros};
 
 mod latency;
 mod ratios;
+pub(crate) mod sweep;
 
 use latency::latency_curves;
 use ratios::ratio_bars;
@@ -48,8 +49,13 @@ pub(crate) fn svg(report: &Report) -> String {
 
 /// The colour of a contender's bars and lines.
 fn colour(report: &Report, subject: &str) -> &'static str {
-    report
-        .subjects
+    colour_among(&report.subjects, subject)
+}
+
+/// The colour of `subject`, one of `subjects`: the floor's grey, else the
+/// next colour in the order the others are listed.
+fn colour_among(subjects: &[Subject], subject: &str) -> &'static str {
+    subjects
         .iter()
         .filter(|s| s.role != Role::Floor)
         .position(|s| s.name == subject)
