@@ -15,7 +15,7 @@ use zookeeper_client as zk;
 
 use crate::cleanup::RETRY_CAP;
 use crate::error::{convert, unavailable};
-use crate::expiry::token;
+use crate::expiry::{Kept, token};
 use crate::recipe::{Node, PROTECTED, parent_path, queue};
 use crate::session::{Inner, connected, lease_ttl};
 
@@ -166,18 +166,27 @@ impl LockBackend for ZkBackend {
     async fn release(&self, lease: &Lease) -> Result<()> {
         let owner = lease.owner().to_u128();
         let czxid = czxid_of(lease);
-        let known = self.kept(owner);
-        let forget = || self.forget(owner);
-        if let Some((_, true)) = known {
+        let forget = || self.forget_lease(owner, czxid);
+        let kept = self.kept(owner, czxid);
+        if let Some(Kept::Expired) = kept {
             return Err(Error::not_held(lease.name()));
         }
         let client = self.client().await?;
         connected(&client)?;
-        let path = match known {
-            Some((path, _)) => path,
-            // A lease this backend did not grant: find its node by owner
-            // and token, whatever session holds it.
-            None => {
+        let path = match kept {
+            // Our own grant, on the session that made its node: delete it
+            // by path, with no read first. The path names the owner (its
+            // token) and a sequence number unique under the parent, so
+            // whatever node is there is this owner's; and while the lease
+            // is kept, not expired, on this live session, the node there
+            // is the lease's own: nothing else deletes it but the expiry
+            // task (which marks the lease expired first) or this owner's
+            // own acquire or release.
+            Some(Kept::Live { path, session }) if session == client.session_id().0 => path,
+            // A lease this backend did not grant, or granted on a session
+            // that has ended since: find its node by owner and token,
+            // whatever session holds it.
+            _ => {
                 let parent = parent_path(lease.name());
                 // The lease may have been granted through another member
                 // moments ago; ours may not have seen its node yet.
@@ -190,22 +199,17 @@ impl LockBackend for ZkBackend {
                     .find(|(_, stat)| stat.czxid == czxid);
                 match found {
                     Some((name, _)) => format!("{parent}/{name}"),
-                    None => return Err(Error::not_held(lease.name())),
+                    None => {
+                        forget();
+                        return Err(Error::not_held(lease.name()));
+                    }
                 }
             }
         };
-        let stat = match self.call("release", client.check_stat(&path)).await? {
-            Ok(Some(stat)) if stat.czxid == czxid => stat,
-            Ok(_) => {
-                forget();
-                return Err(Error::not_held(lease.name()));
-            }
-            Err(e) => return Err(convert("release", e)),
-        };
-        match self
-            .call("release", client.delete(&path, Some(stat.version)))
-            .await?
-        {
+        // Any version: nothing writes a lock node's data, so a version
+        // would tell nothing more, and a node written by someone else must
+        // still go.
+        match self.call("release", client.delete(&path, None)).await? {
             Ok(()) => {
                 forget();
                 if let Some((parent, _)) = path.rsplit_once('/') {
@@ -213,7 +217,7 @@ impl LockBackend for ZkBackend {
                 }
                 Ok(())
             }
-            Err(zk::Error::NoNode | zk::Error::BadVersion) => {
+            Err(zk::Error::NoNode) => {
                 forget();
                 Err(Error::not_held(lease.name()))
             }

@@ -117,12 +117,20 @@ impl ZkBackend {
         }
     }
 
-    /// The node path of `owner`'s kept lease, and whether it expired.
-    pub(crate) fn kept(&self, owner: u128) -> Option<(String, bool)> {
+    /// What this backend keeps of `owner`'s lease with node `czxid`; `None`
+    /// if it keeps no lease of `owner`, or another one.
+    pub(crate) fn kept(&self, owner: u128, czxid: i64) -> Option<Kept> {
         self.inner
             .held()
             .get(&owner)
-            .map(|h| (h.path.clone(), h.expired))
+            .filter(|h| h.czxid == czxid)
+            .map(|h| match h.expired {
+                true => Kept::Expired,
+                false => Kept::Live {
+                    path: h.path.clone(),
+                    session: h.session,
+                },
+            })
     }
 
     /// Stops keeping `owner`'s lease.
@@ -131,6 +139,24 @@ impl ZkBackend {
             h.stop.cancel();
         }
     }
+
+    /// Stops keeping `owner`'s lease with node `czxid`, and no other.
+    pub(crate) fn forget_lease(&self, owner: u128, czxid: i64) {
+        let mut held = self.inner.held();
+        if held.get(&owner).is_some_and(|h| h.czxid == czxid)
+            && let Some(h) = held.remove(&owner)
+        {
+            h.stop.cancel();
+        }
+    }
+}
+
+/// A lease this backend keeps.
+pub(crate) enum Kept {
+    /// Not renewed in time: its node is deleted, or being deleted.
+    Expired,
+    /// In force until its deadline: its node's path and session.
+    Live { path: String, session: i64 },
 }
 
 /// The fencing token of a node: its czxid.

@@ -32,9 +32,19 @@ pub(crate) const PROTECTED: &str = "_c_";
 pub(crate) struct Node {
     pub(crate) name: String,
     pub(crate) czxid: i64,
-    /// When the create that made it was sent, until the first listing
-    /// after it; `None` for a node found again.
-    created: Option<Instant>,
+    /// The listing of the parent sent right behind the create that made
+    /// the node, with when that create was sent, until it is used; `None`
+    /// for a node found again, or if that listing failed.
+    vouched: Option<Vouched>,
+}
+
+/// A listing of a lock's parent answered after a write of our session that
+/// the leader committed (our create, or a check of our node) was applied.
+#[derive(Clone, Debug)]
+struct Vouched {
+    /// When that write was sent.
+    sent: Instant,
+    children: Vec<String>,
 }
 
 impl ZkBackend {
@@ -60,18 +70,29 @@ impl ZkBackend {
         for _ in 0..4 {
             connected(client)?;
             let sent = Instant::now();
-            let created = self
-                .call("create the lock node", client.create(&path, &[], &options))
-                .await;
+            // zookeeper-client sends a request when it is made, not when
+            // its future is first polled, and the server answers a
+            // session's requests in order: the listing is sent right behind
+            // the create, in the same round trip, and includes our node.
+            let create = client.create(&path, &[], &options);
+            let list = client.list_children(&parent);
+            let created = self.call("create the lock node", create).await;
             match created {
                 Ok(Ok((stat, sequence))) => {
                     self.set_uncertain(req.owner, false);
+                    // A listing that failed is only a lost shortcut: the
+                    // wait lists again, vouched for by a check of the node.
+                    let vouched = match self.call("list the lock's queue", list).await {
+                        Ok(Ok(children)) => Some(Vouched { sent, children }),
+                        _ => None,
+                    };
                     return Ok(Node {
                         name: format!("{prefix}{sequence}"),
                         czxid: stat.czxid,
-                        created: Some(sent),
+                        vouched,
                     });
                 }
+                // No parent: the listing failed too, and is dropped.
                 Ok(Err(zk::Error::NoNode)) => self.make_parent(client, &parent).await?,
                 Ok(Err(e)) => {
                     if !no_data_change(&e) {
@@ -168,7 +189,7 @@ impl ZkBackend {
                 kept = Some(Node {
                     name,
                     czxid: stat.czxid,
-                    created: None,
+                    vouched: None,
                 });
                 continue;
             }
@@ -242,24 +263,46 @@ impl ZkBackend {
         path: &str,
         czxid: i64,
     ) -> Result<std::result::Result<bool, zk::Error>> {
+        let confirmed = self.confirm_and_list(client, path, czxid, None).await?;
+        Ok(confirmed.map(|(mine, _)| mine))
+    }
+
+    /// [`Self::confirm`], and in the same round trip, sent last, a listing
+    /// of `parent` if given: answered after the check was applied, it is
+    /// vouched for by it.
+    async fn confirm_and_list(
+        &self,
+        client: &zk::Client,
+        path: &str,
+        czxid: i64,
+        parent: Option<&str>,
+    ) -> Result<std::result::Result<(bool, Option<Vec<String>>), zk::Error>> {
         let mut check = client.new_multi_writer();
         if let Err(e) = check.add_check_version(path, ANY_VERSION) {
             return Ok(Err(e));
         }
         let committed = check.commit();
         let read = client.check_stat(path);
+        let list = parent.map(|p| client.list_children(p));
         let session = client.session_id().0;
         self.call("confirm our node", async {
-            let (committed, read) = tokio::join!(committed, read);
+            let list = async {
+                match list {
+                    Some(list) => list.await.map(Some),
+                    None => Ok(None),
+                }
+            };
+            let (committed, read, listed) = tokio::join!(committed, read, list);
             match committed {
                 Ok(_) => {}
                 Err(zk::MultiWriteError::OperationFailed {
                     source: zk::Error::NoNode,
                     ..
-                }) => return Ok(false),
+                }) => return Ok((false, None)),
                 Err(e) => return Err(e.into()),
             }
-            Ok(read?.is_some_and(|s| s.czxid == czxid && s.ephemeral_owner == session))
+            let mine = read?.is_some_and(|s| s.czxid == czxid && s.ephemeral_owner == session);
+            Ok((mine, listed?))
         })
         .await
     }
@@ -270,10 +313,13 @@ impl ZkBackend {
     ///
     /// The listing that finds us first may come from a follower cut off
     /// from the leader, so it cannot vouch for our session: the leader may
-    /// have expired it meanwhile. Our create can, when the first listing
-    /// after it finds us first: a write the leader committed, it counts
-    /// for the session like any request, and every node before ours was
-    /// gone by then, for good. Later, only [`Self::confirm`] can.
+    /// have expired it meanwhile. A write of our session that the leader
+    /// committed can, when the listing was answered after it: it counts for
+    /// the session like any request, and every node before ours that the
+    /// listing lacks was gone by then, for good. So every listing here
+    /// comes right behind such a write on the same session: our create (the
+    /// listing sent with it), else the check of [`Self::confirm`], sent
+    /// together with the listing in one round trip.
     pub(crate) async fn wait_for_turn(
         &self,
         client: &zk::Client,
@@ -284,10 +330,26 @@ impl ZkBackend {
     ) -> Result<Instant> {
         let parent = parent_path(name);
         let prefix = node_prefix(owner);
-        let mut created = node.created.take();
         loop {
             connected(client)?;
-            let children = self.children(client, &parent).await?.unwrap_or_default();
+            let Vouched { sent, children } = match node.vouched.take() {
+                Some(vouched) => vouched,
+                None => {
+                    let path = format!("{parent}/{}", node.name);
+                    let sent = Instant::now();
+                    match self
+                        .confirm_and_list(client, &path, node.czxid, Some(&parent))
+                        .await?
+                    {
+                        Ok((true, children)) => Vouched {
+                            sent,
+                            children: children.unwrap_or_default(),
+                        },
+                        Ok((false, _)) => return Err(Error::not_held(name)),
+                        Err(e) => return Err(convert("confirm our place", e)),
+                    }
+                }
+            };
             let queue = queue(&children);
             if queue.iter().filter(|(_, n)| n.starts_with(&prefix)).count() > 1 {
                 // An attempt applied twice, or a node of an earlier session:
@@ -296,25 +358,14 @@ impl ZkBackend {
                     .adopt(client, &parent, owner, &children)
                     .await?
                     .ok_or_else(|| Error::not_held(name))?;
-                created = None;
                 continue;
             }
             let Some(place) = queue.iter().position(|(_, n)| **n == node.name) else {
                 return Err(Error::not_held(name));
             };
             if place == 0 {
-                if let Some(sent) = created {
-                    return Ok(sent);
-                }
-                let path = format!("{parent}/{}", node.name);
-                let sent = Instant::now();
-                return match self.confirm(client, &path, node.czxid).await? {
-                    Ok(true) => Ok(sent),
-                    Ok(false) => Err(Error::not_held(name)),
-                    Err(e) => Err(convert("confirm the grant", e)),
-                };
+                return Ok(sent);
             }
-            created = None;
             if budget.is_over() {
                 return Err(budget.exhausted(name));
             }
