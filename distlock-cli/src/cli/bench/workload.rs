@@ -194,6 +194,10 @@ impl Workload {
                 "{n} clients on one name, each holding {hold} ms; counts the waiters' attempts \
                  that find the lock held"
             ),
+            Workload::ManyNames if k > n => format!(
+                "{n} clients on {k} names (client i walks names i, i + {n}, … mod {k}): \
+                 acquire + release"
+            ),
             Workload::ManyNames => {
                 format!("{n} clients on {k} names (client i on name i mod {k}): acquire + release")
             }
