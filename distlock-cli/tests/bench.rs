@@ -209,6 +209,11 @@ fn several_urls_are_measured_side_by_side() {
         }
         assert!(headline["values"].get("floor").is_none(), "{headline}");
     }
+    let brief = std::fs::read_to_string(out.join("bench-comparison.md")).unwrap();
+    assert!(
+        brief.contains("| sqlite |") && brief.contains("| memory/tokio-mutex |"),
+        "{brief}"
+    );
     let svg = std::fs::read_to_string(out.join("bench-comparison.svg")).unwrap();
     assert!(svg.contains("comparison") && svg.trim_end().ends_with("</svg>"));
     let table = String::from_utf8_lossy(&run.stdout);

@@ -111,3 +111,53 @@ pub(crate) fn comparison(reports: &[Report]) -> Option<Report> {
         hand_off_in_floor_commands: hand_off,
     })
 }
+
+/// The comparison in brief, as Markdown (`bench-comparison.md`): a row per
+/// backend (and peer), a column per workload, each cell the headline value
+/// and its paired ratio to that backend's own floor.
+pub(crate) fn summary(all: &Report) -> String {
+    use std::fmt::Write as _;
+
+    let mut out = format!(
+        "distlock bench, {} on {} cores ({} {}): {} clients, {} per contender and workload in \
+         {} interleaved slices. Each cell: the headline value, then ÷ the backend's own floor, \
+         median of the per-round ratios [95 % interval].\n\n| backend |",
+        all.date,
+        all.machine.cores,
+        all.machine.os,
+        all.machine.arch,
+        all.settings.clients,
+        super::report::show_micros(all.settings.share_ms * 1e3),
+        all.settings.slices,
+    );
+    let headlines: Vec<_> = all
+        .workloads
+        .iter()
+        .filter_map(|w| Some((w.workload, w.metrics.iter().find(|m| m.headline)?)))
+        .collect();
+    for (workload, metric) in &headlines {
+        let _ = write!(out, " {} ({}) |", workload.id(), metric.name);
+    }
+    out.push_str("\n|---|");
+    out.push_str(&"---|".repeat(headlines.len()));
+    out.push('\n');
+    for subject in &all.subjects {
+        let _ = write!(out, "| {} |", subject.name);
+        for (_, metric) in &headlines {
+            let value = metric.values.get(&subject.name);
+            let ratio = metric.paired_ratio_to_floor.get(&subject.name);
+            let cell = match (value, ratio) {
+                (Some(v), Some(r)) => format!(
+                    "{} · {}",
+                    super::report::show(metric.unit, *v),
+                    super::report::show_interval(r)
+                ),
+                (Some(v), None) => super::report::show(metric.unit, *v),
+                _ => "–".to_owned(),
+            };
+            let _ = write!(out, " {cell} |");
+        }
+        out.push('\n');
+    }
+    out
+}

@@ -106,6 +106,11 @@ pub(crate) async fn bench(args: BenchArgs) -> Result<u8> {
             &chart::svg(&all),
             &args.out,
         ));
+        let brief = args.out.join("bench-comparison.md");
+        written.push(
+            std::fs::write(&brief, compare::summary(&all))
+                .map_err(|e| format!("cannot write {}: {e}", brief.display())),
+        );
     }
     finish(written)
 }
