@@ -30,11 +30,7 @@ impl Rslock {
     pub(super) fn open(url: &str, ttl: Duration) -> Result<Self> {
         let base = url.split_once('?').map_or(url, |(b, _)| b);
         let config = RedlockConfig::parse(base)?;
-        let uris: Vec<String> = config
-            .nodes
-            .iter()
-            .map(|n| n.url().to_owned())
-            .collect();
+        let uris: Vec<String> = config.nodes.iter().map(|n| n.url().to_owned()).collect();
         let clients = uris
             .iter()
             .map(|u| {
