@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::{Instant, sleep_until};
@@ -35,6 +36,10 @@ struct Parked {
     due: BTreeMap<Ticket, (KeepAlive, tracing::Span)>,
     next_id: u64,
     driver: Driver,
+    /// How far ahead the latest keep-alive was parked, and whether any was
+    /// parked since the driver last looked (see [`RenewalQueue::start_due`]).
+    latest_delay: Duration,
+    parked_since_look: bool,
 }
 
 /// What the driver task is doing.
@@ -63,6 +68,8 @@ impl RenewalQueue {
         let mut parked = self.parked();
         let ticket = (due, parked.next_id);
         parked.next_id += 1;
+        parked.latest_delay = due.saturating_duration_since(Instant::now());
+        parked.parked_since_look = true;
         parked.due.insert(ticket, (keep_alive, span));
         match parked.driver {
             Driver::Stopped => {
@@ -95,7 +102,19 @@ impl RenewalQueue {
             let (keep_alive, span) = entry.remove();
             tokio::spawn(keep_alive.run().instrument(span));
         }
-        let next = parked.due.first_key_value().map(|(ticket, _)| ticket.0);
+        // A queue emptied by releases while guards keep coming is the common
+        // case: sleeping until woken would make every new guard wake the
+        // driver (a task switch per lock, often onto the other worker
+        // thread). Looking again one parking delay from now instead lets
+        // guards parked meanwhile, due later than that, wake nobody; once a
+        // whole delay passes with nothing parked, the driver sleeps until
+        // woken.
+        let next = parked
+            .due
+            .first_key_value()
+            .map(|(ticket, _)| ticket.0)
+            .or_else(|| parked.parked_since_look.then(|| now + parked.latest_delay));
+        parked.parked_since_look = false;
         parked.driver = Driver::Sleeping(next);
         next
     }

@@ -348,6 +348,29 @@ async fn a_short_lease_after_a_long_one_is_renewed_on_its_own_schedule() {
     long.release().await.unwrap();
 }
 
+/// Once released guards have emptied the queue, its task looks again one
+/// parking delay later instead of sleeping until woken; a shorter lease
+/// parked before then must still be renewed on its own schedule.
+#[tokio::test(start_paused = true)]
+async fn a_short_lease_after_long_ones_were_released_is_renewed() {
+    let backend = Flaky::default();
+    let locker = Locker::new(backend.clone());
+    for _ in 0..3 {
+        let long = locker.lock_with("long", opts(60_000)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        long.release().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let short = locker.lock_with("short", opts(300)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(short.state(), LockState::Held);
+    assert!(
+        locker.try_lock("short").await.unwrap().is_none(),
+        "the short lease ran out: it was not renewed"
+    );
+    short.release().await.unwrap();
+}
+
 /// The task that starts renewals dies with its runtime; a locker used again
 /// on another runtime must start a new one rather than leave its next
 /// guards unrenewed.

@@ -18,6 +18,9 @@ use crate::scripts::{ACQUIRE_SCRIPT, HOLDER_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT
 #[derive(Clone, Debug)]
 pub struct Keys {
     prefix: String,
+    /// How long a failed attempt marks the name as waited on; zero for no
+    /// mark.
+    waiting_mark: Duration,
 }
 
 impl Keys {
@@ -25,6 +28,17 @@ impl Keys {
     pub fn new(prefix: impl Into<String>) -> Self {
         Self {
             prefix: prefix.into(),
+            waiting_mark: Self::WAITING_MARK,
+        }
+    }
+
+    /// The same keys for a client that nobody wakes by pub/sub (Redlock
+    /// waits by retrying): failed attempts set no waiting mark, so they
+    /// write nothing and releases publish nothing.
+    pub fn without_waiting_mark(self) -> Self {
+        Self {
+            waiting_mark: Duration::ZERO,
+            ..self
         }
     }
 
@@ -202,7 +216,7 @@ impl Node {
             .key(self.keys.waiting(name))
             .arg(owner.to_hex())
             .arg(millis(ttl))
-            .arg(millis(Keys::WAITING_MARK));
+            .arg(millis(self.keys.waiting_mark));
         invocation
     }
 

@@ -11,7 +11,8 @@ use std::sync::LazyLock;
 use redis::Script;
 
 /// `KEYS`: the lock key, the fence counter, the waiting mark. `ARGV`: owner,
-/// TTL in ms, how long a failed attempt marks the name as waited on (ms).
+/// TTL in ms, how long a failed attempt marks the name as waited on (ms; 0
+/// for no mark).
 /// Returns the fencing token, or 0 if another owner holds the
 /// lock — and then marks the name, in the same atomic step, so the release
 /// that frees it announces it.
@@ -38,7 +39,9 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
         redis.call('PEXPIRE', KEYS[1], ARGV[2])
         return tonumber(redis.call('GET', KEYS[2]))
     end
-    redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
+    if ARGV[3] ~= '0' then
+        redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
+    end
     return 0
 end
 local token = redis.call('INCR', KEYS[2])

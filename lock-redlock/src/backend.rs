@@ -11,7 +11,7 @@ use lock_core::{Capabilities, Error, Fencing, FencingToken, LockName, Result};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::majority::Member;
+use crate::majority::{Answers, Member};
 
 /// Redlock over N independent masters (see the crate docs).
 #[derive(Debug)]
@@ -40,10 +40,15 @@ impl LockBackend for RedlockBackend {
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {
         let limit = self.node_limit(req.ttl);
         let sent = Instant::now();
-        let answers = self
-            .on_every(limit, |n| n.acquire(&req.name, req.owner, req.ttl))
+        let outcomes = self
+            .on_members(self.members.iter(), limit, |n| {
+                n.acquire(&req.name, req.owner, req.ttl)
+            })
             .await;
-        let tokens: Vec<FencingToken> = answers.ok.iter().flatten().copied().collect();
+        let tokens: Vec<FencingToken> = outcomes
+            .iter()
+            .filter_map(|o| o.as_ref().ok().copied().flatten())
+            .collect();
         if tokens.len() >= self.quorum && Self::still_valid(sent, req.ttl) {
             let token = tokens.iter().copied().max().unwrap_or(FencingToken::new(0));
             return Ok(Some(Lease::new(
@@ -54,7 +59,22 @@ impl LockBackend for RedlockBackend {
                 sent,
             )));
         }
-        self.release_everywhere(&req.name, req.owner, limit).await;
+        // Give back what this attempt may hold: the grants, and whatever a
+        // node that did not answer may have applied. A node that answered
+        // that another owner holds the lock ran the script atomically and
+        // set nothing of ours, so an attempt that lost everywhere (the
+        // common case under contention) costs no second wave.
+        let maybe_ours = self
+            .members
+            .iter()
+            .zip(&outcomes)
+            .filter(|(_, o)| !matches!(o, Ok(None)))
+            .map(|(m, _)| m);
+        if maybe_ours.clone().next().is_some() {
+            self.on_members(maybe_ours, limit, |n| n.release(&req.name, req.owner))
+                .await;
+        }
+        let answers = Answers::of(outcomes);
         if answers.ok.len() < self.quorum {
             return Err(self.no_answer_quorum("acquire", &answers, limit));
         }

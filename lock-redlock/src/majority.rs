@@ -77,6 +77,23 @@ pub(crate) struct Answers<T> {
     pub(crate) failed: Vec<Error>,
 }
 
+impl<T> Answers<T> {
+    /// The answers, split from the outcomes of one call on each node.
+    pub(crate) fn of(outcomes: impl IntoIterator<Item = Result<T>>) -> Self {
+        let mut answers = Answers {
+            ok: Vec::new(),
+            failed: Vec::new(),
+        };
+        for outcome in outcomes {
+            match outcome {
+                Ok(v) => answers.ok.push(v),
+                Err(e) => answers.failed.push(e),
+            }
+        }
+        answers
+    }
+}
+
 /// Connects `member` to its master, each attempt bounded by the connect
 /// timeout (and its checks by the command timeout), never by the far
 /// shorter per-call limit; tries again until it succeeds or the backend is
@@ -130,7 +147,7 @@ impl RedlockBackend {
 
     /// Connects to the masters `config` names; see [`connect`](Self::connect).
     pub async fn connect_with(config: RedlockConfig) -> Result<Self> {
-        let keys = Keys::new(config.common.prefix.clone());
+        let keys = Keys::new(config.common.prefix.clone()).without_waiting_mark();
         let (progress, mut watch_progress) = watch::channel(Progress::default());
         let mut members = Vec::with_capacity(config.nodes.len());
         let mut connecting = Vec::with_capacity(config.nodes.len());
@@ -187,7 +204,22 @@ impl RedlockBackend {
         F: Fn(&'a Node) -> Fut,
         Fut: Future<Output = Result<T>>,
     {
-        let calls = self.members.iter().map(|m| {
+        Answers::of(self.on_members(self.members.iter(), limit, op).await)
+    }
+
+    /// Runs `op` on each of `members` at once, each bounded by `limit`;
+    /// the outcomes in the members' order.
+    pub(crate) async fn on_members<'a, T, F, Fut>(
+        &'a self,
+        members: impl Iterator<Item = &'a Arc<Member>>,
+        limit: Duration,
+        op: F,
+    ) -> Vec<Result<T>>
+    where
+        F: Fn(&'a Node) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let calls = members.map(|m| {
             let op = &op;
             async move {
                 tokio::time::timeout(limit, op(m.node()?))
@@ -195,17 +227,7 @@ impl RedlockBackend {
                     .unwrap_or(Err(Error::timeout("a call to one Redlock node", limit)))
             }
         });
-        let mut answers = Answers {
-            ok: Vec::new(),
-            failed: Vec::new(),
-        };
-        for result in join_all(calls).await {
-            match result {
-                Ok(v) => answers.ok.push(v),
-                Err(e) => answers.failed.push(e),
-            }
-        }
-        answers
+        join_all(calls).await
     }
 
     pub(crate) fn no_quorum(
