@@ -1,6 +1,7 @@
 //! etcd beyond the conformance suite: `etcdctl lock` interoperability, FIFO
-//! order with one wake-up per release, cleanup, the Jepsen check, the
-//! minimum TTL, and leader loss in a three-member cluster.
+//! order with one wake-up per release, cleanup, the Jepsen check, session
+//! leases shared per TTL and lost together, the minimum TTL, and leader loss
+//! in a three-member cluster.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -116,7 +117,7 @@ async fn waiters_are_served_in_order_one_wake_up_per_release() {
     cases::fifo_one_wake_up_per_release(&l, 4, TTL, |n| wait_for_queue(etcd, &dir, n)).await;
 }
 
-/// A waiter that gives up leaves no key (and no lease) behind.
+/// A waiter that gives up leaves no key behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_that_gives_up_leaves_the_queue() {
     let etcd = Etcd::shared().await;
@@ -144,19 +145,21 @@ async fn a_waiter_that_gives_up_leaves_the_queue() {
 
 /// The failure Jepsen found in etcd 3.4.3's lock: a waiter whose lease
 /// expired while it waited was still told it held the lock. Here the
-/// waiter's lease is revoked behind its back; when its turn comes it must
-/// not report success.
+/// waiter's session lease is revoked behind its back; when its turn comes it
+/// must not report success. Holder and waiter are separate clients, each
+/// with its own session lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_whose_lease_died_is_not_granted() {
     let etcd = Etcd::shared().await;
     let prefix = fresh_table();
-    let l = Locker::from_arc(backend(&etcd.url(&prefix, "")).await);
+    let url = etcd.url(&prefix, "");
+    let l = Locker::from_arc(backend(&url).await);
     let holder = l
         .lock_with("jepsen", opts(TTL, Wait::No))
         .await
         .expect("free");
     let waiter = {
-        let l = l.clone();
+        let l = Locker::from_arc(backend(&url).await);
         tokio::spawn(async move { l.lock_with("jepsen", opts(TTL, PATIENCE)).await })
     };
     let dir = format!("{prefix}/jepsen/");
@@ -164,15 +167,15 @@ async fn a_waiter_whose_lease_died_is_not_granted() {
     let keys = etcd.members[0]
         .ctl(&["get", "--prefix", &dir, "--keys-only"])
         .expect("etcdctl get");
-    let holder_lease = format!("{:x}", lock_id(&holder));
-    let waiter_lease = keys
+    let holder_key = format!("{dir}{:x}", key_id(&holder));
+    let waiter_key = keys
         .lines()
-        .filter_map(|k| k.rsplit('/').next())
-        .find(|id| !id.is_empty() && *id != holder_lease)
+        .find(|k| !k.is_empty() && *k != holder_key)
         .expect("the waiter's key")
         .to_owned();
+    let waiter_lease = lease_of(etcd, &waiter_key);
     etcd.members[0]
-        .ctl(&["lease", "revoke", &waiter_lease])
+        .ctl(&["lease", "revoke", &format!("{waiter_lease:x}")])
         .expect("revoke the waiter's lease");
     holder.release().await.expect("release");
     match waiter.await.expect("waiter task") {
@@ -184,10 +187,124 @@ async fn a_waiter_whose_lease_died_is_not_granted() {
     }
 }
 
-/// The lease ID distlock derives from a guard's owner token.
-fn lock_id(guard: &lock_core::LockGuard) -> i64 {
+/// The key ID distlock derives from a guard's owner token.
+fn key_id(guard: &lock_core::LockGuard) -> i64 {
     let bits = (guard.lease().owner().to_u128() as u64) >> 1;
     i64::try_from(bits).unwrap_or(i64::MAX).max(1)
+}
+
+/// The lease a key is attached to, as etcdctl reports it.
+fn lease_of(etcd: &Etcd, key: &str) -> i64 {
+    let json = etcd.members[0]
+        .ctl(&["get", key, "-w", "json"])
+        .expect("etcdctl get -w json");
+    let parsed: serde_json::Value = serde_json::from_str(&json).expect("etcdctl's JSON");
+    parsed["kvs"][0]["lease"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("no lease on {key}: {json}"))
+}
+
+/// Every lock of one client with one TTL shares one session lease: a
+/// second lock, and a second acquire after a release, cost no
+/// `LeaseGrant`; a lock with another TTL gets a lease of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_of_one_client_share_a_session_lease_per_ttl() {
+    let etcd = Etcd::shared().await;
+    let prefix = fresh_table();
+    let l = Locker::from_arc(backend(&etcd.url(&prefix, "")).await);
+    let lease_of_guard = |g: &lock_core::LockGuard, name: &str| {
+        lease_of(etcd, &format!("{prefix}/{name}/{:x}", key_id(g)))
+    };
+    let a = l.lock_with("a", opts(TTL, Wait::No)).await.expect("a");
+    let b = l.lock_with("b", opts(TTL, Wait::No)).await.expect("b");
+    let c = l.lock_with("c", opts(TTL * 2, Wait::No)).await.expect("c");
+    let session = lease_of_guard(&a, "a");
+    assert_eq!(lease_of_guard(&b, "b"), session, "one lease per TTL");
+    assert_ne!(
+        lease_of_guard(&c, "c"),
+        session,
+        "another TTL, another lease"
+    );
+    a.release().await.expect("release a");
+    assert_eq!(
+        queued(etcd, &format!("{prefix}/b/")),
+        1,
+        "releasing a leaves b's key, on the same lease, alone"
+    );
+    let again = l
+        .lock_with("a", opts(TTL, Wait::No))
+        .await
+        .expect("a again");
+    assert_eq!(lease_of_guard(&again, "a"), session);
+    // Held past several TTLs: the session is kept alive by the renewals.
+    sleep(TTL * 2).await;
+    assert_eq!(b.state(), LockState::Held);
+    for g in [again, b, c] {
+        g.release().await.expect("release");
+    }
+}
+
+/// When the session lease goes (revoked behind the client's back), every
+/// lock on it is lost, and the next acquire gets a new session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_session_loses_every_lock_on_it() {
+    let etcd = Etcd::shared().await;
+    let prefix = fresh_table();
+    let l = Locker::from_arc(backend(&etcd.url(&prefix, "")).await);
+    let a = l.lock_with("a", opts(TTL, Wait::No)).await.expect("a");
+    let b = l.lock_with("b", opts(TTL, Wait::No)).await.expect("b");
+    let session = lease_of(etcd, &format!("{prefix}/a/{:x}", key_id(&a)));
+    etcd.members[0]
+        .ctl(&["lease", "revoke", &format!("{session:x}")])
+        .expect("revoke the session lease");
+    for g in [&a, &b] {
+        timeout(TTL * 2, g.lost())
+            .await
+            .expect("the lost signal fires at the next renewal");
+    }
+    let next = l
+        .lock_with("a", opts(TTL, Wait::No))
+        .await
+        .expect("a again");
+    assert_ne!(
+        lease_of(etcd, &format!("{prefix}/a/{:x}", key_id(&next))),
+        session,
+        "a new session"
+    );
+    next.release().await.expect("release");
+    assert!(matches!(a.release().await, Err(Error::Lost { .. })));
+    assert!(matches!(b.release().await, Err(Error::Lost { .. })));
+}
+
+/// A lock nobody renews or releases (a forgotten bare lease) is freed about
+/// its TTL later, although the client's other locks keep their shared
+/// session lease alive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unrenewed_lock_is_freed_although_its_session_lives() {
+    let etcd = Etcd::shared().await;
+    let url = etcd.url(&fresh_table(), "");
+    let l = Locker::from_arc(backend(&url).await);
+    let kept = l
+        .lock_with("kept", opts(TTL, Wait::No))
+        .await
+        .expect("kept");
+    let forgotten = l
+        .acquire_lease("forgotten", opts(TTL, Wait::No))
+        .await
+        .expect("forgotten");
+    let other = Locker::from_arc(backend(&url).await);
+    let g = other
+        .lock_with("forgotten", opts(TTL, Wait::For(TTL * 3)))
+        .await
+        .expect("freed after its TTL");
+    assert!(
+        forgotten.is_expired(),
+        "granted to another before the first deadline"
+    );
+    assert!(g.token() > forgotten.token());
+    assert_eq!(kept.state(), LockState::Held, "the session lives on");
+    g.release().await.expect("release");
+    kept.release().await.expect("release");
 }
 
 /// TTLs below etcd's minimum lease are refused, naming the minimum.

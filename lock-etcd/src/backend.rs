@@ -5,17 +5,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions, GetOptions, SortOrder, SortTarget};
+use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, SortOrder, SortTarget};
 use lock_core::backend::{
     AcquireRequest, BackendStats, Backoff, Holder, Lease, LockBackend, Retry, WaitBudget,
     async_trait,
 };
 use lock_core::{Capabilities, Error, FencingToken, LockName, Result};
-use tokio::time::Instant;
 
 use crate::config::EtcdConfig;
-use crate::error::{convert, lease_not_found};
-use crate::queue::lease_id;
+use crate::error::convert;
+use crate::queue::{Ahead, Requeue};
+use crate::session::{Session, Sessions};
 
 /// etcd grants leases in whole seconds and never shorter than its minimum,
 /// 1.5 × the election timeout rounded up: 2 s with the default 1 s election
@@ -30,6 +30,7 @@ pub struct EtcdBackend {
     pub(crate) client: Client,
     pub(crate) config: Arc<EtcdConfig>,
     pub(crate) wakeups: Arc<AtomicU64>,
+    pub(crate) sessions: Arc<Sessions>,
 }
 
 impl EtcdBackend {
@@ -59,6 +60,7 @@ impl EtcdBackend {
             client,
             config: Arc::new(config),
             wakeups: Arc::new(AtomicU64::new(0)),
+            sessions: Arc::default(),
         };
         // The client connects lazily; make an unreachable cluster fail here.
         backend
@@ -81,71 +83,65 @@ impl LockBackend for EtcdBackend {
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {
-        let sent = Instant::now();
-        let place = self.enqueue(req).await?;
-        if place.revision == place.holder_revision {
-            return Ok(Some(self.lease_for(req, &place, sent)));
+        let mut queued = Queued::new(self, req);
+        for _ in 0..REQUEUES {
+            let session = self.session(req.ttl).await?;
+            queued.session = Some(session.clone());
+            let place = match self.enqueue(req, &session).await? {
+                Ok(place) => place,
+                Err(Requeue) => continue,
+            };
+            if matches!(place.ahead, Ahead::Nobody) {
+                queued.armed = false;
+                return Ok(Some(self.lease_for(req, &place, &session)));
+            }
+            queued.leave().await;
+            return Ok(None);
         }
-        self.dequeue(place.lease).await?;
-        Ok(None)
+        queued.leave().await;
+        Err(session_lost())
     }
 
     async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
-        let lease = lease_id(req.owner);
-        // Our lease must outlive the wait, however long it is.
-        let keeper = self.keep_queued(lease, req.ttl);
+        let mut queued = Queued::new(self, req);
         let mut retry = Retry::new(crate::NAME, budget, Backoff::new());
-        let outcome = loop {
-            let attempt = async {
-                let sent = Instant::now();
-                let place = self.enqueue(req).await?;
-                if place.revision == place.holder_revision && place.fresh {
-                    // First in line on a lease this attempt granted: its TTL
-                    // runs from the grant, sent at `sent`, as `try_acquire`'s.
-                    return Ok((place, sent));
+        loop {
+            match self.attempt(req, budget, &mut queued).await {
+                Ok(lease) => {
+                    queued.armed = false;
+                    return Ok(lease);
                 }
-                if place.revision != place.holder_revision {
-                    self.wait_for_turn(&req.name, &place, budget).await?;
-                }
-                // The lease was kept alive while we waited (or granted by an
-                // earlier attempt); the grant's deadline counts from this
-                // renewal.
-                let renewed = Instant::now();
-                if !self.keep_alive(place.lease).await? {
-                    return Err(Error::not_held(&req.name));
-                }
-                Ok::<_, Error>((place, renewed))
-            };
-            match attempt.await {
-                Ok(granted) => break Ok(granted),
                 // A member died or an election is running: queue again
-                // (idempotent: same lease, same key, same place if it
-                // survived) within the budget.
+                // (idempotent: same key, same place if it survived) within
+                // the budget.
                 Err(e) => {
                     if let Err(e) = retry.after(e).await {
-                        break Err(e);
+                        queued.leave().await;
+                        return Err(e);
                     }
                 }
-            }
-        };
-        keeper.abort();
-        match outcome {
-            Ok((place, renewed)) => Ok(self.lease_for(req, &place, renewed)),
-            Err(e) => {
-                if let Err(cleanup) = self.dequeue(lease).await {
-                    tracing::debug!(error = %cleanup, "could not leave the queue; the lease's TTL will");
-                }
-                Err(e)
             }
         }
     }
 
+    /// Extends the lock by keeping its session's lease alive (one
+    /// keep-alive shared by every lock on the session that renews at about
+    /// the same time), and reads our key in parallel: 1 round trip. The
+    /// deadline counts from the keep-alive's send time, or the younger
+    /// proof it shared; etcd renews a lease to the TTL it was granted with,
+    /// whatever `ttl` asks.
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
-        let sent = Instant::now();
-        let id = lease_id(lease.owner());
-        let key = self.key(lease.name(), id);
+        let _ = ttl;
+        // The session is the one this client granted the lock on: a lease
+        // it did not grant (or one whose session it knows gone or expired)
+        // is not renewed, so a renewal never keeps anybody else's lease alive.
+        let session = self
+            .session_of(lease)
+            .ok_or_else(|| Error::not_held(lease.name()))?;
+        let key = self.key(lease.name(), lease.owner());
+        let key_of_lease = key.clone();
         let (alive, mine) = tokio::join!(
-            self.keep_alive(id),
+            self.prove_alive(&session, session.renew_after() / 2),
             self.call(
                 "check our key",
                 |mut c| async move { c.get(key, None).await }
@@ -155,31 +151,35 @@ impl LockBackend for EtcdBackend {
         let still_ours = mine?
             .kvs()
             .first()
-            .is_some_and(|kv| kv.create_revision() == token);
+            .is_some_and(|kv| kv.create_revision() == token && kv.lease() == session.id);
         if !alive? || !still_ours {
             return Err(Error::not_held(lease.name()));
         }
-        // etcd renews a lease to the TTL it was granted with, whatever `ttl` asks.
-        let _ = ttl;
-        Ok(lease.renewed(lease.ttl(), sent))
+        let renewed = lease.renewed(lease.ttl(), session.proven());
+        if !session.extend(&key_of_lease, token, renewed.deadline()) {
+            return Err(Error::not_held(lease.name()));
+        }
+        Ok(renewed)
     }
 
-    /// One `LeaseRevoke`: revoking the lease deletes every key attached to
-    /// it, and the lease ID is derived from the owner token, so only the
-    /// owner can revoke it and the next holder's key (under its own lease) is
-    /// never touched. A lease that expired or was already revoked is
-    /// `ErrGRPCLeaseNotFound`: [`Error::NotHeld`].
+    /// One `Txn` deleting our key if its create revision is still our
+    /// fencing token: the key and the token name this grant alone, so the
+    /// next holder's key is never touched, and the session's lease, shared
+    /// with this client's other locks, is left alone. A key that is gone
+    /// (expired with the session, or deleted) is [`Error::NotHeld`].
     async fn release(&self, lease: &Lease) -> Result<()> {
-        let id = lease_id(lease.owner());
-        let revoked = self
-            .call("release", |mut c| async move {
-                match c.lease_revoke(id).await {
-                    Err(e) if lease_not_found(&e) => Ok(false),
-                    other => other.map(|_| true),
-                }
-            })
+        let key = self.key(lease.name(), lease.owner());
+        let token = lease.token().to_i64();
+        let deleted = self
+            .delete_if(
+                &key,
+                Compare::create_revision(key.as_str(), CompareOp::Equal, token),
+            )
             .await?;
-        if revoked {
+        if let Some(session) = self.session_of(lease) {
+            session.forget(&key);
+        }
+        if deleted {
             Ok(())
         } else {
             Err(Error::not_held(lease.name()))
@@ -187,7 +187,9 @@ impl LockBackend for EtcdBackend {
     }
 
     async fn abandon(&self, req: &AcquireRequest) -> Result<()> {
-        self.dequeue(lease_id(req.owner)).await
+        let key = self.key(&req.name, req.owner);
+        self.leave_or_orphan(&key, &req.owner.to_hex(), req.ttl)
+            .await
     }
 
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
@@ -219,6 +221,116 @@ impl LockBackend for EtcdBackend {
             holder.owner = format!("{lease:x}");
         }
         Ok(Some(holder))
+    }
+}
+
+impl EtcdBackend {
+    /// The session a grant was made on, from the lease ID its lease carries
+    /// as its version, if this client granted that session and it may still
+    /// be alive.
+    fn session_of(&self, lease: &Lease) -> Option<Arc<Session>> {
+        let id = i64::try_from(lease.version()?).ok()?;
+        self.sessions.by_id(id)
+    }
+
+    /// One attempt of `acquire`: queue on a current session (again, at most
+    /// [`REQUEUES`] times, if it turns out gone), then wait for our turn,
+    /// keeping the session alive meanwhile.
+    async fn attempt(
+        &self,
+        req: &AcquireRequest,
+        budget: &WaitBudget,
+        queued: &mut Queued,
+    ) -> Result<Lease> {
+        for _ in 0..REQUEUES {
+            let session = self.session(req.ttl).await?;
+            queued.session = Some(session.clone());
+            let place = match self.enqueue(req, &session).await? {
+                Ok(place) => place,
+                Err(Requeue) => continue,
+            };
+            if !matches!(place.ahead, Ahead::Nobody) {
+                if budget.is_over() {
+                    return Err(budget.exhausted(&req.name));
+                }
+                let _keeper = self.keep_queued(&session);
+                self.wait_for_turn(req, &place, &session, budget).await?;
+            }
+            return Ok(self.lease_for(req, &place, &session));
+        }
+        Err(session_lost())
+    }
+}
+
+/// How many sessions one attempt tries before it reports an outage.
+const REQUEUES: usize = 3;
+
+fn session_lost() -> Error {
+    Error::Unavailable {
+        backend: crate::NAME,
+        message: "session leases expired as soon as they were granted".into(),
+        source: None,
+    }
+}
+
+/// An acquisition's key in the queue until it is granted or has left. If
+/// the acquire's future is dropped before either (a caller of the backend
+/// that does not go through `Locker`), the key is deleted in the
+/// background: on a session lease other locks keep alive, nothing else
+/// would ever delete it.
+struct Queued {
+    backend: EtcdBackend,
+    key: String,
+    owner: String,
+    ttl: Duration,
+    session: Option<Arc<Session>>,
+    armed: bool,
+}
+
+impl Queued {
+    fn new(backend: &EtcdBackend, req: &AcquireRequest) -> Self {
+        Self {
+            backend: backend.clone(),
+            key: backend.key(&req.name, req.owner),
+            owner: req.owner.to_hex(),
+            ttl: req.ttl,
+            session: None,
+            armed: true,
+        }
+    }
+
+    /// Leaves the queue now (or, if the server cannot be reached, at the
+    /// session's next keep-alive).
+    async fn leave(&mut self) {
+        if self.session.is_some()
+            && let Err(e) = self
+                .backend
+                .leave_or_orphan(&self.key, &self.owner, self.ttl)
+                .await
+        {
+            tracing::debug!(error = %e, "could not leave the queue; the next keep-alive will");
+        }
+        self.armed = false;
+    }
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        if !self.armed || self.session.is_none() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return; // no runtime: the session's lease expires with the process
+        };
+        let (backend, key, owner, ttl) = (
+            self.backend.clone(),
+            std::mem::take(&mut self.key),
+            std::mem::take(&mut self.owner),
+            self.ttl,
+        );
+        runtime.spawn(async move {
+            let _ = backend.leave_or_orphan(&key, &owner, ttl).await;
+        });
     }
 }
 

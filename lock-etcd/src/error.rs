@@ -38,12 +38,6 @@ pub(crate) fn convert(operation: &'static str, e: etcd_client::Error) -> Error {
     }
 }
 
-/// etcd refused to grant a lease under an ID it already has: ours, from an
-/// earlier attempt of the same request (`ErrGRPCLeaseExist`).
-pub(crate) fn lease_exists(e: &etcd_client::Error) -> bool {
-    matches!(e, etcd_client::Error::GRpcStatus(s) if s.code() == tonic_code::FailedPrecondition)
-}
-
 /// etcd has no lease with that ID: it expired or was revoked
 /// (`ErrGRPCLeaseNotFound`).
 pub(crate) fn lease_not_found(e: &etcd_client::Error) -> bool {

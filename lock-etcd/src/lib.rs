@@ -6,6 +6,7 @@ mod backend;
 pub mod config;
 mod error;
 mod queue;
+mod session;
 
 pub use backend::{EtcdBackend, MIN_TTL};
 

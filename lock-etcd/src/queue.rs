@@ -1,34 +1,41 @@
 //! etcd's own lock protocol (the one behind `etcdctl lock` and the Go
 //! client's `concurrency.Mutex`): a key per contender under the lock's
-//! prefix, each attached to a lease; the lowest create revision holds, every
-//! other watches the key just before its own.
+//! prefix, attached to its client's session lease; the lowest create
+//! revision holds, every other watches the key just before its own.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, GetOptions, LeaseGrantOptions, PutOptions, SortOrder, SortTarget,
-    Txn, TxnOp, TxnOpResponse, WatchOptions,
+    Client, Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+    TxnOpResponse, TxnResponse, WatchStream,
 };
 use lock_core::backend::{AcquireRequest, Lease, WaitBudget};
 use lock_core::{Error, FencingToken, LockName, OwnerToken, Result};
-use tokio::time::Instant;
 
 use crate::backend::EtcdBackend;
-use crate::error::{convert, lease_exists, lease_not_found};
+use crate::error::{convert, lease_not_found};
+use crate::session::Session;
 
 /// Where one contender stands in a lock's queue.
 pub(crate) struct Place {
-    pub(crate) key: String,
-    pub(crate) lease: i64,
     pub(crate) revision: i64,
-    pub(crate) holder_revision: i64,
-    /// This call granted the lease and put the key: the lease's TTL runs
-    /// from the grant, sent just before, so a grant needs no keep-alive.
-    /// False when an earlier attempt had already granted either.
-    pub(crate) fresh: bool,
+    pub(crate) ahead: Ahead,
 }
+
+/// Who is ahead of us in the queue, as far as we know.
+pub(crate) enum Ahead {
+    Nobody,
+    /// The key just before ours, and the revision of the read that found it.
+    Key(Vec<u8>, i64),
+    /// Somebody: read the queue to find whom.
+    Unknown,
+}
+
+/// A session turned out gone, or our key was on an older one (and has been
+/// deleted): queue again on a current session.
+pub(crate) struct Requeue;
 
 impl EtcdBackend {
     /// Runs one request within the timeout.
@@ -48,146 +55,156 @@ impl EtcdBackend {
         format!("{}{name}/", self.config.prefix)
     }
 
-    pub(crate) fn key(&self, name: &LockName, lease: i64) -> String {
-        format!("{}{lease:x}", self.dir(name))
+    /// One key per acquisition, derived from its owner token, so a retried
+    /// request finds the key it may already have put, and the owner can
+    /// delete it without knowing which session it went on.
+    pub(crate) fn key(&self, name: &LockName, owner: OwnerToken) -> String {
+        format!("{}{:x}", self.dir(name), key_id(owner))
     }
 
-    /// Joins the queue of `req.name`: a lease, and a key under it whose
-    /// create revision orders us among the contenders. Idempotent for the
-    /// owner: the lease ID and so the key are derived from the owner token.
-    pub(crate) async fn enqueue(&self, req: &AcquireRequest) -> Result<Place> {
-        let lease = lease_id(req.owner);
-        let seconds = i64::try_from(req.ttl.as_secs() + u64::from(req.ttl.subsec_nanos() > 0))
-            .unwrap_or(i64::MAX);
-        let granted = self
-            .call("grant a lease", |mut c| async move {
-                match c
-                    .lease_grant(seconds, Some(LeaseGrantOptions::new().with_id(lease)))
-                    .await
-                {
-                    Err(e) if lease_exists(&e) => Ok(false), // our own earlier attempt
-                    other => other.map(|_| true),
-                }
-            })
-            .await?;
-        let key = self.key(&req.name, lease);
+    /// Joins the queue of `req.name` on `session`: one `Txn` that puts our
+    /// key unless it is there already, and reads the keys just ahead of it.
+    /// A session found stale gets a keep-alive sent at the same time, so the
+    /// grant can count on a proof as recent as the `Txn`.
+    pub(crate) async fn enqueue(
+        &self,
+        req: &AcquireRequest,
+        session: &Session,
+    ) -> Result<std::result::Result<Place, Requeue>> {
+        let key = self.key(&req.name, req.owner);
+        let dir = self.dir(&req.name);
+        let owner = req.owner.to_hex();
+        // Put in the same transaction, our key is the newest under the
+        // lock: the second newest is the one ahead of us.
+        let newest = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Descend)
+            .with_limit(2)
+            .with_keys_only();
         let first = GetOptions::new()
             .with_prefix()
             .with_sort(SortTarget::Create, SortOrder::Ascend)
-            .with_limit(1);
+            .with_limit(1)
+            .with_keys_only();
         let txn = Txn::new()
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
             .and_then([
                 TxnOp::put(
                     key.clone(),
-                    req.owner.to_hex(),
-                    Some(PutOptions::new().with_lease(lease)),
+                    owner.clone(),
+                    Some(PutOptions::new().with_lease(session.id)),
                 ),
-                TxnOp::get(self.dir(&req.name), Some(first.clone())),
+                TxnOp::get(dir.clone(), Some(newest)),
             ])
-            .or_else([
-                TxnOp::get(key.clone(), None),
-                TxnOp::get(self.dir(&req.name), Some(first)),
-            ]);
-        let response = self
-            .call("enqueue", |mut c| async move { c.txn(txn).await })
-            .await?;
-        let put = response.succeeded();
-        let ops = response.op_responses();
-        let revision = match ops.first() {
-            Some(TxnOpResponse::Put(put)) => put.header().map(|h| h.revision()),
-            Some(TxnOpResponse::Get(get)) => get.kvs().first().map(|kv| kv.create_revision()),
-            _ => None,
-        };
-        let holder_revision = match ops.get(1) {
-            Some(TxnOpResponse::Get(get)) => get.kvs().first().map(|kv| kv.create_revision()),
-            _ => None,
-        };
-        match (revision, holder_revision) {
-            (Some(revision), Some(holder_revision)) => Ok(Place {
-                key,
-                lease,
-                revision,
-                holder_revision,
-                fresh: granted && put,
-            }),
-            _ => Err(Error::backend(
-                "etcd answered the enqueue transaction without the expected keys",
-            )),
-        }
-    }
-
-    /// Leaves the queue: revoking the lease deletes the key with it.
-    pub(crate) async fn dequeue(&self, lease: i64) -> Result<()> {
-        self.call("revoke a lease", |mut c| async move {
-            match c.lease_revoke(lease).await {
-                Err(e) if lease_not_found(&e) => Ok(()),
-                other => other.map(|_| ()),
+            .or_else([TxnOp::get(key.clone(), None), TxnOp::get(dir, Some(first))]);
+        let keep_alive = async {
+            if session.is_stale() {
+                Some(self.prove_alive(session, session.renew_after()).await)
+            } else {
+                None
             }
-        })
-        .await
+        };
+        let put = self.call("enqueue", |mut c| async move {
+            match c.txn(txn).await {
+                // The session's lease is gone.
+                Err(e) if lease_not_found(&e) => Ok(None),
+                other => other.map(Some),
+            }
+        });
+        let (alive, response) = tokio::join!(keep_alive, put);
+        if let Some(Ok(false)) = alive {
+            // Our key, put or not, went with the lease.
+            return Ok(Err(Requeue));
+        }
+        let Some(response) = response? else {
+            session.kill();
+            return Ok(Err(Requeue));
+        };
+        let place = if response.succeeded() {
+            put_place(&response, &key)?
+        } else {
+            let ops = response.op_responses();
+            let (Some(TxnOpResponse::Get(mine)), Some(TxnOpResponse::Get(head))) =
+                (ops.first(), ops.get(1))
+            else {
+                return Err(unexpected());
+            };
+            let Some(kv) = mine.kvs().first() else {
+                return Err(unexpected());
+            };
+            if kv.value() != owner.as_bytes() {
+                return Err(Error::backend(format!(
+                    "the queue key {key} belongs to another owner"
+                )));
+            }
+            if kv.lease() != session.id {
+                // Put by an earlier attempt on a session since replaced.
+                self.leave(&key, &owner).await?;
+                return Ok(Err(Requeue));
+            }
+            let revision = kv.create_revision();
+            let holder = head.kvs().first().map(|kv| kv.create_revision());
+            Place {
+                revision,
+                ahead: if holder == Some(revision) {
+                    Ahead::Nobody
+                } else {
+                    Ahead::Unknown
+                },
+            }
+        };
+        if session.is_gone() {
+            return Ok(Err(Requeue));
+        }
+        Ok(Ok(place))
     }
 
     /// Waits until every key created before ours is gone, watching only the
-    /// one just before ours each time, then checks that our own key (and so
-    /// our lease) survived the wait.
+    /// one just before ours each time, and checks with the read that finds
+    /// nobody ahead any more that our own key survived the wait.
+    ///
+    /// Each watch starts from the present: etcd serves a watch that starts
+    /// at a past revision from its catch-up loop, which runs every 100 ms,
+    /// so under churn a waiter would learn of its turn that much later. A
+    /// read made once the watch is in place tells whether the key went
+    /// before it was; none is needed when the store has not changed since
+    /// the read that named the key.
     pub(crate) async fn wait_for_turn(
         &self,
-        name: &LockName,
+        req: &AcquireRequest,
         place: &Place,
+        session: &Session,
         budget: &WaitBudget,
     ) -> Result<()> {
+        let mut to_watch = match &place.ahead {
+            Ahead::Nobody => return Ok(()),
+            Ahead::Key(key, known_at) => Some((key.clone(), *known_at)),
+            Ahead::Unknown => None,
+        };
         loop {
-            let before_us = GetOptions::new()
-                .with_prefix()
-                .with_max_create_revision(place.revision - 1)
-                .with_sort(SortTarget::Create, SortOrder::Descend)
-                .with_limit(1)
-                .with_keys_only();
-            let dir = self.dir(name);
-            let found = self
-                .call("find the predecessor", |mut c| async move {
-                    c.get(dir, Some(before_us)).await
-                })
-                .await?;
-            let Some(predecessor) = found.kvs().first().map(|kv| kv.key().to_vec()) else {
-                break;
-            };
-            let since = found.header().map_or(0, |h| h.revision()) + 1;
-            let options = WatchOptions::new().with_start_revision(since);
-            let mut watch = self
-                .call("watch the predecessor", |mut c| async move {
-                    c.watch(predecessor, Some(options)).await
-                })
-                .await?;
-            let deleted = async {
-                while let Some(message) = watch.message().await.map_err(|e| convert("watch", e))? {
-                    if message
-                        .events()
-                        .iter()
-                        .any(|e| e.event_type() == etcd_client::EventType::Delete)
-                    {
-                        return Ok(());
-                    }
-                    if message.canceled() {
-                        return Err(Error::Unavailable {
-                            backend: crate::NAME,
-                            message: format!(
-                                "the watch was cancelled: {}",
-                                message.cancel_reason()
-                            ),
-                            source: None,
-                        });
+            let watching = match to_watch.take() {
+                Some((key, known_at)) => {
+                    let (stream, created_at) = self.watch_from_now(key.clone()).await?;
+                    if created_at == known_at {
+                        Some((key, stream))
+                    } else {
+                        self.recheck(req, place, session, Some((key, stream)), &mut to_watch)
+                            .await?
                     }
                 }
-                Err(Error::Unavailable {
-                    backend: crate::NAME,
-                    message: "the watch stream ended".into(),
-                    source: None,
-                })
+                None => {
+                    self.recheck(req, place, session, None, &mut to_watch)
+                        .await?
+                }
             };
-            match budget.race(deleted).await {
-                None => return Err(budget.exhausted(name)),
+            let Some((_, mut stream)) = watching else {
+                if to_watch.is_none() {
+                    return Ok(()); // nobody ahead
+                }
+                continue;
+            };
+            match budget.race(deleted(&mut stream)).await {
+                None => return Err(budget.exhausted(&req.name)),
                 Some(Err(e)) if e.is_retryable() && !budget.is_over() => {
                     tracing::debug!(error = %e, "watch failed; looking for the predecessor again");
                 }
@@ -197,32 +214,130 @@ impl EtcdBackend {
                 }
             }
         }
-        // Jepsen found etcd 3.4.3's lock granting waiters whose lease had
-        // expired while they waited: make sure ours is still there.
-        let key = place.key.clone();
-        let mine = self
-            .call(
-                "check our key",
-                |mut c| async move { c.get(key, None).await },
-            )
-            .await?;
-        match mine.kvs().first() {
-            Some(kv) if kv.create_revision() == place.revision => Ok(()),
-            _ => Err(Error::not_held(name)),
+    }
+
+    /// Reads who is ahead now: keeps `watching` if that is still the key
+    /// just before ours, else drops it and names the key to watch next in
+    /// `to_watch`. Neither: nobody is ahead.
+    async fn recheck(
+        &self,
+        req: &AcquireRequest,
+        place: &Place,
+        session: &Session,
+        watching: Option<(Vec<u8>, WatchStream)>,
+        to_watch: &mut Option<(Vec<u8>, i64)>,
+    ) -> Result<Option<(Vec<u8>, WatchStream)>> {
+        match self.look_ahead(req, place, session).await? {
+            Ahead::Key(key, known_at) => match watching {
+                Some((watched, stream)) if watched == key => Ok(Some((watched, stream))),
+                _ => {
+                    *to_watch = Some((key, known_at));
+                    Ok(None)
+                }
+            },
+            _ => Ok(None),
         }
     }
 
-    /// Keeps `lease` alive while its owner waits in the queue.
-    pub(crate) fn keep_queued(&self, lease: i64, ttl: Duration) -> tokio::task::JoinHandle<()> {
-        let backend = self.clone();
-        tokio::spawn(async move {
+    /// One `Txn` reading the key just before ours and our own key: Jepsen
+    /// found etcd 3.4.3's lock granting waiters whose lease had expired
+    /// while they waited, so ours must still be there, on our session. A
+    /// keep-alive goes with it if the session's proof is getting old.
+    async fn look_ahead(
+        &self,
+        req: &AcquireRequest,
+        place: &Place,
+        session: &Session,
+    ) -> Result<Ahead> {
+        let before_us = GetOptions::new()
+            .with_prefix()
+            .with_max_create_revision(place.revision - 1)
+            .with_sort(SortTarget::Create, SortOrder::Descend)
+            .with_limit(1)
+            .with_keys_only();
+        let key = self.key(&req.name, req.owner);
+        let txn = Txn::new().and_then([
+            TxnOp::get(self.dir(&req.name), Some(before_us)),
+            TxnOp::get(key, None),
+        ]);
+        let keep_alive = async {
+            if session.is_stale() {
+                self.prove_alive(session, session.renew_after()).await
+            } else {
+                Ok(true)
+            }
+        };
+        let read = self.call("look ahead", |mut c| async move { c.txn(txn).await });
+        let (alive, response) = tokio::join!(keep_alive, read);
+        let response = response?;
+        let ops = response.op_responses();
+        let (Some(TxnOpResponse::Get(ahead)), Some(TxnOpResponse::Get(mine))) =
+            (ops.first(), ops.get(1))
+        else {
+            return Err(unexpected());
+        };
+        let ours = mine
+            .kvs()
+            .first()
+            .is_some_and(|kv| kv.create_revision() == place.revision && kv.lease() == session.id);
+        if !ours || matches!(alive, Ok(false)) || session.is_gone() {
+            return Err(Error::not_held(&req.name));
+        }
+        Ok(match ahead.kvs().first() {
+            Some(kv) => Ahead::Key(kv.key().to_vec(), revision(&response)),
+            None => Ahead::Nobody,
+        })
+    }
+
+    /// A watch of `key` from the next revision on, once etcd has confirmed
+    /// it, and the store's revision when it did.
+    async fn watch_from_now(&self, key: Vec<u8>) -> Result<(WatchStream, i64)> {
+        self.call("watch the predecessor", |mut c| async move {
+            let mut stream = c.watch(key, None).await?;
             loop {
-                tokio::time::sleep(ttl / 3).await;
-                if let Err(e) = backend.keep_alive(lease).await {
-                    tracing::debug!(error = %e, "keeping a queued lease alive failed");
+                match stream.message().await? {
+                    Some(m) if m.canceled() => {
+                        return Err(etcd_client::Error::WatchError(format!(
+                            "the watch was cancelled: {}",
+                            m.cancel_reason()
+                        )));
+                    }
+                    Some(m) if m.created() => {
+                        let revision = m.header().map_or(0, |h| h.revision());
+                        return Ok((stream, revision));
+                    }
+                    Some(_) => {}
+                    None => {
+                        return Err(etcd_client::Error::WatchError(
+                            "the watch stream ended before it was created".into(),
+                        ));
+                    }
                 }
             }
         })
+        .await
+    }
+
+    /// Keeps `session` alive while its owner waits in the queue; stops
+    /// when dropped. Every waiter on the session runs one; they share the
+    /// keep-alives.
+    pub(crate) fn keep_queued(&self, session: &Arc<Session>) -> Keeper {
+        let backend = self.clone();
+        let session = session.clone();
+        Keeper(tokio::spawn(async move {
+            let retry_after = session.ttl / 10;
+            loop {
+                tokio::time::sleep_until(session.proven() + session.renew_after()).await;
+                match backend.prove_alive(&session, session.renew_after()).await {
+                    Ok(true) => {}
+                    Ok(false) => return,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "keeping a queued session alive failed");
+                        tokio::time::sleep(retry_after).await;
+                    }
+                }
+            }
+        }))
     }
 
     /// One keep-alive, one round trip: whether the lease is still alive.
@@ -243,15 +358,101 @@ impl EtcdBackend {
         .await
     }
 
-    pub(crate) fn lease_for(&self, req: &AcquireRequest, place: &Place, sent: Instant) -> Lease {
+    /// The grant: its deadline counts from the session's proof, and it
+    /// carries the session's lease ID for its renewals.
+    pub(crate) fn lease_for(
+        &self,
+        req: &AcquireRequest,
+        place: &Place,
+        session: &Session,
+    ) -> Lease {
         let token = FencingToken::from_i64(place.revision);
-        Lease::new(req.name.clone(), req.owner, token, req.ttl, sent)
+        let lease = Lease::new(
+            req.name.clone(),
+            req.owner,
+            token,
+            req.ttl,
+            session.proven(),
+        )
+        .with_version(session.id.unsigned_abs());
+        session.hold(
+            &self.key(&req.name, req.owner),
+            place.revision,
+            lease.deadline(),
+        );
+        lease
     }
 }
 
-/// The lease ID for an owner: 63 bits of its token, never 0 (which asks the
-/// server to choose).
-pub(crate) fn lease_id(owner: OwnerToken) -> i64 {
+/// A waiter's session keeper; aborted when dropped.
+pub(crate) struct Keeper(tokio::task::JoinHandle<()>);
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Our place from the `Txn` that put our key: the newest key is ours, the
+/// one after it (if any) is just ahead of us.
+fn put_place(response: &TxnResponse, key: &str) -> Result<Place> {
+    let ops = response.op_responses();
+    let (Some(TxnOpResponse::Put(put)), Some(TxnOpResponse::Get(newest))) =
+        (ops.first(), ops.get(1))
+    else {
+        return Err(unexpected());
+    };
+    let revision = put.header().map_or(0, |h| h.revision());
+    let kvs = newest.kvs();
+    match kvs.first() {
+        Some(kv) if kv.key() == key.as_bytes() && kv.create_revision() == revision => {}
+        _ => return Err(unexpected()),
+    }
+    Ok(Place {
+        revision,
+        ahead: match kvs.get(1) {
+            Some(kv) => Ahead::Key(kv.key().to_vec(), revision),
+            None => Ahead::Nobody,
+        },
+    })
+}
+
+/// Completes when the watched key is deleted.
+async fn deleted(stream: &mut WatchStream) -> Result<()> {
+    while let Some(message) = stream.message().await.map_err(|e| convert("watch", e))? {
+        if message
+            .events()
+            .iter()
+            .any(|e| e.event_type() == etcd_client::EventType::Delete)
+        {
+            return Ok(());
+        }
+        if message.canceled() {
+            return Err(Error::Unavailable {
+                backend: crate::NAME,
+                message: format!("the watch was cancelled: {}", message.cancel_reason()),
+                source: None,
+            });
+        }
+    }
+    Err(Error::Unavailable {
+        backend: crate::NAME,
+        message: "the watch stream ended".into(),
+        source: None,
+    })
+}
+
+fn revision(response: &TxnResponse) -> i64 {
+    response.header().map_or(0, |h| h.revision())
+}
+
+fn unexpected() -> Error {
+    Error::backend("etcd answered a queue transaction without the expected keys")
+}
+
+/// The key ID for an owner: 63 bits of its token (the key's value holds all
+/// of it).
+pub(crate) fn key_id(owner: OwnerToken) -> i64 {
     let bits = (owner.to_u128() as u64) >> 1;
     i64::try_from(bits).unwrap_or(i64::MAX).max(1)
 }

@@ -1,0 +1,385 @@
+//! Session leases, as etcd's own `concurrency.Session`: one lease per client
+//! and lease TTL, shared by every key that client queues or holds with that
+//! TTL, so that acquiring is the queue transaction alone and a release
+//! deletes one key without touching the lease.
+//!
+//! What a lock may rely on is the session's *proof*: the send time of the
+//! last `LeaseGrant` or keep-alive whose answer showed the lease alive. The
+//! leader (re)starts the lease's TTL when it handles that request, so the
+//! lease, and every key on it, lives at least until the proof plus the TTL,
+//! unless somebody revokes it. A lock's deadline counts from the proof, never
+//! from the request that put its key: a shared lease may be closer to its
+//! end than a fresh one.
+//!
+//! A lock's key lives as long as its session, so a lock that stops being
+//! renewed (its holder gave up on it without releasing it) would stay held
+//! as long as the client's other locks keep the session alive. The session
+//! therefore records the deadline of each lock granted on it, and every
+//! keep-alive also deletes the keys of locks whose deadline has passed: such
+//! a lock is freed at most a renewal period after its deadline, or with the
+//! session's lease if nothing renews it.
+//!
+//! Nothing keeps a session alive in the background. Keep-alives are sent on
+//! demand, by the renewals of the locks on it, by the keepers of queued
+//! waiters, and by an acquire that finds the proof getting old; a session
+//! nobody uses any more simply expires on the server. Once a keep-alive
+//! finds the lease gone, the session is never used again, and the next
+//! acquire grants a new one.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+use lock_core::Result;
+use tokio::time::Instant;
+
+use crate::backend::EtcdBackend;
+
+/// One session lease.
+#[derive(Debug)]
+pub(crate) struct Session {
+    pub(crate) id: i64,
+    /// The lease's TTL, in the whole seconds it was granted with.
+    pub(crate) ttl: Duration,
+    state: Mutex<State>,
+    /// One keep-alive at a time: callers that queue behind one in flight
+    /// find its proof fresh and send none of their own.
+    flight: tokio::sync::Mutex<()>,
+}
+
+#[derive(Debug)]
+struct State {
+    proven: Instant,
+    gone: bool,
+    /// Queue keys of acquires that could not be deleted when they were
+    /// given up (the server was unreachable): retried with every keep-alive,
+    /// since a lease kept alive by other locks would otherwise keep them
+    /// queued, or holding, for good.
+    orphans: Vec<Orphan>,
+    /// The locks granted on this session and not released, by key: their
+    /// fencing token and deadline.
+    held: HashMap<String, (i64, Instant)>,
+}
+
+/// A key to delete if it still is the one we mean.
+#[derive(Clone, Debug)]
+pub(crate) struct Orphan {
+    pub(crate) key: String,
+    pub(crate) mark: Mark,
+}
+
+/// What tells our key from anybody else's.
+#[derive(Clone, Debug)]
+pub(crate) enum Mark {
+    /// A queue entry: its value, the owner token.
+    Owner(String),
+    /// A grant: its create revision, the fencing token.
+    Token(i64),
+}
+
+impl Session {
+    fn new(id: i64, ttl: Duration, proven: Instant) -> Self {
+        Self {
+            id,
+            ttl,
+            state: Mutex::new(State {
+                proven,
+                gone: false,
+                orphans: Vec::new(),
+                held: HashMap::new(),
+            }),
+            flight: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The send time of the last request that proved the lease alive.
+    pub(crate) fn proven(&self) -> Instant {
+        self.state().proven
+    }
+
+    fn prove(&self, sent: Instant) {
+        let mut state = self.state();
+        state.proven = state.proven.max(sent);
+    }
+
+    pub(crate) fn is_gone(&self) -> bool {
+        self.state().gone
+    }
+
+    /// The lease expired or was revoked: so did every key on it.
+    pub(crate) fn kill(&self) {
+        let mut state = self.state();
+        state.gone = true;
+        state.orphans.clear();
+        state.held.clear();
+    }
+
+    /// Records a grant, valid until `deadline`.
+    pub(crate) fn hold(&self, key: &str, token: i64, deadline: Instant) {
+        let mut state = self.state();
+        if !state.gone {
+            state.held.insert(key.to_owned(), (token, deadline));
+        }
+    }
+
+    /// Records a renewal; `false` if the grant is not held any more (a
+    /// keep-alive deleted its key when its deadline passed, perhaps after
+    /// the renewal read it).
+    pub(crate) fn extend(&self, key: &str, token: i64, deadline: Instant) -> bool {
+        match self.state().held.get_mut(key) {
+            Some(held) if held.0 == token => {
+                held.1 = deadline;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Forgets a released grant.
+    pub(crate) fn forget(&self, key: &str) {
+        self.state().held.remove(key);
+    }
+
+    /// The orphans, and the grants whose deadline has passed unrenewed.
+    fn take_orphans(&self) -> Vec<Orphan> {
+        let mut state = self.state();
+        let now = Instant::now();
+        let mut orphans = std::mem::take(&mut state.orphans);
+        state.held.retain(|key, (token, deadline)| {
+            let keep = *deadline > now;
+            if !keep {
+                orphans.push(Orphan {
+                    key: key.clone(),
+                    mark: Mark::Token(*token),
+                });
+            }
+            keep
+        });
+        orphans
+    }
+
+    /// Whether a keep-alive should go with the next request that relies on
+    /// the lease: a lock granted on an older proof would be due for renewal
+    /// at once.
+    pub(crate) fn is_stale(&self) -> bool {
+        self.proven().elapsed() >= self.renew_after()
+    }
+
+    /// How old a proof may be and still be relied on without a keep-alive.
+    pub(crate) fn renew_after(&self) -> Duration {
+        self.ttl / 3
+    }
+
+    /// Fit for new keys: alive as far as we know, and proven recently enough
+    /// that a request sent now will surely find it. An older session is not
+    /// refreshed but replaced: it only had keys nobody renews any more.
+    fn is_usable(&self) -> bool {
+        let state = self.state();
+        !state.gone && state.proven.elapsed() < self.ttl / 2
+    }
+
+    /// Whether the lease may still exist as far as this client knows.
+    fn may_live(&self) -> bool {
+        let state = self.state();
+        !state.gone && state.proven.elapsed() < self.ttl
+    }
+
+    pub(crate) fn add_orphan(&self, orphan: Orphan) {
+        let mut state = self.state();
+        if !state.gone {
+            state.orphans.push(orphan);
+        }
+    }
+}
+
+/// The sessions of one client.
+#[derive(Debug, Default)]
+pub(crate) struct Sessions {
+    registry: Mutex<Registry>,
+    /// One `LeaseGrant` at a time: concurrent first acquires share it.
+    granting: tokio::sync::Mutex<()>,
+}
+
+#[derive(Debug, Default)]
+struct Registry {
+    /// The session new keys go on, per TTL in whole seconds.
+    current: HashMap<i64, Arc<Session>>,
+    /// Every session whose lease may still exist, by lease ID: a lock keeps
+    /// renewing the session it was granted on even after new keys moved to
+    /// another one.
+    by_id: HashMap<i64, Arc<Session>>,
+}
+
+impl Sessions {
+    fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn current(&self, seconds: i64) -> Option<Arc<Session>> {
+        self.registry()
+            .current
+            .get(&seconds)
+            .filter(|s| s.is_usable())
+            .cloned()
+    }
+
+    /// A session this client granted, if its lease may still exist.
+    pub(crate) fn by_id(&self, id: i64) -> Option<Arc<Session>> {
+        self.registry()
+            .by_id
+            .get(&id)
+            .filter(|s| s.may_live())
+            .cloned()
+    }
+
+    /// Every session of this TTL whose lease may still exist.
+    pub(crate) fn all_of(&self, ttl: Duration) -> Vec<Arc<Session>> {
+        let seconds = lease_seconds(ttl);
+        self.registry()
+            .by_id
+            .values()
+            .filter(|s| s.ttl.as_secs() == seconds.unsigned_abs() && s.may_live())
+            .cloned()
+            .collect()
+    }
+
+    fn insert(&self, seconds: i64, session: Arc<Session>) {
+        let mut registry = self.registry();
+        // Bounded: what goes is gone or expired on the server too.
+        registry.by_id.retain(|_, s| s.may_live());
+        registry.current.retain(|_, s| s.may_live());
+        registry.by_id.insert(session.id, session.clone());
+        registry.current.insert(seconds, session);
+    }
+}
+
+/// Whole seconds, rounded up, as etcd grants leases.
+pub(crate) fn lease_seconds(ttl: Duration) -> i64 {
+    i64::try_from(ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0)).unwrap_or(i64::MAX)
+}
+
+impl EtcdBackend {
+    /// The session keys with this TTL go on: the current one, or a new
+    /// lease (one `LeaseGrant`) if there is none fit for use.
+    pub(crate) async fn session(&self, ttl: Duration) -> Result<Arc<Session>> {
+        let seconds = lease_seconds(ttl);
+        if let Some(session) = self.sessions.current(seconds) {
+            return Ok(session);
+        }
+        let _granting = self.sessions.granting.lock().await;
+        if let Some(session) = self.sessions.current(seconds) {
+            return Ok(session);
+        }
+        let sent = Instant::now();
+        let granted = self
+            .call("grant a session lease", |mut c| async move {
+                c.lease_grant(seconds, None).await
+            })
+            .await?;
+        // etcd may grant more than asked (its minimum), never less; count
+        // on what was asked.
+        let granted_seconds = granted.ttl().clamp(0, seconds);
+        let ttl = Duration::from_secs(granted_seconds.unsigned_abs());
+        let session = Arc::new(Session::new(granted.id(), ttl, sent));
+        self.sessions.insert(seconds, session.clone());
+        Ok(session)
+    }
+
+    /// Proves the session alive with a keep-alive, unless a proof younger
+    /// than `fresh` is at hand (or arrives while waiting for the keep-alive
+    /// in flight). `false` when the lease is gone; then so is every key on
+    /// it. Also retries the deletion of orphaned keys, in parallel.
+    pub(crate) async fn prove_alive(&self, session: &Session, fresh: Duration) -> Result<bool> {
+        let _flight = session.flight.lock().await;
+        if session.is_gone() {
+            return Ok(false);
+        }
+        if session.proven().elapsed() < fresh {
+            return Ok(true);
+        }
+        let orphans = session.take_orphans();
+        let sent = Instant::now();
+        let (alive, left) = tokio::join!(self.keep_alive(session.id), self.delete(orphans));
+        for orphan in left {
+            session.add_orphan(orphan);
+        }
+        match alive? {
+            true => {
+                session.prove(sent);
+                Ok(true)
+            }
+            false => {
+                session.kill();
+                Ok(false)
+            }
+        }
+    }
+
+    /// Deletes each key if it still is ours; returns the ones that could
+    /// not be reached.
+    async fn delete(&self, orphans: Vec<Orphan>) -> Vec<Orphan> {
+        let mut left = Vec::new();
+        for orphan in orphans {
+            let compare = match &orphan.mark {
+                Mark::Owner(owner) => {
+                    Compare::value(orphan.key.as_str(), CompareOp::Equal, owner.as_str())
+                }
+                Mark::Token(token) => {
+                    Compare::create_revision(orphan.key.as_str(), CompareOp::Equal, *token)
+                }
+            };
+            if let Err(e) = self.delete_if(&orphan.key, compare).await {
+                tracing::debug!(error = %e, key = %orphan.key, "an orphaned queue key is still there");
+                left.push(orphan);
+            }
+        }
+        left
+    }
+
+    /// Deletes `key` if its value is still `owner` (an owner token): one
+    /// `Txn`, which touches nobody else's key even if two owner tokens ever
+    /// shared the key's 63 bits.
+    pub(crate) async fn leave(&self, key: &str, owner: &str) -> Result<()> {
+        self.delete_if(key, Compare::value(key, CompareOp::Equal, owner))
+            .await
+            .map(|_| ())
+    }
+
+    /// Deletes `key` if `compare` holds: one `Txn`; whether it did.
+    pub(crate) async fn delete_if(&self, key: &str, compare: Compare) -> Result<bool> {
+        let txn = Txn::new()
+            .when([compare])
+            .and_then([TxnOp::delete(key, None)]);
+        self.call("delete our key", |mut c| async move { c.txn(txn).await })
+            .await
+            .map(|r| r.succeeded())
+    }
+
+    /// Leaves the queue for an acquire that is given up; if the server
+    /// cannot be reached, the key is left to the next keep-alive of every
+    /// session it may be on (or to the lease's expiry).
+    pub(crate) async fn leave_or_orphan(
+        &self,
+        key: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<()> {
+        let left = self.leave(key, owner).await;
+        if left.is_err() {
+            let orphan = Orphan {
+                key: key.to_owned(),
+                mark: Mark::Owner(owner.to_owned()),
+            };
+            for session in self.sessions.all_of(ttl) {
+                session.add_orphan(orphan.clone());
+            }
+        }
+        left
+    }
+}
