@@ -80,6 +80,11 @@ pub async fn poll_acquire_with<B: LockBackend + ?Sized>(
                 return Err(failure.unwrap_or_else(|| budget.exhausted(&req.name)));
             },
         }
+        // A wake-up and the caller's cancellation can be ready together; a
+        // caller that is gone must not be granted the lock it let go of.
+        if budget.cancel_token().is_cancelled() {
+            return Err(failure.unwrap_or_else(|| budget.exhausted(&req.name)));
+        }
     }
 }
 
@@ -265,6 +270,61 @@ mod tests {
         assert!(naps[0] <= Backoff::FIRST && naps[0] >= Backoff::FIRST / 2);
         assert!(naps.iter().all(|n| *n <= Backoff::CAP));
         assert!(naps[11] >= Backoff::CAP / 2);
+    }
+
+    /// Counts attempts; the lock is always held by somebody else.
+    #[derive(Debug, Default)]
+    struct AlwaysHeld {
+        attempts: AtomicU64,
+    }
+
+    #[async_trait::async_trait]
+    impl LockBackend for AlwaysHeld {
+        fn capabilities(&self) -> crate::Capabilities {
+            crate::Capabilities::new("held", crate::Fencing::Strict)
+        }
+        async fn try_acquire(&self, _: &AcquireRequest) -> Result<Option<Lease>> {
+            self.attempts.fetch_add(1, Ordering::SeqCst);
+            Ok(None)
+        }
+        async fn renew(&self, _: &Lease, _: Duration) -> Result<Lease> {
+            unreachable!("nothing is granted")
+        }
+        async fn release(&self, _: &Lease) -> Result<()> {
+            unreachable!("nothing is granted")
+        }
+        async fn abandon(&self, _: &AcquireRequest) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_cancelled_wait_woken_at_the_same_time_tries_no_more() {
+        let name = LockName::new("a").unwrap();
+        // `select!` picks among ready branches at random: repeat so a loop
+        // that tried again after the wake-up would show it.
+        for _ in 0..32 {
+            let backend = Arc::new(AlwaysHeld::default());
+            let signals = Arc::new(ReleaseSignals::new());
+            let cancel = tokio_util::sync::CancellationToken::new();
+            let budget = WaitBudget::new(crate::Wait::Forever, cancel.clone());
+            let req = AcquireRequest::new(name.clone(), Duration::from_secs(10));
+            let wait = {
+                let (backend, signals) = (backend.clone(), signals.clone());
+                tokio::spawn(
+                    async move { poll_acquire(&*backend, &req, &budget, Some(&signals)).await },
+                )
+            };
+            // The first attempt failed and the waiter sleeps.
+            while backend.attempts.load(Ordering::SeqCst) == 0 {
+                tokio::task::yield_now().await;
+            }
+            tokio::task::yield_now().await;
+            cancel.cancel();
+            signals.notify(&name);
+            assert!(wait.await.unwrap().is_err());
+            assert_eq!(backend.attempts.load(Ordering::SeqCst), 1);
+        }
     }
 
     #[test]
