@@ -15,6 +15,7 @@ use crate::name::LockName;
 use crate::renewal::{KeepAlive, LostSignal};
 use crate::renewal_queue::{RenewalQueue, Ticket};
 use crate::token::FencingToken;
+use crate::turns::LocalHold;
 
 /// How safe it is to act under a lock right now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -130,6 +131,9 @@ pub struct LockGuard {
     /// A [`LockGuard::release`] is under way; if its future is dropped before
     /// the backend answered, `Drop` releases in the background instead.
     releasing: bool,
+    /// Counts this guard as holding the name for its locker's waiters
+    /// (`turns.rs`) until the guard is gone.
+    local: Option<LocalHold>,
 }
 
 impl LockGuard {
@@ -173,6 +177,7 @@ impl LockGuard {
             renewals: renewals.clone(),
             renewal: Some(renewal),
             releasing: false,
+            local: None,
         }
     }
 
@@ -204,6 +209,12 @@ impl LockGuard {
     /// A cloneable view of this lock for the code running under it.
     pub fn handle(&self) -> LockHandle {
         self.handle.clone()
+    }
+
+    /// The same guard, counted as holding its name until it is gone.
+    pub(crate) fn held_locally(mut self, hold: LocalHold) -> Self {
+        self.local = Some(hold);
+        self
     }
 
     /// Stops renewing and releases the lock.

@@ -17,7 +17,7 @@ use crate::lease::Lease;
 use crate::name::LockName;
 use crate::options::{AcquireOptions, AcquireRequest, Wait, WaitBudget};
 use crate::renewal_queue::RenewalQueue;
-use crate::turns::Turns;
+use crate::turns::{Queue, Turns};
 
 /// Acquires locks from one backend: validates input, keeps leases renewed
 /// through [`LockGuard`], and makes every acquire cancel-safe.
@@ -99,12 +99,12 @@ impl Locker {
         name: impl AsRef<str>,
         opts: AcquireOptions,
     ) -> Result<LockGuard> {
-        let lease = self.acquire_lease(name, opts).await?;
-        Ok(LockGuard::start(
-            self.backend.clone(),
-            lease,
-            &self.renewals,
-        ))
+        let (lease, queue) = self.acquire(name, opts).await?;
+        let guard = LockGuard::start(self.backend.clone(), lease, &self.renewals);
+        Ok(match queue {
+            Some(queue) => guard.held_locally(queue.hold()),
+            None => guard,
+        })
     }
 
     /// One attempt with the default TTL; `Ok(None)` if somebody else holds
@@ -170,6 +170,17 @@ impl Locker {
         name: impl AsRef<str>,
         opts: AcquireOptions,
     ) -> Result<Lease> {
+        Ok(self.acquire(name, opts).await?.0)
+    }
+
+    /// The lease, and where the backend's server does not queue waiters,
+    /// the name's local queue (see `turns.rs`), to count a guard made from
+    /// the lease as holding the name.
+    async fn acquire(
+        &self,
+        name: impl AsRef<str>,
+        opts: AcquireOptions,
+    ) -> Result<(Lease, Option<Arc<Queue>>)> {
         let name = LockName::new(name)?;
         let capabilities = self.backend.capabilities();
         capabilities.check_ttl(opts.ttl)?;
@@ -183,12 +194,18 @@ impl Locker {
         let req = AcquireRequest::new(name, opts.ttl);
         let cancel = CancellationToken::new();
         let budget = WaitBudget::new(opts.wait, cancel.clone());
-        // Waiters of one name in this locker poll the backend one at a time,
-        // oldest first (see `turns.rs`); held until the attempt ends.
-        let turn = if opts.wait != Wait::No && !capabilities.fifo {
-            Some(self.turns.take(&req.name, &budget).await?)
-        } else {
-            None
+        // Waiters of one name in this locker go to the backend one at a time,
+        // oldest first, after any local holder lets go (see `turns.rs`); the
+        // turn is held until the attempt ends.
+        let (turn, queue) = match (capabilities.fifo, opts.wait) {
+            (true, _) => (None, None),
+            (false, Wait::No) => (None, Some(self.turns.queue(&req.name))),
+            (false, _) => {
+                let turn = self.turns.take(&req.name, &budget).await?;
+                turn.after_local_holder(&budget).await;
+                let queue = turn.queue();
+                (Some(turn), Some(queue))
+            }
         };
         let backend = self.backend.clone();
         let attempt = async move {
@@ -209,13 +226,14 @@ impl Locker {
             }
             outcome
         };
-        InFlight {
+        let lease = InFlight {
             attempt: Some(Box::pin(attempt.instrument(span))),
             backend: self.backend.clone(),
             cancel,
         }
         .finish()
-        .await
+        .await?;
+        Ok((lease, queue))
     }
 
     /// Who holds `name` now, where the backend can tell.

@@ -16,22 +16,86 @@
 //! [`Capabilities::fifo`]: crate::Capabilities::fifo
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
-use tokio::sync::{Mutex as FifoMutex, OwnedMutexGuard};
+use tokio::sync::{Mutex as FifoMutex, Notify, OwnedMutexGuard};
 
 use crate::error::Result;
 use crate::name::LockName;
 use crate::options::WaitBudget;
 
+/// One name's waiters, and the guards of this locker that hold it.
+#[derive(Debug, Default)]
+pub(crate) struct Queue {
+    /// Tokio's mutex queues its waiters first come, first served.
+    fifo: Arc<FifoMutex<()>>,
+    /// Guards of this locker holding the name.
+    held: AtomicUsize,
+    /// Told when one of them lets go.
+    let_go: Notify,
+}
+
 /// A turn at the backend for one name; the next waiter's starts when it is
 /// dropped.
-pub(crate) type Turn = OwnedMutexGuard<()>;
+#[derive(Debug)]
+pub(crate) struct Turn {
+    _turn: OwnedMutexGuard<()>,
+    queue: Arc<Queue>,
+}
+
+/// Marks the name held by a guard of this locker until dropped.
+#[derive(Debug)]
+pub(crate) struct LocalHold(Arc<Queue>);
+
+impl Drop for LocalHold {
+    fn drop(&mut self) {
+        self.0.held.fetch_sub(1, Ordering::AcqRel);
+        self.0.let_go.notify_waiters();
+    }
+}
+
+impl Turn {
+    /// The longest a turn waits for a local holder to let go before trying
+    /// the backend anyway (a guard kept after its lease was lost, say).
+    const LOCAL_WAIT: Duration = Duration::from_millis(100);
+
+    /// While a guard of this locker holds the name, an attempt can only fail
+    /// — and on SQLite it also takes the write lock the holder needs to
+    /// release, which costs both a busy wait. Waits until that guard lets go
+    /// (at most [`Self::LOCAL_WAIT`], within `budget`), so the first attempt
+    /// comes right after the local release.
+    pub(crate) async fn after_local_holder(&self, budget: &WaitBudget) {
+        let let_go = self.queue.let_go.notified();
+        tokio::pin!(let_go);
+        let_go.as_mut().enable();
+        if self.queue.held.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let _ = budget
+            .race(tokio::time::timeout(Self::LOCAL_WAIT, let_go))
+            .await;
+    }
+
+    /// The queue, to mark a grant made in this turn as held locally.
+    pub(crate) fn queue(&self) -> Arc<Queue> {
+        self.queue.clone()
+    }
+}
+
+impl Queue {
+    /// Counts a guard of this locker holding the name until the result is
+    /// dropped.
+    pub(crate) fn hold(self: Arc<Self>) -> LocalHold {
+        self.held.fetch_add(1, Ordering::AcqRel);
+        LocalHold(self)
+    }
+}
 
 #[derive(Debug, Default)]
 pub(crate) struct Turns {
-    /// Tokio's mutex queues its waiters first come, first served.
-    names: Mutex<HashMap<LockName, Weak<FifoMutex<()>>>>,
+    names: Mutex<HashMap<LockName, Weak<Queue>>>,
 }
 
 impl Turns {
@@ -39,24 +103,26 @@ impl Turns {
     /// within `budget`.
     pub(crate) async fn take(&self, name: &LockName, budget: &WaitBudget) -> Result<Turn> {
         let queue = self.queue(name);
-        if let Ok(turn) = queue.clone().try_lock_owned() {
-            return Ok(turn);
-        }
-        budget
-            .race(queue.lock_owned())
-            .await
-            .ok_or_else(|| budget.exhausted(name))
+        let turn = match queue.fifo.clone().try_lock_owned() {
+            Ok(turn) => turn,
+            Err(_) => budget
+                .race(queue.fifo.clone().lock_owned())
+                .await
+                .ok_or_else(|| budget.exhausted(name))?,
+        };
+        Ok(Turn { _turn: turn, queue })
     }
 
-    fn queue(&self, name: &LockName) -> Arc<FifoMutex<()>> {
+    /// The queue of `name`, made if nobody uses it yet.
+    pub(crate) fn queue(&self, name: &LockName) -> Arc<Queue> {
         let mut names = self.names.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(queue) = names.get(name).and_then(Weak::upgrade) {
             return queue;
         }
-        // Forget names nobody waits on before adding one, so the map stays
-        // as small as the set of names being acquired right now.
+        // Forget names nobody waits on or holds before adding one, so the
+        // map stays as small as the set of names in use right now.
         names.retain(|_, q| q.strong_count() > 0);
-        let queue = Arc::new(FifoMutex::new(()));
+        let queue = Arc::new(Queue::default());
         names.insert(name.clone(), Arc::downgrade(&queue));
         queue
     }

@@ -444,3 +444,65 @@ async fn a_releaser_asking_again_does_not_overtake_a_waiter() {
         ]
     );
 }
+
+/// A memory backend that counts attempts and waits by plain polling.
+#[derive(Debug, Clone, Default)]
+struct Counted {
+    inner: MemoryBackend,
+    attempts: Arc<AtomicU64>,
+}
+
+#[async_trait]
+impl LockBackend for Counted {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {
+        self.attempts.fetch_add(1, Ordering::SeqCst);
+        self.inner.try_acquire(req).await
+    }
+    async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
+        lock_core::wait::poll_acquire(self, req, budget, None).await
+    }
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        self.inner.renew(lease, ttl).await
+    }
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        self.inner.release(lease).await
+    }
+    async fn abandon(&self, req: &AcquireRequest) -> Result<()> {
+        self.inner.abandon(req).await
+    }
+}
+
+/// While a guard of the same locker holds the name, a waiter's attempt can
+/// only fail (and on SQLite would take the write lock the holder needs to
+/// release): the waiter makes its first attempt once that guard lets go.
+#[tokio::test(flavor = "current_thread")]
+async fn a_waiter_tries_once_its_lockers_own_holder_lets_go() {
+    let backend = Counted::default();
+    let locker = Locker::new(backend.clone());
+    let ttl = Duration::from_secs(30);
+    let held = locker
+        .lock_with("local", AcquireOptions::with_ttl(ttl).wait(Wait::No))
+        .await
+        .expect("free");
+    let before = backend.attempts.load(Ordering::SeqCst);
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            let opts = AcquireOptions::with_ttl(ttl).wait(Wait::For(Duration::from_secs(10)));
+            locker.lock_with("local", opts).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        backend.attempts.load(Ordering::SeqCst),
+        before,
+        "no attempt while the locker's own guard holds the name"
+    );
+    held.release().await.expect("release");
+    let granted = waiter.await.expect("task").expect("granted");
+    assert_eq!(backend.attempts.load(Ordering::SeqCst), before + 1);
+    granted.release().await.expect("release");
+}
