@@ -33,6 +33,12 @@ pub struct Capabilities {
     pub server_side_wait: bool,
     /// Whether waiters are granted the lock in the order they asked.
     pub fifo: bool,
+    /// Whether the store runs one write at a time (SQLite): an attempt that
+    /// can only fail then holds up the holder's release. A
+    /// [`Locker`](crate::Locker)'s waiter then makes no attempt while a
+    /// guard of the same locker holds the name, but tries as soon as it
+    /// lets go.
+    pub serial_writes: bool,
     /// Whether the lock service keeps working when one server node is lost.
     pub survives_node_loss: bool,
     /// Whether clients in different processes (or hosts) exclude each other.
@@ -61,6 +67,7 @@ impl Capabilities {
             fencing,
             server_side_wait: false,
             fifo: false,
+            serial_writes: false,
             survives_node_loss: false,
             shared_across_processes: true,
             min_ttl: Self::DEFAULT_MIN_TTL,
@@ -77,6 +84,12 @@ impl Capabilities {
     /// Sets [`Capabilities::fifo`].
     pub const fn with_fifo(mut self, yes: bool) -> Self {
         self.fifo = yes;
+        self
+    }
+
+    /// Sets [`Capabilities::serial_writes`].
+    pub const fn with_serial_writes(mut self, yes: bool) -> Self {
+        self.serial_writes = yes;
         self
     }
 

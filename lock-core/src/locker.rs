@@ -195,14 +195,17 @@ impl Locker {
         let cancel = CancellationToken::new();
         let budget = WaitBudget::new(opts.wait, cancel.clone());
         // Waiters of one name in this locker go to the backend one at a time,
-        // oldest first, after any local holder lets go (see `turns.rs`); the
-        // turn is held until the attempt ends.
+        // oldest first, on a store that writes serially only after any local
+        // holder lets go (see `turns.rs`); the turn is held until the
+        // attempt ends.
         let (turn, queue) = match (capabilities.fifo, opts.wait) {
             (true, _) => (None, None),
             (false, Wait::No) => (None, Some(self.turns.queue(&req.name))),
             (false, _) => {
                 let turn = self.turns.take(&req.name, &budget).await?;
-                turn.after_local_holder(&budget).await;
+                if capabilities.serial_writes {
+                    turn.after_local_holder(&budget).await;
+                }
                 let queue = turn.queue();
                 (Some(turn), Some(queue))
             }

@@ -61,9 +61,11 @@ impl Turn {
     /// the backend anyway (a guard kept after its lease was lost, say).
     const LOCAL_WAIT: Duration = Duration::from_millis(100);
 
-    /// While a guard of this locker holds the name, an attempt can only fail
-    /// — and on SQLite it also takes the write lock the holder needs to
-    /// release, which costs both a busy wait. Waits until that guard lets go
+    /// While a guard of this locker holds the name, an attempt can only fail;
+    /// on a store that writes serially (SQLite) it also takes the write lock
+    /// the holder needs to release, which costs both a busy wait (elsewhere
+    /// an attempt queued behind the release is the faster hand-off, so the
+    /// locker calls this only for such stores). Waits until that guard lets go
     /// (at most [`Self::LOCAL_WAIT`], within `budget`), so the first attempt
     /// comes right after the local release.
     pub(crate) async fn after_local_holder(&self, budget: &WaitBudget) {

@@ -455,7 +455,7 @@ struct Counted {
 #[async_trait]
 impl LockBackend for Counted {
     fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+        self.inner.capabilities().with_serial_writes(true)
     }
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {
         self.attempts.fetch_add(1, Ordering::SeqCst);
@@ -475,9 +475,10 @@ impl LockBackend for Counted {
     }
 }
 
-/// While a guard of the same locker holds the name, a waiter's attempt can
-/// only fail (and on SQLite would take the write lock the holder needs to
-/// release): the waiter makes its first attempt once that guard lets go.
+/// On a store that writes serially, while a guard of the same locker holds
+/// the name, a waiter's attempt can only fail and would hold up the
+/// holder's release: the waiter makes its first attempt once that guard
+/// lets go.
 #[tokio::test(flavor = "current_thread")]
 async fn a_waiter_tries_once_its_lockers_own_holder_lets_go() {
     let backend = Counted::default();

@@ -41,7 +41,7 @@ impl Config {
             SqliteSynchronous::Full => Fencing::Strict,
             _ => Fencing::BestEffort,
         };
-        Capabilities::new(crate::SQLITE_NAME, fencing)
+        Capabilities::new(crate::SQLITE_NAME, fencing).with_serial_writes(true)
     }
 
     pub(crate) fn parse(url: &str) -> Result<Self> {
