@@ -11,6 +11,7 @@ mod locker;
 mod memory;
 mod name;
 mod options;
+mod per_name;
 mod renewal;
 mod renewal_queue;
 mod token;

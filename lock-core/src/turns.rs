@@ -15,9 +15,8 @@
 //!
 //! [`Capabilities::fifo`]: crate::Capabilities::fifo
 
-use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::sync::{Mutex as FifoMutex, Notify, OwnedMutexGuard};
@@ -25,6 +24,7 @@ use tokio::sync::{Mutex as FifoMutex, Notify, OwnedMutexGuard};
 use crate::error::Result;
 use crate::name::LockName;
 use crate::options::WaitBudget;
+use crate::per_name::PerName;
 
 /// One name's waiters, and the guards of this locker that hold it.
 #[derive(Debug, Default)]
@@ -97,7 +97,7 @@ impl Queue {
 
 #[derive(Debug, Default)]
 pub(crate) struct Turns {
-    names: Mutex<HashMap<LockName, Weak<Queue>>>,
+    names: PerName<Queue>,
 }
 
 impl Turns {
@@ -117,16 +117,7 @@ impl Turns {
 
     /// The queue of `name`, made if nobody uses it yet.
     pub(crate) fn queue(&self, name: &LockName) -> Arc<Queue> {
-        let mut names = self.names.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(queue) = names.get(name).and_then(Weak::upgrade) {
-            return queue;
-        }
-        // Forget names nobody waits on or holds before adding one, so the
-        // map stays as small as the set of names in use right now.
-        names.retain(|_, q| q.strong_count() > 0);
-        let queue = Arc::new(Queue::default());
-        names.insert(name.clone(), Arc::downgrade(&queue));
-        queue
+        self.names.get_or_make(name)
     }
 }
 
@@ -164,7 +155,7 @@ mod tests {
             .take(&LockName::new("b").unwrap(), &WaitBudget::forever())
             .await
             .unwrap();
-        assert_eq!(turns.names.lock().unwrap().len(), 1);
+        assert_eq!(turns.names.len(), 1);
     }
 
     #[tokio::test(start_paused = true)]

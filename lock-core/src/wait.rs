@@ -2,9 +2,8 @@
 //! signals that wake a waiter at once when the release happens in the same
 //! process.
 
-use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use rand::Rng;
@@ -15,6 +14,7 @@ use crate::error::Result;
 use crate::lease::Lease;
 use crate::name::LockName;
 use crate::options::{AcquireRequest, WaitBudget};
+use crate::per_name::PerName;
 
 /// Waits by polling `backend.try_acquire` with jittered exponential backoff,
 /// woken early by `signals` when a release happens in this process.
@@ -213,7 +213,7 @@ impl<'a> Retry<'a> {
 /// registry.
 #[derive(Debug, Default)]
 pub struct ReleaseSignals {
-    waiters: Mutex<HashMap<LockName, Weak<Notify>>>,
+    waiters: PerName<Notify>,
     wakeups: AtomicU64,
 }
 
@@ -225,22 +225,12 @@ impl ReleaseSignals {
 
     /// The wake-up handle for `name`, shared by every local waiter of it.
     pub fn subscribe(&self, name: &LockName) -> Arc<Notify> {
-        let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(existing) = waiters.get(name).and_then(Weak::upgrade) {
-            return existing;
-        }
-        // Drop entries nobody waits on any more before adding one, so the
-        // map stays as small as the set of names being waited on.
-        waiters.retain(|_, w| w.strong_count() > 0);
-        let notify = Arc::new(Notify::new());
-        waiters.insert(name.clone(), Arc::downgrade(&notify));
-        notify
+        self.waiters.get_or_make(name)
     }
 
     /// Wakes one local waiter of `name`, if there is one.
     pub fn notify(&self, name: &LockName) {
-        let waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(notify) = waiters.get(name).and_then(Weak::upgrade) {
+        if let Some(notify) = self.waiters.get(name) {
             self.wakeups.fetch_add(1, Ordering::Relaxed);
             notify.notify_one();
         }
@@ -335,6 +325,6 @@ mod tests {
         assert!(Arc::ptr_eq(&held, &s.subscribe(&a)));
         drop(held);
         s.subscribe(&LockName::new("b").unwrap());
-        assert_eq!(s.waiters.lock().unwrap().len(), 1);
+        assert_eq!(s.waiters.len(), 1);
     }
 }
