@@ -14,7 +14,7 @@ use lock_core::{Capabilities, Error, FencingToken, LockName, Result};
 
 use crate::config::EtcdConfig;
 use crate::error::convert;
-use crate::queue::{Ahead, Requeue};
+use crate::queue::{Ahead, Place, Requeue};
 use crate::session::{Session, Sessions};
 
 /// etcd grants leases in whole seconds and never shorter than its minimum,
@@ -84,22 +84,16 @@ impl LockBackend for EtcdBackend {
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {
         let mut queued = Queued::new(self, req);
-        for _ in 0..REQUEUES {
-            let session = self.session(req.ttl).await?;
-            queued.session = Some(session.clone());
-            let place = match self.enqueue(req, &session).await? {
-                Ok(place) => place,
-                Err(Requeue) => continue,
-            };
-            if matches!(place.ahead, Ahead::Nobody) {
-                queued.armed = false;
-                return Ok(Some(self.lease_for(req, &place, &session)));
-            }
+        let Some((place, session)) = self.join_queue(req, &mut queued).await? else {
             queued.leave().await;
-            return Ok(None);
+            return Err(session_lost());
+        };
+        if matches!(place.ahead, Ahead::Nobody) {
+            queued.armed = false;
+            return Ok(Some(self.lease_for(req, &place, &session)));
         }
         queued.leave().await;
-        Err(session_lost())
+        Ok(None)
     }
 
     async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
@@ -242,23 +236,36 @@ impl EtcdBackend {
         budget: &WaitBudget,
         queued: &mut Queued,
     ) -> Result<Lease> {
+        let Some((place, session)) = self.join_queue(req, queued).await? else {
+            return Err(session_lost());
+        };
+        if !matches!(place.ahead, Ahead::Nobody) {
+            if budget.is_over() {
+                return Err(budget.exhausted(&req.name));
+            }
+            let _keeper = self.keep_queued(&session);
+            self.wait_for_turn(req, &place, &session, budget).await?;
+        }
+        Ok(self.lease_for(req, &place, &session))
+    }
+
+    /// Puts our key in the queue on a live session: the session for the
+    /// TTL, then the queue `Txn`, on a new session when that one turned out
+    /// dead, up to [`REQUEUES`] sessions. `None` when every one was dead.
+    async fn join_queue(
+        &self,
+        req: &AcquireRequest,
+        queued: &mut Queued,
+    ) -> Result<Option<(Place, Arc<Session>)>> {
         for _ in 0..REQUEUES {
             let session = self.session(req.ttl).await?;
             queued.session = Some(session.clone());
-            let place = match self.enqueue(req, &session).await? {
-                Ok(place) => place,
+            match self.enqueue(req, &session).await? {
+                Ok(place) => return Ok(Some((place, session))),
                 Err(Requeue) => continue,
-            };
-            if !matches!(place.ahead, Ahead::Nobody) {
-                if budget.is_over() {
-                    return Err(budget.exhausted(&req.name));
-                }
-                let _keeper = self.keep_queued(&session);
-                self.wait_for_turn(req, &place, &session, budget).await?;
             }
-            return Ok(self.lease_for(req, &place, &session));
         }
-        Err(session_lost())
+        Ok(None)
     }
 }
 
