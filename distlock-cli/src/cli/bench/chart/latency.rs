@@ -90,24 +90,15 @@ fn panel(
             d.curve.iter().copied().filter(|p| p[0] <= 99.9).collect()
         })
     };
-    let all: Vec<f64> = w
-        .runs
-        .iter()
-        .flat_map(|r| points(r).into_iter().map(|p| p[1]))
-        .filter(|v| *v > 0.0)
-        .collect();
-    let lo = all.iter().copied().fold(f64::MAX, f64::min).log10().floor();
-    let hi = all
-        .iter()
-        .copied()
-        .fold(0.0, f64::max)
-        .log10()
-        .ceil()
-        .max(lo + 1.0);
-    let ly = |us: f64| {
-        let at = us.max(10f64.powf(lo)).log10();
-        plot_top + PANEL_HEIGHT - (at - lo) / (hi - lo) * PANEL_HEIGHT
-    };
+    let axis = LogAxis::new(
+        w.runs
+            .iter()
+            .flat_map(|r| points(r).into_iter().map(|p| p[1])),
+    )
+    // No latency above 0 µs, nothing a log scale can place: one decade
+    // from 1 µs.
+    .unwrap_or(LogAxis { lo: 0.0, hi: 1.0 });
+    let ly = |us: f64| plot_top + PANEL_HEIGHT - axis.at(us) * PANEL_HEIGHT;
     let lx = |p: f64| plot_left + nines(p) / 3.0 * plot_w;
     rect(
         out,
@@ -117,8 +108,7 @@ fn panel(
         PANEL_HEIGHT,
         &format!("fill=\"none\" stroke=\"{GRID}\""),
     );
-    for decade in (lo as i32)..=(hi as i32) {
-        let v = 10f64.powi(decade);
+    for v in axis.decades() {
         let gy = ly(v);
         line(
             out,

@@ -38,13 +38,48 @@ pub(crate) fn svg(report: &Report) -> String {
     ratio_bars(&mut out, report, &mut y);
     latency_curves(&mut out, report, &mut y);
     footer(&mut out, report, &mut y);
+    document(&out, y)
+}
+
+/// `body` as a whole SVG document `height` high, on white.
+fn document(body: &str, height: f64) -> String {
     format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
          <svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{h}\" \
          viewBox=\"0 0 {WIDTH} {h}\" font-family=\"{FONT}\" fill=\"{INK}\">\n\
-         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n{out}</svg>\n",
-        h = y.ceil()
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n{body}</svg>\n",
+        h = height.ceil()
     )
+}
+
+/// A log axis over `values`, in whole decades.
+struct LogAxis {
+    lo: f64,
+    hi: f64,
+}
+
+impl LogAxis {
+    fn new(values: impl Iterator<Item = f64>) -> Option<Self> {
+        let (lo, hi) = values
+            .filter(|v| *v > 0.0)
+            .fold((f64::MAX, 0.0_f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
+        (hi > 0.0).then(|| {
+            let lo = lo.log10().floor();
+            Self {
+                lo,
+                hi: hi.log10().ceil().max(lo + 1.0),
+            }
+        })
+    }
+
+    /// Where `v` falls between 0 (low end) and 1 (high end).
+    fn at(&self, v: f64) -> f64 {
+        (v.max(10f64.powf(self.lo)).log10() - self.lo) / (self.hi - self.lo)
+    }
+
+    fn decades(&self) -> impl Iterator<Item = f64> {
+        ((self.lo as i32)..=(self.hi as i32)).map(|d| 10f64.powi(d))
+    }
 }
 
 /// The colour of a contender's bars and lines.

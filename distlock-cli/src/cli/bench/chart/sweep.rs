@@ -77,43 +77,7 @@ pub(crate) fn svg(sweep: &Sweep) -> String {
         ),
     );
     y += MARGIN;
-    format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
-         <svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{h}\" \
-         viewBox=\"0 0 {WIDTH} {h}\" font-family=\"{FONT}\" fill=\"{INK}\">\n\
-         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n{out}</svg>\n",
-        h = y.ceil()
-    )
-}
-
-/// A log axis over `values`, in whole decades.
-struct LogAxis {
-    lo: f64,
-    hi: f64,
-}
-
-impl LogAxis {
-    fn new(values: impl Iterator<Item = f64>) -> Option<Self> {
-        let (lo, hi) = values
-            .filter(|v| *v > 0.0)
-            .fold((f64::MAX, 0.0_f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
-        (hi > 0.0).then(|| {
-            let lo = lo.log10().floor();
-            Self {
-                lo,
-                hi: hi.log10().ceil().max(lo + 1.0),
-            }
-        })
-    }
-
-    /// Where `v` falls between 0 (low end) and 1 (high end).
-    fn at(&self, v: f64) -> f64 {
-        (v.max(10f64.powf(self.lo)).log10() - self.lo) / (self.hi - self.lo)
-    }
-
-    fn decades(&self) -> impl Iterator<Item = f64> {
-        ((self.lo as i32)..=(self.hi as i32)).map(|d| 10f64.powi(d))
-    }
+    document(&out, y)
 }
 
 fn panel(out: &mut String, sweep: &Sweep, s: &Series, (left, top): (f64, f64), width: f64) {
