@@ -271,3 +271,43 @@ async fn a_master_slow_to_connect_joins_the_majority() {
     .expect("the slow master joins node 0 in a majority");
     g.release().await.expect("release");
 }
+
+/// A grant's token is the masters' clock at the grant, so it keeps growing
+/// across restarts that lose every key; since it is stored nowhere, the
+/// holder is reported without one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_outlive_a_restart_of_every_master() {
+    let set = RedisSet::start(3).await;
+    let prefix = format!("{}:", fresh_table());
+    let l = locker(&set.url(&format!("prefix={prefix}"))).await;
+    let ttl = Duration::from_secs(5);
+    let first = l.lock_with("clock", opts(ttl)).await.expect("free");
+    let holder = l.holder("clock").await.expect("holder").expect("held");
+    assert_eq!(holder.owner, first.lease().owner().short());
+    assert_eq!(holder.token, None, "Redlock cannot read a token back");
+    assert!(holder.expires_in.is_some_and(|left| left <= ttl));
+    let before = first.token();
+    first.release().await.expect("release");
+    for n in &set.nodes {
+        n.process().kill();
+        n.process().restart();
+        n.wait_ready().await;
+    }
+    let next = timeout(Duration::from_secs(20), async {
+        loop {
+            match l.lock_with("clock", opts(ttl)).await {
+                Ok(guard) => break guard,
+                Err(e) if e.is_retryable() => sleep(Duration::from_millis(50)).await,
+                Err(e) => panic!("after the restarts: {e}"),
+            }
+        }
+    })
+    .await
+    .expect("the masters come back");
+    assert!(
+        next.token() > before,
+        "{} after the restarts, {before} before",
+        next.token()
+    );
+    next.release().await.expect("release");
+}

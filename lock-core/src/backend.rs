@@ -104,15 +104,18 @@ impl BackendStats {
 
 /// The current holder of a lock, as [`LockBackend::holder`] reports it.
 ///
-/// Backends make one with [`Holder::new`]; the fields can be read directly.
+/// Backends make one with [`Holder::new`] or [`Holder::without_token`]; the
+/// fields can be read directly.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Holder {
     /// The first hex digits of the holder's owner token (see
     /// [`OwnerToken::short`](crate::OwnerToken::short)).
     pub owner: String,
-    /// The holder's fencing token.
-    pub token: FencingToken,
+    /// The holder's fencing token, where the backend can read it back
+    /// (Redlock cannot: a grant's token is the masters' clock at the grant,
+    /// stored nowhere).
+    pub token: Option<FencingToken>,
     /// Time left on the lease by the server's clock, if it is known.
     pub expires_in: Option<Duration>,
 }
@@ -132,8 +135,16 @@ impl Holder {
     pub fn new(owner: &str, token: FencingToken, expires_in: Option<Duration>) -> Self {
         Self {
             owner: owner.chars().take(8).collect(),
-            token,
+            token: Some(token),
             expires_in,
+        }
+    }
+
+    /// A holder whose fencing token the backend cannot read back.
+    pub fn without_token(owner: &str, expires_in: Option<Duration>) -> Self {
+        Self {
+            token: None,
+            ..Self::new(owner, FencingToken::new(0), expires_in)
         }
     }
 }

@@ -12,7 +12,7 @@ use redis::{Client, ErrorKind, RedisError, ScriptInvocation, ServerErrorKind};
 use crate::config::NodeConfig;
 use crate::error::{convert, unanswered};
 use crate::eviction::{self, Eviction, MemoryPolicy};
-use crate::scripts::{ACQUIRE_SCRIPT, HOLDER_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT};
+use crate::scripts::{ACQUIRE_SCRIPT, HOLDER_SCRIPT, RELEASE, RENEW_SCRIPT};
 
 /// The keys of one lock name under a prefix.
 #[derive(Clone, Debug)]
@@ -203,6 +203,41 @@ impl Node {
         Ok((token > 0).then_some(FencingToken::new(token)))
     }
 
+    /// Takes the lock for `owner` if it is free with a bare
+    /// `SET key owner NX PX ttl`, and reads the server's clock (`TIME`) in
+    /// the same pipeline; returns that time in microseconds as the token,
+    /// or `None` if the key exists.
+    ///
+    /// A Lua script costs the server several times what these two commands
+    /// do, which Redlock pays on every master; its tokens are best effort
+    /// anyway, so it takes this one. The clock alone orders two grants of
+    /// one name on one server, as long as the clock does not go back: the
+    /// second `SET` can only follow the first holder's release, which came
+    /// after the first reply. The token survives a restart that loses
+    /// every key, but there is no counter to read it back from
+    /// ([`Node::holder`]'s `counter` is not it), and the same owner asking
+    /// again is refused like anybody else.
+    pub async fn acquire_stamped(
+        &self,
+        name: &LockName,
+        owner: OwnerToken,
+        ttl: Duration,
+    ) -> Result<Option<FencingToken>> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("SET")
+            .arg(self.keys.lock(name))
+            .arg(owner.to_hex())
+            .arg("NX")
+            .arg("PX")
+            .arg(millis(ttl))
+            .cmd("TIME");
+        let (set, (seconds, micros)): (Option<String>, (u64, u64)) = pipe
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| self.fail("acquire", e))?;
+        Ok(set.map(|_| FencingToken::new(seconds * 1_000_000 + micros)))
+    }
+
     fn acquire_invocation(
         &self,
         name: &LockName,
@@ -288,14 +323,24 @@ impl Node {
     }
 
     /// Deletes the lock if `owner` holds it, and announces the release.
+    ///
+    /// Sent as `EVAL` with the script's text, never as `EVALSHA`: a server
+    /// restarted since the script was loaded answers `EVALSHA` with
+    /// `NOSCRIPT`, and a release whose caller stopped waiting (a per-node
+    /// limit, a cancelled future) before the fallback went out would leave
+    /// the lock held until its TTL — a grant that reached the server late
+    /// would then outlive the release queued behind it. The server caches
+    /// the script by its hash either way.
     pub async fn release(&self, name: &LockName, owner: OwnerToken) -> Result<bool> {
-        let done: i64 = RELEASE_SCRIPT
-            .key(self.keys.lock(name))
-            .key(self.keys.waiting(name))
+        let done: i64 = redis::cmd("EVAL")
+            .arg(RELEASE)
+            .arg(2)
+            .arg(self.keys.lock(name))
+            .arg(self.keys.waiting(name))
             .arg(owner.to_hex())
             .arg(self.keys.channel())
             .arg(name.as_str())
-            .invoke_async(&mut self.conn.clone())
+            .query_async(&mut self.conn.clone())
             .await
             .map_err(|e| self.fail("release", e))?;
         Ok(done == 1)

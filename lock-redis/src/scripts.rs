@@ -65,7 +65,7 @@ return 0
 /// lock name. Deletes the lock only if it is ours, then announces it if
 /// anybody waits. One `MGET` reads the owner and the mark together. Returns
 /// 1 if deleted.
-const RELEASE: &str = r"
+pub(crate) const RELEASE: &str = r"
 local found = redis.call('MGET', KEYS[1], KEYS[2])
 if found[1] ~= ARGV[1] then
     return 0
@@ -89,5 +89,4 @@ return {owner, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]) or '0'}
 
 pub(crate) static ACQUIRE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE));
 pub(crate) static RENEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW));
-pub(crate) static RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE));
 pub(crate) static HOLDER_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(HOLDER));

@@ -42,7 +42,7 @@ impl LockBackend for RedlockBackend {
         let sent = Instant::now();
         let outcomes = self
             .on_members(self.members.iter(), limit, |n| {
-                n.acquire(&req.name, req.owner, req.ttl)
+                n.acquire_stamped(&req.name, req.owner, req.ttl)
             })
             .await;
         let tokens: Vec<FencingToken> = outcomes
@@ -145,11 +145,11 @@ impl LockBackend for RedlockBackend {
         else {
             return Ok(None);
         };
-        let same: Vec<_> = held.iter().filter(|h| &h.owner == owner).collect();
-        Ok(Some(Holder::new(
-            owner,
-            FencingToken::new(same.iter().map(|h| h.counter).max().unwrap_or(0)),
-            same.iter().map(|h| h.remaining).min(),
-        )))
+        let remaining = held
+            .iter()
+            .filter(|h| &h.owner == owner)
+            .map(|h| h.remaining)
+            .min();
+        Ok(Some(Holder::without_token(owner, remaining)))
     }
 }

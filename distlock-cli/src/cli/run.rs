@@ -125,7 +125,10 @@ async fn acquire(
         other => return other,
     }
     let holder = match locker.holder(name).await {
-        Ok(Some(h)) => format!(" (held by owner {}…, fencing token {})", h.owner, h.token),
+        Ok(Some(h)) => match h.token {
+            Some(token) => format!(" (held by owner {}…, fencing token {token})", h.owner),
+            None => format!(" (held by owner {}…)", h.owner),
+        },
         _ => String::new(),
     };
     let limit = match wait {

@@ -18,9 +18,13 @@ pub(crate) async fn status(args: StatusArgs) -> Result<u8> {
                 .expires_in
                 .map(|d| format!(", expires in {:.1}s unless renewed", d.as_secs_f64()))
                 .unwrap_or_default();
+            let token = h
+                .token
+                .map(|t| format!(" with fencing token {t}"))
+                .unwrap_or_default();
             println!(
-                "lock \"{name}\" is held by owner {}… with fencing token {}{expiry}",
-                h.owner, h.token
+                "lock \"{name}\" is held by owner {}…{token}{expiry}",
+                h.owner
             );
             Ok(exit::BUSY)
         }
