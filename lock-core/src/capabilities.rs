@@ -39,6 +39,14 @@ pub struct Capabilities {
     /// guard of the same locker holds the name, but tries as soon as it
     /// lets go.
     pub serial_writes: bool,
+    /// Whether the server runs this client's requests in the order they
+    /// were started: a request started after another was first polled runs
+    /// after it (one pipelined connection per server: Redis, Redlock).
+    /// A [`Locker`](crate::Locker)'s waiter then makes no attempt while a
+    /// guard of the same locker holds the name, and tries as soon as that
+    /// guard's release is on its way: its attempt runs right behind the
+    /// release, and the hand-off costs one round trip.
+    pub ordered_requests: bool,
     /// Whether the lock service keeps working when one server node is lost.
     pub survives_node_loss: bool,
     /// Whether clients in different processes (or hosts) exclude each other.
@@ -68,6 +76,7 @@ impl Capabilities {
             server_side_wait: false,
             fifo: false,
             serial_writes: false,
+            ordered_requests: false,
             survives_node_loss: false,
             shared_across_processes: true,
             min_ttl: Self::DEFAULT_MIN_TTL,
@@ -90,6 +99,12 @@ impl Capabilities {
     /// Sets [`Capabilities::serial_writes`].
     pub const fn with_serial_writes(mut self, yes: bool) -> Self {
         self.serial_writes = yes;
+        self
+    }
+
+    /// Sets [`Capabilities::ordered_requests`].
+    pub const fn with_ordered_requests(mut self, yes: bool) -> Self {
+        self.ordered_requests = yes;
         self
     }
 

@@ -233,7 +233,19 @@ impl LockGuard {
         self.releasing = true;
         let lease = self.lease();
         let span = tracing::info_span!("release", lock = %lease.name(), token = %lease.token());
-        let released = self.backend.release(&lease).instrument(span).await;
+        // The locker's next waiter holds back while this guard holds the
+        // name; where requests are ordered, its attempt may follow as soon
+        // as the release is on its way (see `Capabilities::ordered_requests`).
+        let local = if self.backend.capabilities().ordered_requests {
+            self.local.take()
+        } else {
+            None
+        };
+        let released = crate::wait::after_first_poll(
+            self.backend.release(&lease).instrument(span),
+            move || drop(local),
+        )
+        .await;
         self.releasing = false;
         if self.handle.is_lost() {
             return Err(Error::Lost {

@@ -195,15 +195,15 @@ impl Locker {
         let cancel = CancellationToken::new();
         let budget = WaitBudget::new(opts.wait, cancel.clone());
         // Waiters of one name in this locker go to the backend one at a time,
-        // oldest first, on a store that writes serially only after any local
-        // holder lets go (see `turns.rs`); the turn is held until the
-        // attempt ends.
+        // oldest first; on a store that writes serially, or whose requests
+        // are ordered, only once any local holder lets go (see `turns.rs`).
+        // The turn is held until the attempt ends.
         let (turn, queue) = match (capabilities.fifo, opts.wait) {
             (true, _) => (None, None),
             (false, Wait::No) => (None, Some(self.turns.queue(&req.name))),
             (false, _) => {
                 let turn = self.turns.take(&req.name, &budget).await?;
-                if capabilities.serial_writes {
+                if capabilities.serial_writes || capabilities.ordered_requests {
                     turn.after_local_holder(&budget).await;
                 }
                 let queue = turn.queue();

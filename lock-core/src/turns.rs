@@ -61,13 +61,15 @@ impl Turn {
     /// the backend anyway (a guard kept after its lease was lost, say).
     const LOCAL_WAIT: Duration = Duration::from_millis(100);
 
-    /// While a guard of this locker holds the name, an attempt can only fail;
-    /// on a store that writes serially (SQLite) it also takes the write lock
-    /// the holder needs to release, which costs both a busy wait (elsewhere
-    /// an attempt queued behind the release is the faster hand-off, so the
-    /// locker calls this only for such stores). Waits until that guard lets go
-    /// (at most [`Self::LOCAL_WAIT`], within `budget`), so the first attempt
-    /// comes right after the local release.
+    /// While a guard of this locker holds the name, an attempt can only
+    /// fail. On a store that writes serially (SQLite) it also takes the
+    /// write lock the holder needs to release, a busy wait for both; where
+    /// the backend's requests are ordered (Redis, Redlock), waiting lets the
+    /// attempt go out right behind the release, on its heels. Elsewhere (a
+    /// pool of connections, memcached's threads) the locker does not call
+    /// this: an attempt made at once, failed or not, measured faster. Waits
+    /// until that guard lets go (at most [`Self::LOCAL_WAIT`], within
+    /// `budget`).
     pub(crate) async fn after_local_holder(&self, budget: &WaitBudget) {
         let let_go = self.queue.let_go.notified();
         tokio::pin!(let_go);

@@ -507,3 +507,77 @@ async fn a_waiter_tries_once_its_lockers_own_holder_lets_go() {
     assert_eq!(backend.attempts.load(Ordering::SeqCst), before + 1);
     granted.release().await.expect("release");
 }
+
+/// A backend whose requests reach the server in order, and whose releases
+/// take until `let_release` is told.
+#[derive(Debug, Clone, Default)]
+struct Ordered {
+    counted: Counted,
+    let_release: Arc<tokio::sync::Notify>,
+}
+
+#[async_trait]
+impl LockBackend for Ordered {
+    fn capabilities(&self) -> Capabilities {
+        self.counted
+            .inner
+            .capabilities()
+            .with_ordered_requests(true)
+    }
+    async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {
+        self.counted.try_acquire(req).await
+    }
+    async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
+        self.counted.acquire(req, budget).await
+    }
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        self.counted.renew(lease, ttl).await
+    }
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        // The request is on its way once polled; the reply comes later.
+        self.let_release.notified().await;
+        self.counted.release(lease).await
+    }
+    async fn abandon(&self, req: &AcquireRequest) -> Result<()> {
+        self.counted.abandon(req).await
+    }
+}
+
+/// Where requests are ordered, the locker's next waiter tries as soon as
+/// its holder's release is on its way, before the release's reply — not
+/// after the 100 ms a waiter otherwise gives a local holder. The clock is
+/// paused, so only idle time moves it.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn with_ordered_requests_a_waiter_tries_right_behind_the_release() {
+    let backend = Ordered::default();
+    let locker = Locker::new(backend.clone());
+    let ttl = Duration::from_secs(30);
+    let held = locker
+        .lock_with("ordered", AcquireOptions::with_ttl(ttl).wait(Wait::No))
+        .await
+        .expect("free");
+    let before = backend.counted.attempts.load(Ordering::SeqCst);
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            let opts = AcquireOptions::with_ttl(ttl).wait(Wait::For(Duration::from_secs(10)));
+            locker.lock_with("ordered", opts).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(backend.counted.attempts.load(Ordering::SeqCst), before);
+    let release = tokio::spawn(held.release());
+    tokio::time::timeout(Duration::from_millis(50), async {
+        while backend.counted.attempts.load(Ordering::SeqCst) == before {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("the waiter tries while the release waits for its reply");
+    assert!(!release.is_finished());
+    backend.let_release.notify_one();
+    release.await.expect("task").expect("release");
+    let granted = waiter.await.expect("task").expect("granted");
+    backend.let_release.notify_one();
+    granted.release().await.expect("release");
+}

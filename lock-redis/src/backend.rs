@@ -57,10 +57,14 @@ impl RedisBackend {
             config.common.connect_timeout,
             signals.clone(),
         ));
+        // With `WAIT`, grants go out on a connection of their own.
+        let capabilities = Capabilities::new(crate::NAME, fencing)
+            .with_server_side_wait(true)
+            .with_ordered_requests(confirm.is_none());
         Ok(Self {
             node,
             confirm,
-            capabilities: Capabilities::new(crate::NAME, fencing).with_server_side_wait(true),
+            capabilities,
             signals,
             subscriber,
         })

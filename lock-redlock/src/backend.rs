@@ -29,6 +29,7 @@ impl LockBackend for RedlockBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities::new(crate::NAME, Fencing::BestEffort)
             .with_survives_node_loss(true)
+            .with_ordered_requests(true)
             .with_ttl_range(self.node_timeout * 2, Capabilities::DEFAULT_MAX_TTL)
     }
 
