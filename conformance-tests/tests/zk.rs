@@ -351,3 +351,58 @@ async fn digest_auth_puts_acls_on_the_nodes_and_stays_secret() {
         .unwrap_err();
     assert!(!format!("{err} {err:?}").contains("s3cr3t-pw"), "{err:?}");
 }
+
+/// A release hands the lock straight to the next waiter of the same backend
+/// only while that waiter's node is still there. Here the waiter's node is
+/// deleted behind its back; the waiter of another session queued after it
+/// is the one granted, and the first waiter never holds the lock with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_needs_the_next_node_still_there() {
+    let zk = ZooKeeper::shared().await;
+    let chroot = fresh_table();
+    let url = zk.url(&chroot, "");
+    let (a, b) = (locker(&url).await, locker(&url).await);
+    let holder = a
+        .lock_with("hand", opts(TTL, Wait::No))
+        .await
+        .expect("free");
+    let client = plain(zk, &chroot).await;
+    let mine = {
+        let a = a.clone();
+        tokio::spawn(async move { a.lock_with("hand", opts(TTL, PATIENCE)).await })
+    };
+    wait_for_children(&client, "/locks/hand", 2).await;
+    let theirs = {
+        let b = b.clone();
+        tokio::spawn(async move { b.lock_with("hand", opts(TTL, PATIENCE)).await })
+    };
+    let queued = wait_for_children(&client, "/locks/hand", 3).await;
+    let mut by_sequence = queued.clone();
+    by_sequence.sort_by_key(|n| n.rsplit('-').next().map(str::to_owned));
+    client
+        .delete(&format!("/locks/hand/{}", by_sequence[1]), None)
+        .await
+        .expect("delete the first waiter's node");
+    holder.release().await.expect("release");
+    let theirs = timeout(Duration::from_secs(20), theirs)
+        .await
+        .expect("the other session's waiter is granted")
+        .expect("task")
+        .expect("granted");
+    sleep(Duration::from_millis(300)).await;
+    if mine.is_finished() {
+        let outcome = mine.await.expect("task");
+        assert!(
+            outcome.is_err(),
+            "the waiter whose node was deleted holds the lock with another"
+        );
+    } else {
+        theirs.release().await.expect("release");
+        let granted = timeout(Duration::from_secs(20), mine)
+            .await
+            .expect("the first waiter queues again and is granted")
+            .expect("task")
+            .expect("granted");
+        granted.release().await.expect("release");
+    }
+}

@@ -209,7 +209,9 @@ impl LockBackend for ZkBackend {
         // Any version: nothing writes a lock node's data, so a version
         // would tell nothing more, and a node written by someone else must
         // still go.
-        match self.call("release", client.delete(&path, None)).await? {
+        let handovers = &self.inner.handovers;
+        let delete = handovers.delete_and_hand_over(&client, &path);
+        match self.call("release", delete).await? {
             Ok(()) => {
                 forget();
                 if let Some((parent, _)) = path.rsplit_once('/') {

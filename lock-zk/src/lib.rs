@@ -7,6 +7,7 @@ mod cleanup;
 pub mod config;
 mod error;
 mod expiry;
+mod handover;
 mod recipe;
 mod session;
 

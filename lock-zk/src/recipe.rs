@@ -370,6 +370,11 @@ impl ZkBackend {
                 return Err(budget.exhausted(name));
             }
             let before = format!("{parent}/{}", queue[place - 1].1);
+            let ours = format!("{parent}/{}", node.name);
+            let registration =
+                self.inner
+                    .handovers
+                    .register(&before, client.session_id().0, &ours, node.czxid);
             let watcher = match self
                 .call("watch the predecessor", client.get_and_watch_data(&before))
                 .await?
@@ -384,6 +389,9 @@ impl ZkBackend {
             match event.event_type {
                 zk::EventType::NodeDeleted => {
                     self.inner.wakeups.fetch_add(1, Ordering::Relaxed);
+                    if let Some(Some(sent)) = budget.race(registration.handed_over()).await {
+                        return Ok(sent);
+                    }
                 }
                 zk::EventType::Session if event.session_state.is_terminated() => {
                     return Err(unavailable(format!(

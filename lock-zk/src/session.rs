@@ -15,6 +15,7 @@ use crate::backend::ZkBackend;
 use crate::config::ZkConfig;
 use crate::error::{convert, unavailable};
 use crate::expiry::Held;
+use crate::handover::Handovers;
 
 pub(crate) struct Inner {
     pub(crate) config: ZkConfig,
@@ -30,6 +31,8 @@ pub(crate) struct Inner {
     /// Owners whose create may have been applied without a reply.
     pub(crate) uncertain: Mutex<HashSet<u128>>,
     pub(crate) wakeups: AtomicU64,
+    /// Waiters a release of this backend can grant directly.
+    pub(crate) handovers: Arc<Handovers>,
 }
 
 impl ZkBackend {
@@ -56,6 +59,7 @@ impl ZkBackend {
                 held: Mutex::new(HashMap::new()),
                 uncertain: Mutex::new(HashSet::new()),
                 wakeups: AtomicU64::new(0),
+                handovers: Arc::default(),
             }),
         }
     }
