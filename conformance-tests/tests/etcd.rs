@@ -395,3 +395,69 @@ async fn leader_loss_keeps_one_holder_and_waiters_proceed() {
         "every waiter got the lock after re-election"
     );
 }
+
+/// A release hands the lock straight to the next waiter of the same backend
+/// only while that waiter's key is still there. Here the waiter's key is
+/// deleted behind its back; the waiter of another client queued after it
+/// is the one granted, and the first waiter never holds the lock with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_needs_the_next_key_still_there() {
+    let etcd = Etcd::shared().await;
+    let prefix = fresh_table();
+    let url = etcd.url(&prefix, "");
+    let l = Locker::from_arc(backend(&url).await);
+    let holder = l
+        .lock_with("hand", opts(TTL, Wait::No))
+        .await
+        .expect("free");
+    let dir = format!("{prefix}/hand/");
+    let mine = {
+        let l = l.clone();
+        tokio::spawn(async move { l.lock_with("hand", opts(TTL, PATIENCE)).await })
+    };
+    wait_for_queue(etcd, &dir, 2).await;
+    let theirs = {
+        let other = Locker::from_arc(backend(&url).await);
+        tokio::spawn(async move {
+            let guard = other.lock_with("hand", opts(TTL, PATIENCE)).await;
+            (other, guard)
+        })
+    };
+    wait_for_queue(etcd, &dir, 3).await;
+    let keys = etcd.members[0]
+        .ctl(&[
+            "get",
+            "--prefix",
+            &dir,
+            "--keys-only",
+            "--sort-by",
+            "CREATE",
+            "--order",
+            "ASCEND",
+        ])
+        .expect("etcdctl get");
+    let first_waiter = keys
+        .lines()
+        .filter(|k| !k.is_empty())
+        .nth(1)
+        .expect("the first waiter's key")
+        .to_owned();
+    etcd.members[0]
+        .ctl(&["del", &first_waiter])
+        .expect("delete the first waiter's key");
+    holder.release().await.expect("release");
+    let (_other, theirs) = timeout(Duration::from_secs(20), theirs)
+        .await
+        .expect("the other client's waiter is granted")
+        .expect("task");
+    let theirs = theirs.expect("granted");
+    sleep(Duration::from_millis(300)).await;
+    if mine.is_finished() {
+        let outcome = mine.await.expect("task");
+        assert!(
+            outcome.is_err(),
+            "the waiter whose key was deleted holds the lock with another"
+        );
+    }
+    theirs.release().await.expect("release");
+}

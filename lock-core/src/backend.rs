@@ -7,6 +7,7 @@
 use std::fmt;
 use std::time::Duration;
 
+pub use crate::handover::{Handover, Handovers, Registration};
 pub use crate::lease::Lease;
 pub use crate::options::{AcquireRequest, WaitBudget};
 pub use crate::url::{HostList, QueryOptions};

@@ -6,6 +6,7 @@ pub mod backend;
 mod capabilities;
 mod error;
 mod guard;
+mod handover;
 mod lease;
 mod locker;
 mod memory;

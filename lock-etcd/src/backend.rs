@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, SortOrder, SortTarget};
+use etcd_client::{Client, ConnectOptions, GetOptions, SortOrder, SortTarget};
 use lock_core::backend::{
     AcquireRequest, BackendStats, Backoff, Holder, Lease, LockBackend, Retry, WaitBudget,
     async_trait,
@@ -14,6 +14,7 @@ use lock_core::{Capabilities, Error, FencingToken, LockName, Result};
 
 use crate::config::EtcdConfig;
 use crate::error::convert;
+use crate::handover::EtcdHandovers;
 use crate::queue::{Ahead, Place, Requeue};
 use crate::session::{Session, Sessions};
 
@@ -31,6 +32,8 @@ pub struct EtcdBackend {
     pub(crate) config: Arc<EtcdConfig>,
     pub(crate) wakeups: Arc<AtomicU64>,
     pub(crate) sessions: Arc<Sessions>,
+    /// Waiters a release of this backend can grant directly.
+    pub(crate) handovers: Arc<EtcdHandovers>,
 }
 
 impl EtcdBackend {
@@ -61,6 +64,7 @@ impl EtcdBackend {
             config: Arc::new(config),
             wakeups: Arc::new(AtomicU64::new(0)),
             sessions: Arc::default(),
+            handovers: Arc::default(),
         };
         // The client connects lazily; make an unreachable cluster fail here.
         backend
@@ -164,12 +168,7 @@ impl LockBackend for EtcdBackend {
     async fn release(&self, lease: &Lease) -> Result<()> {
         let key = self.key(lease.name(), lease.owner());
         let token = lease.token().to_i64();
-        let deleted = self
-            .delete_if(
-                &key,
-                Compare::create_revision(key.as_str(), CompareOp::Equal, token),
-            )
-            .await?;
+        let deleted = self.release_and_hand_over(&key, token).await?;
         if let Some(session) = self.session_of(lease) {
             session.forget(&key);
         }

@@ -5,6 +5,7 @@
 mod backend;
 pub mod config;
 mod error;
+mod handover;
 mod queue;
 mod session;
 

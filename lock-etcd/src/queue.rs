@@ -16,6 +16,7 @@ use lock_core::{Error, FencingToken, LockName, OwnerToken, Result};
 
 use crate::backend::EtcdBackend;
 use crate::error::{convert, lease_not_found};
+use crate::handover::Waiter;
 use crate::session::Session;
 
 /// Where one contender stands in a lock's queue.
@@ -197,12 +198,22 @@ impl EtcdBackend {
                         .await?
                 }
             };
-            let Some((_, mut stream)) = watching else {
+            let Some((watched, mut stream)) = watching else {
                 if to_watch.is_none() {
                     return Ok(()); // nobody ahead
                 }
                 continue;
             };
+            // A release of this backend may hand the lock over (see
+            // `handover.rs`); a key that is not UTF-8 is none of ours.
+            let registration = String::from_utf8(watched).ok().map(|watched| {
+                let waiter = Waiter {
+                    key: self.key(&req.name, req.owner),
+                    revision: place.revision,
+                    session: session.id,
+                };
+                self.handovers.register(&watched, waiter)
+            });
             match budget.race(deleted(&mut stream)).await {
                 None => return Err(budget.exhausted(&req.name)),
                 Some(Err(e)) if e.is_retryable() && !budget.is_over() => {
@@ -211,6 +222,12 @@ impl EtcdBackend {
                 Some(outcome) => {
                     outcome?;
                     self.wakeups.fetch_add(1, Ordering::Relaxed);
+                    if let Some(registration) = registration {
+                        let handed = budget.race(registration.handed_over()).await;
+                        if handed == Some(Some(())) && !session.is_stale() && !session.is_gone() {
+                            return Ok(());
+                        }
+                    }
                 }
             }
         }

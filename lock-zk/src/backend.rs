@@ -16,6 +16,7 @@ use zookeeper_client as zk;
 use crate::cleanup::RETRY_CAP;
 use crate::error::{convert, unavailable};
 use crate::expiry::{Kept, token};
+use crate::handover;
 use crate::recipe::{Node, PROTECTED, parent_path, queue};
 use crate::session::{Inner, connected, lease_ttl};
 
@@ -209,8 +210,7 @@ impl LockBackend for ZkBackend {
         // Any version: nothing writes a lock node's data, so a version
         // would tell nothing more, and a node written by someone else must
         // still go.
-        let handovers = &self.inner.handovers;
-        let delete = handovers.delete_and_hand_over(&client, &path);
+        let delete = handover::delete_and_hand_over(&self.inner.handovers, &client, &path);
         match self.call("release", delete).await? {
             Ok(()) => {
                 forget();

@@ -12,6 +12,7 @@ use zookeeper_client as zk;
 
 use crate::backend::ZkBackend;
 use crate::error::{convert, no_data_change, unavailable};
+use crate::handover::Waiter;
 use crate::session::connected;
 
 /// Lock parents live under this node, below the chroot: `/locks/<name>`.
@@ -370,11 +371,12 @@ impl ZkBackend {
                 return Err(budget.exhausted(name));
             }
             let before = format!("{parent}/{}", queue[place - 1].1);
-            let ours = format!("{parent}/{}", node.name);
-            let registration =
-                self.inner
-                    .handovers
-                    .register(&before, client.session_id().0, &ours, node.czxid);
+            let waiter = Waiter {
+                session: client.session_id().0,
+                path: format!("{parent}/{}", node.name),
+                czxid: node.czxid,
+            };
+            let registration = self.inner.handovers.register(&before, waiter);
             let watcher = match self
                 .call("watch the predecessor", client.get_and_watch_data(&before))
                 .await?

@@ -15,7 +15,7 @@ use crate::backend::ZkBackend;
 use crate::config::ZkConfig;
 use crate::error::{convert, unavailable};
 use crate::expiry::Held;
-use crate::handover::Handovers;
+use crate::handover::ZkHandovers;
 
 pub(crate) struct Inner {
     pub(crate) config: ZkConfig,
@@ -32,7 +32,7 @@ pub(crate) struct Inner {
     pub(crate) uncertain: Mutex<HashSet<u128>>,
     pub(crate) wakeups: AtomicU64,
     /// Waiters a release of this backend can grant directly.
-    pub(crate) handovers: Arc<Handovers>,
+    pub(crate) handovers: Arc<ZkHandovers>,
 }
 
 impl ZkBackend {

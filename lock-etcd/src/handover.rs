@@ -1,0 +1,64 @@
+//! Hand-over between a holder and a waiter of the same backend: the
+//! release of a lock whose next key is a waiter of this backend grants that
+//! waiter without a read of its own (the registry is lock-core's
+//! [`Handovers`]).
+//!
+//! The release's `Txn` deletes the holder's key and, in the same
+//! transaction, reads the waiter's key. When the delete went through and
+//! the waiter's key is there, with its create revision and on its session's
+//! lease, the waiter holds the lock, by the queue's rule (the oldest key
+//! holds it): the deleted key was the holder, so no key older than it was
+//! left; the waiter's last read showed nothing between it and that key; and
+//! every key put since is younger than the waiter's. That is what the
+//! waiter's own read after the watch event would have established, at the
+//! same revision; the grant's deadline still counts from its session's last
+//! proof of life, and a waiter whose session is due for a keep-alive reads
+//! as before, which proves it.
+
+use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
+use lock_core::Result;
+use lock_core::backend::Handovers;
+
+use crate::backend::EtcdBackend;
+
+/// What a release checks of the waiter behind it.
+#[derive(Debug)]
+pub(crate) struct Waiter {
+    pub(crate) key: String,
+    pub(crate) revision: i64,
+    pub(crate) session: i64,
+}
+
+/// Waiters by the key each watches.
+pub(crate) type EtcdHandovers = Handovers<Waiter, ()>;
+
+impl EtcdBackend {
+    /// Deletes the holder's `key` if its create revision is still `token`,
+    /// and hands the lock to the waiter of this backend watching it, if its
+    /// key is still there: whether the delete went through.
+    pub(crate) async fn release_and_hand_over(&self, key: &str, token: i64) -> Result<bool> {
+        let compare = Compare::create_revision(key, CompareOp::Equal, token);
+        let Some(next) = self.handovers.take(key) else {
+            return self.delete_if(key, compare).await;
+        };
+        let txn = Txn::new().when([compare]).and_then([
+            TxnOp::delete(key, None),
+            TxnOp::get(next.waiter.key.as_str(), None),
+        ]);
+        let response = self
+            .call("delete our key", |mut c| async move { c.txn(txn).await })
+            .await?;
+        if !response.succeeded() {
+            return Ok(false);
+        }
+        let still_there = response.op_responses().get(1).is_some_and(|op| {
+            matches!(op, TxnOpResponse::Get(got) if got.kvs().first().is_some_and(|kv| {
+                kv.create_revision() == next.waiter.revision && kv.lease() == next.waiter.session
+            }))
+        });
+        if still_there {
+            next.grant(());
+        }
+        Ok(true)
+    }
+}
