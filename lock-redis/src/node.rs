@@ -12,7 +12,7 @@ use redis::{Client, ErrorKind, RedisError, ScriptInvocation, ServerErrorKind};
 use crate::config::NodeConfig;
 use crate::error::{convert, unanswered};
 use crate::eviction::{self, Eviction, MemoryPolicy};
-use crate::scripts::{ACQUIRE_SCRIPT, HOLDER_SCRIPT, RELEASE, RENEW_SCRIPT};
+use crate::scripts::{ACQUIRE_SCRIPT, HOLDER_SCRIPT, RELEASE, RELEASE_UNANNOUNCED, RENEW_SCRIPT};
 
 /// The keys of one lock name under a prefix.
 #[derive(Clone, Debug)]
@@ -331,15 +331,25 @@ impl Node {
     /// the lock held until its TTL — a grant that reached the server late
     /// would then outlive the release queued behind it. The server caches
     /// the script by its hash either way.
+    /// Without waiting marks (Redlock), nothing is announced, and the
+    /// script is the bare compare-and-delete.
     pub async fn release(&self, name: &LockName, owner: OwnerToken) -> Result<bool> {
-        let done: i64 = redis::cmd("EVAL")
-            .arg(RELEASE)
-            .arg(2)
-            .arg(self.keys.lock(name))
-            .arg(self.keys.waiting(name))
-            .arg(owner.to_hex())
-            .arg(self.keys.channel())
-            .arg(name.as_str())
+        let mut eval = redis::cmd("EVAL");
+        if self.keys.waiting_mark.is_zero() {
+            eval.arg(RELEASE_UNANNOUNCED)
+                .arg(1)
+                .arg(self.keys.lock(name))
+                .arg(owner.to_hex());
+        } else {
+            eval.arg(RELEASE)
+                .arg(2)
+                .arg(self.keys.lock(name))
+                .arg(self.keys.waiting(name))
+                .arg(owner.to_hex())
+                .arg(self.keys.channel())
+                .arg(name.as_str());
+        }
+        let done: i64 = eval
             .query_async(&mut self.conn.clone())
             .await
             .map_err(|e| self.fail("release", e))?;

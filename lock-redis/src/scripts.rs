@@ -77,6 +77,12 @@ end
 return 1
 ";
 
+/// `KEYS`: the lock key. `ARGV`: owner. [`RELEASE`] for keys nobody waits
+/// on by pub/sub (Redlock's): deletes the lock only if it is ours. Returns
+/// 1 if deleted.
+pub(crate) const RELEASE_UNANNOUNCED: &str =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+
 /// `KEYS`: the lock key, the fence counter. Returns `{owner, remaining ms,
 /// counter}` or an empty reply when free.
 const HOLDER: &str = r"
