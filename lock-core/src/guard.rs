@@ -241,10 +241,9 @@ impl LockGuard {
         } else {
             None
         };
-        let released = crate::wait::after_first_poll(
-            self.backend.release(&lease).instrument(span),
-            move || drop(local),
-        )
+        let released = after_first_poll(self.backend.release(&lease).instrument(span), move || {
+            drop(local)
+        })
         .await;
         self.releasing = false;
         if self.handle.is_lost() {
@@ -271,6 +270,20 @@ impl LockGuard {
         self.renewals.cancel(renewal);
         true
     }
+}
+
+/// Runs `fut`, calling `then` once it has been polled for the first time.
+async fn after_first_poll<F: Future>(fut: F, then: impl FnOnce()) -> F::Output {
+    let mut fut = std::pin::pin!(fut);
+    let mut then = Some(then);
+    std::future::poll_fn(|cx| {
+        let outcome = fut.as_mut().poll(cx);
+        if let Some(then) = then.take() {
+            then();
+        }
+        outcome
+    })
+    .await
 }
 
 impl fmt::Debug for LockGuard {

@@ -102,31 +102,29 @@ impl<W, G> Registration<W, G> {
     /// granted, if a release of this backend took the registration and
     /// granted it; `None` sends the waiter to read the queue.
     pub async fn handed_over(mut self) -> Option<G> {
-        let taken = {
-            let mut waiting = self.handovers.waiting();
-            match waiting.get(&self.watched) {
-                Some(w) if w.id == self.id => {
-                    waiting.remove(&self.watched);
-                    false
-                }
-                _ => true,
-            }
-        };
-        if !taken {
+        if self.withdraw() {
             return None;
         }
         // The release that took it answers once its reply is in, which
         // comes close behind the event that woke the waiter.
         (&mut self.granted).await.ok()
     }
+
+    /// Removes this registration if no release took it (nor a later one
+    /// replaced it); `true` if it was still there.
+    fn withdraw(&self) -> bool {
+        let mut waiting = self.handovers.waiting();
+        let ours = waiting.get(&self.watched).is_some_and(|w| w.id == self.id);
+        if ours {
+            waiting.remove(&self.watched);
+        }
+        ours
+    }
 }
 
 impl<W, G> Drop for Registration<W, G> {
     fn drop(&mut self) {
-        let mut waiting = self.handovers.waiting();
-        if waiting.get(&self.watched).is_some_and(|w| w.id == self.id) {
-            waiting.remove(&self.watched);
-        }
+        self.withdraw();
     }
 }
 

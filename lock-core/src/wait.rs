@@ -88,20 +88,6 @@ pub async fn poll_acquire_with<B: LockBackend + ?Sized>(
     }
 }
 
-/// Runs `fut`, calling `then` once it has been polled for the first time.
-pub(crate) async fn after_first_poll<F: Future>(fut: F, then: impl FnOnce()) -> F::Output {
-    let mut fut = std::pin::pin!(fut);
-    let mut then = Some(then);
-    std::future::poll_fn(|cx| {
-        let outcome = fut.as_mut().poll(cx);
-        if let Some(then) = then.take() {
-            then();
-        }
-        outcome
-    })
-    .await
-}
-
 /// Exponential backoff from 2 ms to a cap (100 ms by default) with "equal jitter" (each nap is
 /// random between half and all of the current step), so colliding clients
 /// spread out instead of polling in lock-step.

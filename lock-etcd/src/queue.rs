@@ -98,13 +98,7 @@ impl EtcdBackend {
                 TxnOp::get(dir.clone(), Some(newest)),
             ])
             .or_else([TxnOp::get(key.clone(), None), TxnOp::get(dir, Some(first))]);
-        let keep_alive = async {
-            if session.is_stale() {
-                Some(self.prove_alive(session, session.renew_after()).await)
-            } else {
-                None
-            }
-        };
+        let keep_alive = self.prove_if_stale(session);
         let put = self.call("enqueue", |mut c| async move {
             match c.txn(txn).await {
                 // The session's lease is gone.
@@ -113,7 +107,7 @@ impl EtcdBackend {
             }
         });
         let (alive, response) = tokio::join!(keep_alive, put);
-        if let Some(Ok(false)) = alive {
+        if let Ok(false) = alive {
             // Our key, put or not, went with the lease.
             return Ok(Err(Requeue));
         }
@@ -277,13 +271,7 @@ impl EtcdBackend {
             TxnOp::get(self.dir(&req.name), Some(before_us)),
             TxnOp::get(key, None),
         ]);
-        let keep_alive = async {
-            if session.is_stale() {
-                self.prove_alive(session, session.renew_after()).await
-            } else {
-                Ok(true)
-            }
-        };
+        let keep_alive = self.prove_if_stale(session);
         let read = self.call("look ahead", |mut c| async move { c.txn(txn).await });
         let (alive, response) = tokio::join!(keep_alive, read);
         let response = response?;

@@ -291,6 +291,17 @@ impl EtcdBackend {
         Ok(session)
     }
 
+    /// A keep-alive if `session` [is stale](Session::is_stale), sent by a
+    /// request that will rely on the lease: `false` when it found the lease
+    /// gone; `true` without a request otherwise.
+    pub(crate) async fn prove_if_stale(&self, session: &Session) -> Result<bool> {
+        if session.is_stale() {
+            self.prove_alive(session, session.renew_after()).await
+        } else {
+            Ok(true)
+        }
+    }
+
     /// Proves the session alive with a keep-alive, unless a proof younger
     /// than `fresh` is at hand (or arrives while waiting for the keep-alive
     /// in flight). `false` when the lease is gone; then so is every key on

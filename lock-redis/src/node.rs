@@ -331,6 +331,7 @@ impl Node {
     /// the lock held until its TTL — a grant that reached the server late
     /// would then outlive the release queued behind it. The server caches
     /// the script by its hash either way.
+    ///
     /// Without waiting marks (Redlock), nothing is announced, and the
     /// script is the bare compare-and-delete.
     pub async fn release(&self, name: &LockName, owner: OwnerToken) -> Result<bool> {

@@ -62,9 +62,9 @@ impl LockBackend for RedlockBackend {
         }
         // Give back what this attempt may hold: the grants, and whatever a
         // node that did not answer may have applied. A node that answered
-        // that another owner holds the lock ran the script atomically and
-        // set nothing of ours, so an attempt that lost everywhere (the
-        // common case under contention) costs no second wave.
+        // that the key exists refused this attempt's `SET NX`, which set
+        // nothing, so an attempt that lost everywhere (the common case
+        // under contention) costs no second wave.
         let maybe_ours = self
             .members
             .iter()
