@@ -267,6 +267,85 @@ pub async fn renew_extends_only_for_the_owner(t: &dyn Target) -> Verdict {
     Verdict::Passed
 }
 
+/// `LockGuard::extend` renews at once, with ownership checked on the server:
+/// the token stays, the deadline does not move back, and a lock gone from
+/// the server is `NotHeld` and lost.
+pub async fn extend_renews_now_for_the_owner(t: &dyn Target) -> Verdict {
+    let name = unique("extend");
+    let (a, b) = (locker(t).await, locker(t).await);
+    let ttl = short_ttl(&a);
+    let mut guard = a
+        .lock_with(&name, opts(ttl, Wait::No))
+        .await
+        .expect("free lock");
+    let before = guard.lease();
+    let longer = (ttl * 3).min(a.capabilities().max_ttl);
+    let extended = guard.extend(longer).await.expect("the holder extends");
+    assert_eq!(extended.token(), before.token(), "extend keeps the token");
+    assert!(extended.deadline() >= before.deadline());
+    assert_eq!(guard.lease().deadline(), extended.deadline());
+    assert_eq!(guard.state(), LockState::Held);
+    assert!(
+        b.try_lock(&name).await.expect("try_lock").is_none(),
+        "still held after the extension"
+    );
+    // Gone from the server behind the guard's back.
+    a.backend()
+        .release(&guard.lease())
+        .await
+        .expect("release behind the guard's back");
+    assert_not_held("extend of a lock gone", guard.extend(longer).await);
+    assert_eq!(guard.state(), LockState::Lost);
+    let taken = b.try_lock(&name).await.expect("try_lock");
+    assert!(taken.is_some(), "the name is free once released");
+    Verdict::Passed
+}
+
+/// `is_held` asks the server, and only reads: true for the holder's lease,
+/// false for a stranger's, for one that ran out while another owner took
+/// the name, and for one released behind its guard's back (which makes
+/// the guard lost).
+pub async fn is_held_asks_the_server(t: &dyn Target) -> Verdict {
+    let name = unique("is-held");
+    let (a, b) = (locker(t).await, locker(t).await);
+    let ttl = short_ttl(&a);
+    let stale = a
+        .acquire_lease(&name, opts(ttl, Wait::No))
+        .await
+        .expect("free lock");
+    let asks = |r: lock_core::Result<bool>| r.expect("is_held answers");
+    assert!(
+        asks(a.backend().is_held(&stale).await),
+        "the holder's lease"
+    );
+    let forged = Lease::new(
+        stale.name().clone(),
+        OwnerToken::random(),
+        stale.token(),
+        ttl,
+        Instant::now(),
+    );
+    assert!(
+        !asks(b.backend().is_held(&forged).await),
+        "a stranger's lease"
+    );
+    // Asking did not extend the lease: it runs out on time.
+    let current = b
+        .lock_with(&name, opts(Duration::from_secs(10), patient(ttl)))
+        .await
+        .expect("granted after the first lease ran out");
+    assert!(!asks(a.backend().is_held(&stale).await), "a lease run out");
+    assert!(asks(current.is_held().await), "the new holder's guard");
+    assert_eq!(current.state(), LockState::Held);
+    b.backend()
+        .release(&current.lease())
+        .await
+        .expect("release behind the guard's back");
+    assert!(!asks(current.is_held().await), "a guard whose lock is gone");
+    assert_eq!(current.state(), LockState::Lost);
+    Verdict::Passed
+}
+
 /// Neither a stranger nor a stale holder can release the current holder's
 /// lock; both are told so.
 pub async fn non_owner_release_never_deletes(t: &dyn Target) -> Verdict {

@@ -83,6 +83,8 @@ macro_rules! conformance_suite {
                 acquire_timeout,
                 ttl_expiry_frees_crashed_holder,
                 renew_extends_only_for_the_owner,
+                extend_renews_now_for_the_owner,
+                is_held_asks_the_server,
                 non_owner_release_never_deletes,
                 fencing_tokens_strictly_increase,
                 lost_signal_fires,

@@ -63,6 +63,18 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// new holder's lock.
     async fn release(&self, lease: &Lease) -> Result<()>;
 
+    /// Whether `lease` is still the live grant of its lock on the server:
+    /// the same owner holds the name with the same fencing token (or queue
+    /// entry), and the server has not expired it. Reads only: nothing is
+    /// extended. Behind [`LockGuard::is_held`](crate::LockGuard::is_held).
+    async fn is_held(&self, lease: &Lease) -> Result<bool> {
+        let _ = lease;
+        Err(Error::Unsupported {
+            backend: self.capabilities().backend,
+            operation: "checking a lease on the server",
+        })
+    }
+
     /// Undoes an attempt whose outcome is unknown (its reply was lost, or the
     /// caller gave up): whatever `req.owner` holds or has queued under
     /// `req.name` is removed. Doing nothing is a success.

@@ -78,6 +78,18 @@ pub enum Error {
         name: String,
     },
 
+    /// The task asking for the lock already holds it through a guard of the
+    /// same [`Locker`](crate::Locker): waiting would wait on itself until the
+    /// wait ran out. Locks are not reentrant; pass the held guard's
+    /// [`LockHandle`](crate::LockHandle) down instead of locking again.
+    #[error(
+        "lock \"{name}\" is already held by this task through this locker; locks are not reentrant"
+    )]
+    AlreadyHeld {
+        /// The lock.
+        name: String,
+    },
+
     /// Somebody else held the lock for the whole wait.
     #[error("timed out after {waited:?} waiting for lock \"{name}\"")]
     WaitTimeout {

@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -10,9 +11,10 @@ use tracing::Instrument;
 
 use crate::backend::LockBackend;
 use crate::error::{Error, Result};
+use crate::held::HeldMark;
 use crate::lease::Lease;
 use crate::name::LockName;
-use crate::renewal::{KeepAlive, LostSignal};
+use crate::renewal::{KeepAlive, LostSignal, Renewing};
 use crate::renewal_queue::{RenewalQueue, Ticket};
 use crate::token::FencingToken;
 use crate::turns::LocalHold;
@@ -125,6 +127,7 @@ pub struct LockGuard {
     handle: LockHandle,
     backend: Arc<dyn LockBackend>,
     stop: CancellationToken,
+    renewing: Arc<Renewing>,
     renewals: Arc<RenewalQueue>,
     /// Where the keep-alive is parked; `None` once the guard is released.
     renewal: Option<Ticket>,
@@ -134,6 +137,9 @@ pub struct LockGuard {
     /// Counts this guard as holding the name for its locker's waiters
     /// (`turns.rs`) until the guard is gone.
     local: Option<LocalHold>,
+    /// Counts the name as held by the task that took it (`held.rs`) until
+    /// the guard is gone.
+    held: Option<HeldMark>,
 }
 
 impl LockGuard {
@@ -149,36 +155,47 @@ impl LockGuard {
         let stop = CancellationToken::new();
         let span = tracing::info_span!("renewal", lock = %lease.name(), token = %lease.token());
         let first_renewal = KeepAlive::first_renewal(&lease);
-        let signal = LostSignal::new(state_tx, lost.clone());
+        let renewing = Arc::new(Renewing::new(LostSignal::new(state_tx, lost.clone())));
         if lease.is_expired() {
             // The grant's reply came after its lease ran out: the lock may
             // already be somebody else's.
-            signal.lost(&lease, "the grant arrived after its lease ran out");
+            renewing
+                .signal
+                .lost(&lease, "the grant arrived after its lease ran out");
         }
         let shared = Arc::new(Mutex::new(lease.clone()));
         let handle = LockHandle {
             name: lease.name().clone(),
             token: lease.token(),
-            lease: shared.clone(),
+            lease: shared,
             state: state_rx,
             lost,
         };
-        let keep_alive = KeepAlive {
-            backend: backend.clone(),
-            lease: shared,
-            signal,
-            stop: stop.clone(),
-        };
-        let renewal = renewals.park(first_renewal, keep_alive, span);
-        Self {
+        let mut guard = Self {
             handle,
             backend,
             stop,
+            renewing,
             renewals: renewals.clone(),
-            renewal: Some(renewal),
+            renewal: None,
             releasing: false,
             local: None,
-        }
+            held: None,
+        };
+        guard.renewal = Some(guard.park_keep_alive(first_renewal, span));
+        guard
+    }
+
+    /// Parks a keep-alive of this guard's lease in the renewal queue, to
+    /// start at `due`.
+    fn park_keep_alive(&self, due: tokio::time::Instant, span: tracing::Span) -> Ticket {
+        let keep_alive = KeepAlive {
+            backend: self.backend.clone(),
+            lease: self.handle.lease.clone(),
+            renewing: self.renewing.clone(),
+            stop: self.stop.clone(),
+        };
+        self.renewals.park(due, keep_alive, span)
     }
 
     /// The lock's name.
@@ -211,10 +228,126 @@ impl LockGuard {
         self.handle.clone()
     }
 
-    /// The same guard, counted as holding its name until it is gone.
+    /// The same guard, counted as holding its name for its locker's waiters
+    /// until it is gone.
     pub(crate) fn held_locally(mut self, hold: LocalHold) -> Self {
         self.local = Some(hold);
         self
+    }
+
+    /// The same guard, counted as held by the task that took it until it is
+    /// gone.
+    pub(crate) fn held_by(mut self, mark: HeldMark) -> Self {
+        self.held = Some(mark);
+        self
+    }
+
+    /// Renews the lease now, for `ttl` from now, once the backend has
+    /// checked that the lock is still ours; the renewals that follow use
+    /// `ttl` too. The fencing token does not change.
+    ///
+    /// Returns the lease as renewed. Where a lease lives as long as a
+    /// session that all of a client's locks share (etcd, ZooKeeper), the
+    /// backend keeps the session's TTL, and the returned lease's
+    /// [`Lease::ttl`] says so.
+    ///
+    /// Fails with [`Error::InvalidTtl`] for a TTL the backend cannot keep,
+    /// with [`Error::Lost`] if the lock was lost already, and with
+    /// [`Error::NotHeld`] if the backend found it gone, which makes it lost.
+    /// Any other failure (an unreachable backend) leaves the lease as it
+    /// was, and the keep-alive goes on renewing it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
+    /// use std::time::Duration;
+    /// use lock_core::{Locker, MemoryBackend};
+    ///
+    /// let locker = Locker::new(MemoryBackend::new());
+    /// let mut guard = locker.lock("import").await?;
+    /// // The rest of the import may take a while: keep the lock for longer
+    /// // if this process dies half-way.
+    /// let lease = guard.extend(Duration::from_secs(120)).await?;
+    /// assert_eq!(lease.ttl(), Duration::from_secs(120));
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn extend(&mut self, ttl: Duration) -> Result<Lease> {
+        self.backend.capabilities().check_ttl(ttl)?;
+        let renewing = self.renewing.clone();
+        let _serial = renewing.serial.lock().await;
+        if self.handle.is_lost() {
+            return Err(Error::Lost {
+                name: self.name().to_string(),
+            });
+        }
+        let lease = self.lease();
+        let span =
+            tracing::info_span!("extend", lock = %lease.name(), token = %lease.token(), ttl = ?ttl);
+        match self.backend.renew(&lease, ttl).instrument(span).await {
+            Ok(renewed) => {
+                *self.handle.lease.lock().unwrap_or_else(|p| p.into_inner()) = renewed.clone();
+                renewing.signal.set(LockState::Held);
+                self.replan_renewals(&renewed);
+                Ok(renewed)
+            }
+            Err(e @ Error::NotHeld { .. }) => {
+                renewing
+                    .signal
+                    .lost(&lease, "the backend found the lock gone when extending it");
+                Err(e)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// After [`Self::extend`]: a keep-alive still parked is parked again for
+    /// the new lease's first renewal; one already running is told.
+    fn replan_renewals(&mut self, renewed: &Lease) {
+        let Some(ticket) = self.renewal else {
+            return;
+        };
+        if self.renewals.cancel(ticket) {
+            let span =
+                tracing::info_span!("renewal", lock = %renewed.name(), token = %renewed.token());
+            self.renewal = Some(self.park_keep_alive(KeepAlive::first_renewal(renewed), span));
+        } else {
+            self.renewing.renewed.notify_one();
+        }
+    }
+
+    /// Asks the backend whether the lock is still ours: whether it still
+    /// holds this grant (the same owner and fencing token, or the same
+    /// queue entry) unexpired. Reads only; the lease is not extended.
+    ///
+    /// `Ok(false)` at once, with no request, if the lock is already lost;
+    /// `Ok(false)` too if the backend says it is not ours, which makes it
+    /// lost. An error (an unreachable backend) says nothing either way.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
+    /// use lock_core::{Locker, MemoryBackend};
+    ///
+    /// let locker = Locker::new(MemoryBackend::new());
+    /// let guard = locker.lock("compaction").await?;
+    /// assert!(guard.is_held().await?);
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn is_held(&self) -> Result<bool> {
+        if self.handle.is_lost() {
+            return Ok(false);
+        }
+        let lease = self.lease();
+        let span = tracing::info_span!("is_held", lock = %lease.name(), token = %lease.token());
+        if self.backend.is_held(&lease).instrument(span).await? {
+            // The answer counts only while the lease runs.
+            Ok(!self.handle.is_lost())
+        } else {
+            self.renewing
+                .signal
+                .lost(&lease, "the backend says the lock is no longer ours");
+            Ok(false)
+        }
     }
 
     /// Stops renewing and releases the lock.

@@ -7,6 +7,7 @@ mod capabilities;
 mod error;
 mod guard;
 mod handover;
+mod held;
 mod lease;
 mod locker;
 mod memory;

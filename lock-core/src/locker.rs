@@ -13,6 +13,7 @@ use crate::backend::{BackendStats, Holder, LockBackend};
 use crate::capabilities::Capabilities;
 use crate::error::{Error, Result};
 use crate::guard::{LockGuard, LockHandle};
+use crate::held::HeldNames;
 use crate::lease::Lease;
 use crate::name::LockName;
 use crate::options::{AcquireOptions, AcquireRequest, Wait, WaitBudget};
@@ -43,6 +44,7 @@ pub struct Locker {
     defaults: AcquireOptions,
     renewals: Arc<RenewalQueue>,
     turns: Arc<Turns>,
+    held: Arc<HeldNames>,
 }
 
 impl Locker {
@@ -58,6 +60,7 @@ impl Locker {
             defaults: AcquireOptions::default(),
             renewals: Arc::default(),
             turns: Arc::default(),
+            held: Arc::default(),
         }
     }
 
@@ -94,21 +97,28 @@ impl Locker {
     }
 
     /// Acquires `name` with `opts` and keeps it renewed.
+    ///
+    /// If `opts` would wait, fails at once with [`Error::AlreadyHeld`] when
+    /// the calling task holds `name` through a guard of this locker (or a
+    /// clone of it): locks are not reentrant, and the wait would wait on
+    /// itself. Other tasks wait for the name as usual. Without a wait
+    /// ([`Wait::No`]) the answer is [`Error::Busy`], as for any holder.
     pub async fn lock_with(
         &self,
         name: impl AsRef<str>,
         opts: AcquireOptions,
     ) -> Result<LockGuard> {
         let (lease, queue) = self.acquire(name, opts).await?;
-        let guard = LockGuard::start(self.backend.clone(), lease, &self.renewals);
+        let mark = self.held.mark(lease.name());
+        let guard = LockGuard::start(self.backend.clone(), lease, &self.renewals).held_by(mark);
         Ok(match queue {
             Some(queue) => guard.held_locally(queue.hold()),
             None => guard,
         })
     }
 
-    /// One attempt with the default TTL; `Ok(None)` if somebody else holds
-    /// the lock.
+    /// One attempt with the default TTL; `Ok(None)` if the lock is held,
+    /// whoever holds it.
     pub async fn try_lock(&self, name: impl AsRef<str>) -> Result<Option<LockGuard>> {
         match self.lock_with(name, self.defaults.wait(Wait::No)).await {
             Ok(guard) => Ok(Some(guard)),
@@ -117,7 +127,8 @@ impl Locker {
         }
     }
 
-    /// Runs `section` while holding `name`, then releases it.
+    /// Runs `section` while holding `name`, then releases it, with the
+    /// default options.
     ///
     /// If the lock is lost while `section` runs, `section` is dropped at its
     /// next `.await` and the result is [`Error::Lost`]. The section gets a
@@ -137,7 +148,43 @@ impl Locker {
         F: FnOnce(LockHandle) -> Fut,
         Fut: Future<Output = T>,
     {
-        let guard = self.lock(name).await?;
+        self.with_lock_options(name, self.defaults, section).await
+    }
+
+    /// [`Locker::with_lock`] with `opts` instead of the default options:
+    /// another TTL, or a bounded wait.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
+    /// use std::time::Duration;
+    /// use lock_core::{AcquireOptions, Error, Locker, MemoryBackend, Wait};
+    ///
+    /// let locker = Locker::new(MemoryBackend::new());
+    /// let held = locker.lock("nightly").await?;
+    /// let opts = AcquireOptions::with_ttl(Duration::from_secs(60))
+    ///     .wait(Wait::For(Duration::from_millis(50)));
+    /// // Another task gives up after 50 ms while the lock is held.
+    /// let other = locker.clone();
+    /// let outcome = tokio::spawn(async move {
+    ///     other.with_lock_options("nightly", opts, |_| async {}).await
+    /// })
+    /// .await
+    /// .unwrap();
+    /// assert!(matches!(outcome, Err(Error::WaitTimeout { .. })));
+    /// held.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn with_lock_options<F, Fut, T>(
+        &self,
+        name: impl AsRef<str>,
+        opts: AcquireOptions,
+        section: F,
+    ) -> Result<T>
+    where
+        F: FnOnce(LockHandle) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self.lock_with(name, opts).await?;
         let handle = guard.handle();
         let outcome = tokio::select! {
             biased;
@@ -182,6 +229,9 @@ impl Locker {
         opts: AcquireOptions,
     ) -> Result<(Lease, Option<Arc<Queue>>)> {
         let name = LockName::new(name)?;
+        if opts.wait != Wait::No {
+            self.held.check(&name)?;
+        }
         let capabilities = self.backend.capabilities();
         capabilities.check_ttl(opts.ttl)?;
         let span = tracing::info_span!(

@@ -119,6 +119,14 @@ impl LockBackend for MemoryBackend {
         }
     }
 
+    async fn is_held(&self, lease: &Lease) -> Result<bool> {
+        let now = Instant::now();
+        Ok(self
+            .slots()
+            .get(lease.name())
+            .is_some_and(|slot| slot.held_by(lease.owner(), lease.token()) && slot.expires > now))
+    }
+
     async fn release(&self, lease: &Lease) -> Result<()> {
         let now = Instant::now();
         let was_live = {

@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
@@ -27,7 +27,7 @@ impl LostSignal {
         Self { state, lost }
     }
 
-    fn set(&self, next: LockState) {
+    pub(crate) fn set(&self, next: LockState) {
         self.state.send_if_modified(|s| {
             let changed = *s != next && *s != LockState::Lost;
             if changed {
@@ -54,11 +54,34 @@ impl LostSignal {
     }
 }
 
+/// What a guard and its keep-alive share to renew one lease.
+pub(crate) struct Renewing {
+    /// Renewals of one lease go one at a time: the server applies
+    /// concurrent ones in any order, and the lease kept here must be the one
+    /// it applied last, or a renewal with a shorter TTL could leave the
+    /// local deadline after the server's.
+    pub(crate) serial: tokio::sync::Mutex<()>,
+    pub(crate) signal: LostSignal,
+    /// Told when the guard renewed the lease itself, so the keep-alive
+    /// plans its next renewal from the new lease.
+    pub(crate) renewed: Notify,
+}
+
+impl Renewing {
+    pub(crate) fn new(signal: LostSignal) -> Self {
+        Self {
+            serial: tokio::sync::Mutex::new(()),
+            signal,
+            renewed: Notify::new(),
+        }
+    }
+}
+
 /// Renews one lease until stopped or lost.
 pub(crate) struct KeepAlive {
     pub(crate) backend: Arc<dyn LockBackend>,
     pub(crate) lease: Arc<Mutex<Lease>>,
-    pub(crate) signal: LostSignal,
+    pub(crate) renewing: Arc<Renewing>,
     pub(crate) stop: CancellationToken,
 }
 
@@ -77,11 +100,12 @@ impl KeepAlive {
     }
 
     /// Renews at once (it is started when the first renewal is due), then
-    /// every third of the TTL, until stopped or lost.
+    /// every third of the TTL, until stopped or lost. The TTL is the
+    /// lease's, which [`LockGuard::extend`](crate::LockGuard::extend) may
+    /// change.
     pub(crate) async fn run(self) {
-        let ttl = self.current().ttl();
-        let retry_after = (ttl / 10).clamp(Duration::from_millis(5), Duration::from_secs(1));
-        let mut next_renewal = Instant::now();
+        let signal = &self.renewing.signal;
+        let mut next = Instant::now();
         loop {
             let lease = self.current();
             tokio::select! {
@@ -90,28 +114,45 @@ impl KeepAlive {
                 biased;
                 () = self.stop.cancelled() => return,
                 () = sleep_until(lease.deadline()) => {
-                    return self.signal.lost(&lease, "the lease ran out before it could be renewed");
+                    return signal.lost(&lease, "the lease ran out before it could be renewed");
                 }
-                () = sleep_until(next_renewal) => {}
+                () = self.renewing.renewed.notified() => {
+                    // Renewed just now by the guard, maybe with another TTL.
+                    let lease = self.current();
+                    next = (Instant::now() + lease.ttl() / RENEW_FRACTION).min(lease.deadline());
+                    continue;
+                }
+                () = sleep_until(next) => {}
             }
+            let _serial = tokio::select! {
+                biased;
+                () = self.stop.cancelled() => return,
+                () = sleep_until(lease.deadline()) => {
+                    return signal.lost(&lease, "the lease ran out while a renewal was pending");
+                }
+                serial = self.renewing.serial.lock() => serial,
+            };
+            // The guard may have renewed while this waited for its turn.
+            let lease = self.current();
+            let ttl = lease.ttl();
             let sent = Instant::now();
             let span = tracing::info_span!("renew", ttl = ?ttl);
             let outcome = tokio::select! {
                 biased;
                 () = self.stop.cancelled() => return,
                 () = sleep_until(lease.deadline()) => {
-                    return self.signal.lost(&lease, "the lease ran out while a renewal was pending");
+                    return signal.lost(&lease, "the lease ran out while a renewal was pending");
                 }
                 r = tracing::Instrument::instrument(self.backend.renew(&lease, ttl), span) => r,
             };
             match outcome {
                 Ok(renewed) => {
                     *self.lease.lock().unwrap_or_else(|p| p.into_inner()) = renewed;
-                    self.signal.set(LockState::Held);
-                    next_renewal = sent + ttl / RENEW_FRACTION;
+                    signal.set(LockState::Held);
+                    next = sent + ttl / RENEW_FRACTION;
                 }
                 Err(Error::NotHeld { .. }) => {
-                    return self.signal.lost(
+                    return signal.lost(
                         &lease,
                         "the backend says another owner has the lock or it expired",
                     );
@@ -119,8 +160,9 @@ impl KeepAlive {
                 Err(e) => {
                     // Any other failure leaves the lease valid until its
                     // deadline; keep trying until then.
-                    self.signal.at_risk(&lease, &e);
-                    next_renewal = Instant::now() + retry_after;
+                    signal.at_risk(&lease, &e);
+                    next = Instant::now()
+                        + (ttl / 10).clamp(Duration::from_millis(5), Duration::from_secs(1));
                 }
             }
         }

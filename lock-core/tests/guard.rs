@@ -2,8 +2,8 @@
 //! backend cannot be made to show on demand: renewals that fail or hang.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -30,6 +30,8 @@ struct Flaky {
     reply_delay_ms: Arc<AtomicU64>,
     /// The next release never answers.
     release_hangs_once: Arc<AtomicBool>,
+    /// The TTL of every renewal that reached the store.
+    renewed_with: Arc<Mutex<Vec<Duration>>>,
 }
 
 impl Flaky {
@@ -39,6 +41,10 @@ impl Flaky {
 
     fn delay_replies(&self, ms: u64) {
         self.reply_delay_ms.store(ms, Ordering::SeqCst);
+    }
+
+    fn renewed_with(&self) -> Vec<Duration> {
+        self.renewed_with.lock().unwrap().clone()
     }
 }
 
@@ -70,8 +76,15 @@ impl LockBackend for Flaky {
             REFUSED => Err(Error::NotHeld {
                 name: lease.name().to_string(),
             }),
-            _ => self.inner.renew(lease, ttl).await,
+            _ => {
+                let renewed = self.inner.renew(lease, ttl).await;
+                self.renewed_with.lock().unwrap().push(ttl);
+                renewed
+            }
         }
+    }
+    async fn is_held(&self, lease: &Lease) -> Result<bool> {
+        self.inner.is_held(lease).await
     }
     async fn release(&self, lease: &Lease) -> Result<()> {
         if self.release_hangs_once.swap(false, Ordering::SeqCst) {
@@ -580,4 +593,112 @@ async fn with_ordered_requests_a_waiter_tries_right_behind_the_release() {
     let granted = waiter.await.expect("task").expect("granted");
     backend.let_release.notify_one();
     granted.release().await.expect("release");
+}
+
+#[tokio::test(start_paused = true)]
+async fn extend_renews_at_once_and_the_renewals_after_it_use_its_ttl() {
+    let backend = Flaky::default();
+    let locker = Locker::new(backend.clone());
+    let mut guard = locker.lock_with("a", opts(300)).await.unwrap();
+    let lease = guard.extend(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(lease.ttl(), Duration::from_secs(30));
+    assert_eq!(guard.lease().ttl(), Duration::from_secs(30));
+    assert_eq!(lease.token(), guard.token());
+    assert_eq!(backend.renewed_with(), [Duration::from_secs(30)]);
+    // The 300 ms lease's schedule (a renewal every 100 ms) is gone.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(backend.renewed_with(), [Duration::from_secs(30)]);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(backend.renewed_with(), [Duration::from_secs(30); 2]);
+    assert_eq!(guard.state(), LockState::Held);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn extend_to_a_shorter_ttl_moves_a_running_keep_alive_onto_it() {
+    let backend = Flaky::default();
+    let locker = Locker::new(backend.clone());
+    let mut guard = locker.lock_with("a", opts(30_000)).await.unwrap();
+    // The keep-alive has started and sleeps until its next renewal, at 20 s.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    assert_eq!(backend.renewed_with(), [Duration::from_secs(30)]);
+    guard.extend(Duration::from_millis(300)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(guard.state(), LockState::Held);
+    let short = backend
+        .renewed_with()
+        .iter()
+        .filter(|t| **t == Duration::from_millis(300))
+        .count();
+    assert!(short >= 10, "{short} renewals of the short lease in 2 s");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn extend_refused_by_the_backend_loses_the_lock() {
+    let backend = Flaky::default();
+    let locker = Locker::new(backend.clone());
+    let mut guard = locker.lock_with("a", opts(3_000)).await.unwrap();
+    let zero = guard.extend(Duration::ZERO).await;
+    assert!(matches!(zero, Err(Error::InvalidTtl { .. })), "{zero:?}");
+    assert_eq!(guard.state(), LockState::Held);
+    backend.set(REFUSED);
+    let refused = guard.extend(Duration::from_secs(10)).await;
+    assert!(matches!(refused, Err(Error::NotHeld { .. })), "{refused:?}");
+    assert_eq!(guard.state(), LockState::Lost);
+    tokio::time::timeout(Duration::from_secs(1), guard.lost())
+        .await
+        .expect("the lost signal fired");
+    let again = guard.extend(Duration::from_secs(10)).await;
+    assert!(matches!(again, Err(Error::Lost { .. })), "{again:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn is_held_asks_the_backend_and_a_no_loses_the_lock() {
+    let backend = Flaky::default();
+    let locker = Locker::new(backend.clone());
+    let guard = locker.lock_with("a", opts(3_000)).await.unwrap();
+    assert!(guard.is_held().await.unwrap());
+    // Freed behind the guard's back, as an operator deleting the key would.
+    backend.inner.release(&guard.lease()).await.unwrap();
+    assert_eq!(guard.state(), LockState::Held, "nothing local knows yet");
+    assert!(!guard.is_held().await.unwrap());
+    assert_eq!(guard.state(), LockState::Lost);
+    assert!(matches!(guard.release().await, Err(Error::Lost { .. })));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_task_waiting_for_a_name_it_holds_fails_at_once() {
+    let locker = Locker::new(MemoryBackend::new());
+    let guard = locker.lock("a").await.unwrap();
+    let started = tokio::time::Instant::now();
+    let again = locker
+        .lock_with("a", opts(3_000).wait(Wait::For(Duration::from_secs(10))))
+        .await;
+    assert!(matches!(again, Err(Error::AlreadyHeld { .. })), "{again:?}");
+    let again = locker.clone().lock("a").await;
+    assert!(matches!(again, Err(Error::AlreadyHeld { .. })), "{again:?}");
+    let in_section = locker.with_lock("a", |_| async {}).await;
+    assert!(matches!(in_section, Err(Error::AlreadyHeld { .. })));
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    // Not waiting, the answer is the usual one.
+    assert!(locker.try_lock("a").await.unwrap().is_none());
+    // Another name is fine.
+    locker.lock("b").await.unwrap().release().await.unwrap();
+
+    // Another task of the same locker waits its turn.
+    let other = locker.clone();
+    let waiter = tokio::spawn(async move {
+        let guard = other.lock("a").await?;
+        // That task holds it now, and gets the error itself.
+        let again = other.lock("a").await;
+        assert!(matches!(again, Err(Error::AlreadyHeld { .. })), "{again:?}");
+        guard.release().await
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!waiter.is_finished(), "the other task waits for the holder");
+    guard.release().await.unwrap();
+    waiter.await.unwrap().unwrap();
+    // Released, the name may be taken again by the task that held it.
+    locker.lock("a").await.unwrap().release().await.unwrap();
 }

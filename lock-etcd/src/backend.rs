@@ -160,6 +160,25 @@ impl LockBackend for EtcdBackend {
         Ok(renewed)
     }
 
+    /// Our key is there with our fencing token as its create revision: a
+    /// key lives only as long as its session's lease, so the server has not
+    /// expired it. The read is linearizable, so a cut-off member cannot
+    /// answer it from its stale state.
+    async fn is_held(&self, lease: &Lease) -> Result<bool> {
+        let key = self.key(lease.name(), lease.owner());
+        let found = self
+            .call(
+                "check our key",
+                |mut c| async move { c.get(key, None).await },
+            )
+            .await?;
+        let token = lease.token().to_i64();
+        Ok(found
+            .kvs()
+            .first()
+            .is_some_and(|kv| kv.create_revision() == token))
+    }
+
     /// One `Txn` deleting our key if its create revision is still our
     /// fencing token: the key and the token name this grant alone, so the
     /// next holder's key is never touched, and the session's lease, shared

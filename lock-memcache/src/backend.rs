@@ -341,6 +341,12 @@ impl LockBackend for MemcacheBackend {
         Ok(())
     }
 
+    /// The lock's item is there, unexpired, with our owner as its value.
+    async fn is_held(&self, lease: &Lease) -> Result<bool> {
+        let item = self.client.get(&self.key(lease.name())).await?;
+        Ok(item.is_some_and(|item| item.value == lease.owner().to_hex()))
+    }
+
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
         let Some(item) = self.client.get(&self.key(name)).await? else {
             return Ok(None);

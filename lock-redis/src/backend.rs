@@ -140,6 +140,10 @@ impl LockBackend for RedisBackend {
         }
     }
 
+    async fn is_held(&self, lease: &Lease) -> Result<bool> {
+        self.node.holds(lease.name(), lease.owner()).await
+    }
+
     async fn release(&self, lease: &Lease) -> Result<()> {
         if self.node.release(lease.name(), lease.owner()).await? {
             Ok(())

@@ -357,6 +357,17 @@ impl Node {
         Ok(done == 1)
     }
 
+    /// Whether `owner` holds the lock: its key is there, unexpired, with
+    /// `owner` as its value.
+    pub async fn holds(&self, name: &LockName, owner: OwnerToken) -> Result<bool> {
+        let value: Option<String> = redis::cmd("GET")
+            .arg(self.keys.lock(name))
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| self.fail("check the owner", e))?;
+        Ok(value.is_some_and(|v| v == owner.to_hex()))
+    }
+
     /// The current holder, if any.
     pub async fn holder(&self, name: &LockName) -> Result<Option<NodeHolder>> {
         let reply: Vec<String> = HOLDER_SCRIPT

@@ -109,6 +109,23 @@ impl LockBackend for RedlockBackend {
         Err(self.no_answer_quorum("renew", &answers, limit))
     }
 
+    /// Ours while a majority of masters hold our key and the lease's
+    /// validity, counted on this client's clock, has not run out.
+    async fn is_held(&self, lease: &Lease) -> Result<bool> {
+        let limit = self.node_limit(lease.ttl());
+        let answers = self
+            .on_every(limit, |n| n.holds(lease.name(), lease.owner()))
+            .await;
+        let holding = answers.ok.iter().filter(|h| **h).count();
+        if holding >= self.quorum {
+            return Ok(!lease.is_expired());
+        }
+        if answers.ok.len() - holding > self.members.len() - self.quorum {
+            return Ok(false);
+        }
+        Err(self.no_answer_quorum("check the owner", &answers, limit))
+    }
+
     async fn release(&self, lease: &Lease) -> Result<()> {
         let limit = self.node_limit(lease.ttl());
         let answers = self

@@ -211,6 +211,15 @@ impl LockBackend for SqlBackend {
         Ok(())
     }
 
+    /// The live holder's row names this lease's owner and version.
+    async fn is_held(&self, lease: &Lease) -> Result<bool> {
+        let row = self
+            .bounded("check the owner", self.driver.holder(lease.name().as_str()))
+            .await?;
+        Ok(row
+            .is_some_and(|row| row.owner == lease.owner().to_hex() && row.version == lease.token()))
+    }
+
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
         self.check_name(name)?;
         let row = self

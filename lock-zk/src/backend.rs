@@ -174,38 +174,9 @@ impl LockBackend for ZkBackend {
         }
         let client = self.client().await?;
         connected(&client)?;
-        let path = match kept {
-            // Our own grant, on the session that made its node: delete it
-            // by path, with no read first. The path names the owner (its
-            // token) and a sequence number unique under the parent, so
-            // whatever node is there is this owner's; and while the lease
-            // is kept, not expired, on this live session, the node there
-            // is the lease's own: nothing else deletes it but the expiry
-            // task (which marks the lease expired first) or this owner's
-            // own acquire or release.
-            Some(Kept::Live { path, session }) if session == client.session_id().0 => path,
-            // A lease this backend did not grant, or granted on a session
-            // that has ended since: find its node by owner and token,
-            // whatever session holds it.
-            _ => {
-                let parent = parent_path(lease.name());
-                // The lease may have been granted through another member
-                // moments ago; ours may not have seen its node yet.
-                self.catch_up(&client, &parent).await;
-                let children = self.children(&client, &parent).await?.unwrap_or_default();
-                let found = self
-                    .nodes_of(&client, &parent, lease.owner(), &children)
-                    .await?
-                    .into_iter()
-                    .find(|(_, stat)| stat.czxid == czxid);
-                match found {
-                    Some((name, _)) => format!("{parent}/{name}"),
-                    None => {
-                        forget();
-                        return Err(Error::not_held(lease.name()));
-                    }
-                }
-            }
+        let Some((path, _)) = self.node_of(&client, lease, kept).await? else {
+            forget();
+            return Err(Error::not_held(lease.name()));
         };
         // Any version: nothing writes a lock node's data, so a version
         // would tell nothing more, and a node written by someone else must
@@ -224,6 +195,29 @@ impl LockBackend for ZkBackend {
                 Err(Error::not_held(lease.name()))
             }
             Err(e) => Err(convert("release", e)),
+        }
+    }
+
+    async fn is_held(&self, lease: &Lease) -> Result<bool> {
+        let czxid = czxid_of(lease);
+        let kept = self.kept(lease.owner().to_u128(), czxid);
+        if let Some(Kept::Expired) = kept {
+            return Ok(false);
+        }
+        let client = self.client().await?;
+        connected(&client)?;
+        match self.node_of(&client, lease, kept).await? {
+            None => Ok(false),
+            // Found by a listing after a `sync`: it is there, whatever
+            // session holds it, and a granted node that is still there is
+            // still first in line.
+            Some((_, false)) => Ok(true),
+            // Ours on this session: confirmed by a write the leader commits.
+            Some((path, true)) => match self.confirm(&client, &path, czxid).await? {
+                Ok(mine) => Ok(mine),
+                Err(zk::Error::SessionExpired) => Ok(false),
+                Err(e) => Err(convert("check our node", e)),
+            },
         }
     }
 
@@ -255,6 +249,44 @@ impl LockBackend for ZkBackend {
             return Ok(Some(Holder::new(owner, token(stat.czxid), None)));
         }
         Err(unavailable(format!("the holder of {name} kept changing")))
+    }
+}
+
+impl ZkBackend {
+    /// The path of `lease`'s node, and whether it is this backend's own
+    /// grant on its live session; `None` if the node is gone.
+    ///
+    /// Our own grant is not read first: its path names the owner (its
+    /// token) and a sequence number unique under the parent, so whatever
+    /// node is there is this owner's; and while the lease is kept, not
+    /// expired, on this live session, the node there is the lease's own:
+    /// nothing else deletes it but the expiry task (which marks the lease
+    /// expired first) or this owner's own acquire or release. A lease this
+    /// backend did not grant, or granted on a session that has ended since,
+    /// is found by owner and czxid, whatever session holds it.
+    async fn node_of(
+        &self,
+        client: &zk::Client,
+        lease: &Lease,
+        kept: Option<Kept>,
+    ) -> Result<Option<(String, bool)>> {
+        if let Some(Kept::Live { path, session }) = kept
+            && session == client.session_id().0
+        {
+            return Ok(Some((path, true)));
+        }
+        let parent = parent_path(lease.name());
+        // The lease may have been granted through another member moments
+        // ago; ours may not have seen its node yet.
+        self.catch_up(client, &parent).await;
+        let children = self.children(client, &parent).await?.unwrap_or_default();
+        let czxid = czxid_of(lease);
+        Ok(self
+            .nodes_of(client, &parent, lease.owner(), &children)
+            .await?
+            .into_iter()
+            .find(|(_, stat)| stat.czxid == czxid)
+            .map(|(name, _)| (format!("{parent}/{name}"), false)))
     }
 }
 

@@ -86,6 +86,10 @@ impl LockBackend for Counting {
         self.inner.renew(lease, ttl).await
     }
 
+    async fn is_held(&self, lease: &Lease) -> Result<bool> {
+        self.inner.is_held(lease).await
+    }
+
     async fn release(&self, lease: &Lease) -> Result<()> {
         let released = self.inner.release(lease).await;
         self.signals.notify(lease.name());
