@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -13,6 +14,7 @@ use crate::backend::LockBackend;
 use crate::error::{Error, Result};
 use crate::held::HeldMark;
 use crate::lease::Lease;
+use crate::metrics::{self, Labels};
 use crate::name::LockName;
 use crate::renewal::{KeepAlive, LostSignal, Renewing};
 use crate::renewal_queue::{RenewalQueue, Ticket};
@@ -140,6 +142,8 @@ pub struct LockGuard {
     /// Counts the name as held by the task that took it (`held.rs`) until
     /// the guard is gone.
     held: Option<HeldMark>,
+    /// When the guard was made, for the time the lock was held.
+    granted_at: Instant,
 }
 
 impl LockGuard {
@@ -149,13 +153,18 @@ impl LockGuard {
         backend: Arc<dyn LockBackend>,
         lease: Lease,
         renewals: &Arc<RenewalQueue>,
+        labels: Labels,
     ) -> Self {
         let (state_tx, state_rx) = watch::channel(LockState::Held);
         let lost = CancellationToken::new();
         let stop = CancellationToken::new();
         let span = tracing::info_span!("renewal", lock = %lease.name(), token = %lease.token());
         let first_renewal = KeepAlive::first_renewal(&lease);
-        let renewing = Arc::new(Renewing::new(LostSignal::new(state_tx, lost.clone())));
+        let renewing = Arc::new(Renewing::new(LostSignal::new(
+            state_tx,
+            lost.clone(),
+            labels,
+        )));
         if lease.is_expired() {
             // The grant's reply came after its lease ran out: the lock may
             // already be somebody else's.
@@ -181,6 +190,7 @@ impl LockGuard {
             releasing: false,
             local: None,
             held: None,
+            granted_at: Instant::now(),
         };
         guard.renewal = Some(guard.park_keep_alive(first_renewal, span));
         guard
@@ -188,7 +198,7 @@ impl LockGuard {
 
     /// Parks a keep-alive of this guard's lease in the renewal queue, to
     /// start at `due`.
-    fn park_keep_alive(&self, due: tokio::time::Instant, span: tracing::Span) -> Ticket {
+    fn park_keep_alive(&self, due: Instant, span: tracing::Span) -> Ticket {
         let keep_alive = KeepAlive {
             backend: self.backend.clone(),
             lease: self.handle.lease.clone(),
@@ -379,11 +389,19 @@ impl LockGuard {
         })
         .await;
         self.releasing = false;
-        if self.handle.is_lost() {
-            return Err(Error::Lost {
+        let released = if self.handle.is_lost() {
+            Err(Error::Lost {
                 name: lease.name().to_string(),
-            });
-        }
+            })
+        } else {
+            released
+        };
+        let found_gone = matches!(released, Err(Error::Lost { .. } | Error::NotHeld { .. }));
+        metrics::released(
+            self.renewing.signal.labels(),
+            self.granted_at.elapsed(),
+            found_gone,
+        );
         released
     }
 
@@ -438,14 +456,19 @@ impl Drop for LockGuard {
         };
         let backend = self.backend.clone();
         let lease = self.handle.lease.clone();
+        let renewing = self.renewing.clone();
+        let held_for = self.granted_at.elapsed();
         let span =
             tracing::info_span!("release_on_drop", lock = %self.name(), token = %self.token());
         runtime.spawn(
             async move {
                 let lease = lease.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                if let Err(e) = backend.release(&lease).await {
+                let released = backend.release(&lease).await;
+                if let Err(e) = &released {
                     tracing::debug!(error = %e, "best-effort release of a dropped guard failed");
                 }
+                let found_gone = matches!(released, Err(Error::NotHeld { .. }));
+                metrics::released(renewing.signal.labels(), held_for, found_gone);
             }
             .instrument(span),
         );

@@ -11,6 +11,7 @@ mod held;
 mod lease;
 mod locker;
 mod memory;
+mod metrics;
 mod name;
 mod options;
 mod per_name;

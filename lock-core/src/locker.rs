@@ -6,6 +6,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
 
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -15,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::guard::{LockGuard, LockHandle};
 use crate::held::HeldNames;
 use crate::lease::Lease;
+use crate::metrics::{self, Labels, Outcome};
 use crate::name::LockName;
 use crate::options::{AcquireOptions, AcquireRequest, Wait, WaitBudget};
 use crate::renewal_queue::RenewalQueue;
@@ -45,6 +47,8 @@ pub struct Locker {
     renewals: Arc<RenewalQueue>,
     turns: Arc<Turns>,
     held: Arc<HeldNames>,
+    /// Whether metrics carry the lock name as a label.
+    name_labels: bool,
 }
 
 impl Locker {
@@ -61,12 +65,22 @@ impl Locker {
             renewals: Arc::default(),
             turns: Arc::default(),
             held: Arc::default(),
+            name_labels: false,
         }
     }
 
     /// The same locker with other default options for [`Locker::lock`].
     pub fn with_defaults(mut self, defaults: AcquireOptions) -> Self {
         self.defaults = defaults;
+        self
+    }
+
+    /// The same locker with the lock name as a `lock` label on its metrics
+    /// (with the `metrics` feature), besides the `backend` label. Off by
+    /// default: every name is a series of its own in the metrics store, so
+    /// turn it on only where names are few.
+    pub fn label_metrics_by_name(mut self, on: bool) -> Self {
+        self.name_labels = on;
         self
     }
 
@@ -108,9 +122,10 @@ impl Locker {
         name: impl AsRef<str>,
         opts: AcquireOptions,
     ) -> Result<LockGuard> {
-        let (lease, queue) = self.acquire(name, opts).await?;
+        let (lease, queue, labels) = self.acquire(name, opts).await?;
         let mark = self.held.mark(lease.name());
-        let guard = LockGuard::start(self.backend.clone(), lease, &self.renewals).held_by(mark);
+        let guard =
+            LockGuard::start(self.backend.clone(), lease, &self.renewals, labels).held_by(mark);
         Ok(match queue {
             Some(queue) => guard.held_locally(queue.hold()),
             None => guard,
@@ -227,19 +242,24 @@ impl Locker {
         &self,
         name: impl AsRef<str>,
         opts: AcquireOptions,
-    ) -> Result<(Lease, Option<Arc<Queue>>)> {
+    ) -> Result<(Lease, Option<Arc<Queue>>, Labels)> {
         let name = LockName::new(name)?;
         if opts.wait != Wait::No {
             self.held.check(&name)?;
         }
         let capabilities = self.backend.capabilities();
         capabilities.check_ttl(opts.ttl)?;
+        let started = Instant::now();
+        let labels = Labels::new(capabilities.backend, &name, self.name_labels);
         let span = tracing::info_span!(
             "acquire",
             lock = %name,
+            backend = capabilities.backend,
             ttl = ?opts.ttl,
             wait = ?opts.wait,
             token = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            attempts = tracing::field::Empty,
         );
         let req = AcquireRequest::new(name, opts.ttl);
         let cancel = CancellationToken::new();
@@ -252,7 +272,15 @@ impl Locker {
             (true, _) => (None, None),
             (false, Wait::No) => (None, Some(self.turns.queue(&req.name))),
             (false, _) => {
-                let turn = self.turns.take(&req.name, &budget).await?;
+                let turn = match self.turns.take(&req.name, &budget).await {
+                    Ok(turn) => turn,
+                    Err(e) => {
+                        let failed = Err(e);
+                        let waited = budget.has_waited();
+                        metrics::acquired(&labels, Outcome::of(&failed), started.elapsed(), waited);
+                        return failed;
+                    }
+                };
                 if capabilities.serial_writes || capabilities.ordered_requests {
                     turn.after_local_holder(&budget).await;
                 }
@@ -261,6 +289,7 @@ impl Locker {
             }
         };
         let backend = self.backend.clone();
+        let reported = labels.clone();
         let attempt = async move {
             let _turn = turn;
             let outcome = backend.acquire(&req, &budget).await;
@@ -277,6 +306,16 @@ impl Locker {
                 }
                 Err(_) => {}
             }
+            let span = tracing::Span::current();
+            span.record("attempts", budget.attempts());
+            // A caller that went away gets nothing, whatever came back.
+            if budget.cancel_token().is_cancelled() {
+                span.record("outcome", "cancelled");
+            } else {
+                let kind = Outcome::of(&outcome);
+                span.record("outcome", kind.as_str());
+                metrics::acquired(&reported, kind, started.elapsed(), budget.has_waited());
+            }
             outcome
         };
         let lease = InFlight {
@@ -286,7 +325,7 @@ impl Locker {
         }
         .finish()
         .await?;
-        Ok((lease, queue))
+        Ok((lease, queue, labels))
     }
 
     /// Who holds `name` now, where the backend can tell.

@@ -1,5 +1,6 @@
 //! How long to hold and how long to wait.
 
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -93,13 +94,31 @@ impl AcquireRequest {
 ///
 /// Backends that wait on the server use [`WaitBudget::sleep`] and
 /// [`WaitBudget::until`] so that every backend times out and cancels the same
-/// way.
-#[derive(Clone, Debug)]
+/// way. They also count on it what the acquire did, for the caller's span
+/// and metrics: [`WaitBudget::attempted`] for every look at the server,
+/// [`WaitBudget::waiting`] once the lock was found held and the acquire
+/// waits for it.
+#[derive(Debug)]
 pub struct WaitBudget {
     wait: Wait,
     started: Instant,
     until: Option<Instant>,
     cancel: CancellationToken,
+    attempts: AtomicU32,
+    waited: AtomicBool,
+}
+
+impl Clone for WaitBudget {
+    fn clone(&self) -> Self {
+        Self {
+            wait: self.wait,
+            started: self.started,
+            until: self.until,
+            cancel: self.cancel.clone(),
+            attempts: AtomicU32::new(self.attempts()),
+            waited: AtomicBool::new(self.has_waited()),
+        }
+    }
 }
 
 impl WaitBudget {
@@ -118,7 +137,31 @@ impl WaitBudget {
             started,
             until,
             cancel,
+            attempts: AtomicU32::new(0),
+            waited: AtomicBool::new(false),
         }
+    }
+
+    /// Counts one look at the server for the lock: an attempt to take it,
+    /// or a look at the queue after a wake-up.
+    pub fn attempted(&self) {
+        self.attempts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Notes that the lock was held when asked and the acquire now waits
+    /// for it.
+    pub fn waiting(&self) {
+        self.waited.store(true, Ordering::Relaxed);
+    }
+
+    /// The looks at the server counted so far.
+    pub fn attempts(&self) -> u32 {
+        self.attempts.load(Ordering::Relaxed)
+    }
+
+    /// Whether the acquire has waited for a holder.
+    pub fn has_waited(&self) -> bool {
+        self.waited.load(Ordering::Relaxed)
     }
 
     /// A budget that never gives up and cannot be cancelled.

@@ -11,6 +11,7 @@ use crate::backend::LockBackend;
 use crate::error::Error;
 use crate::guard::LockState;
 use crate::lease::Lease;
+use crate::metrics::{self, Labels};
 
 /// Renew at this fraction of the TTL, leaving two more chances before the
 /// deadline if a renewal fails.
@@ -20,11 +21,24 @@ const RENEW_FRACTION: u32 = 3;
 pub(crate) struct LostSignal {
     state: watch::Sender<LockState>,
     lost: CancellationToken,
+    labels: Labels,
 }
 
 impl LostSignal {
-    pub(crate) fn new(state: watch::Sender<LockState>, lost: CancellationToken) -> Self {
-        Self { state, lost }
+    pub(crate) fn new(
+        state: watch::Sender<LockState>,
+        lost: CancellationToken,
+        labels: Labels,
+    ) -> Self {
+        Self {
+            state,
+            lost,
+            labels,
+        }
+    }
+
+    pub(crate) fn labels(&self) -> &Labels {
+        &self.labels
     }
 
     pub(crate) fn set(&self, next: LockState) {
@@ -38,8 +52,10 @@ impl LostSignal {
     }
 
     fn at_risk(&self, lease: &Lease, error: &Error) {
+        metrics::renew_failed(&self.labels);
         if *self.state.borrow() == LockState::Held {
             tracing::warn!(error = %error, remaining = ?lease.remaining(), "renewal failed; lock at risk");
+            metrics::at_risk(&self.labels);
         }
         self.set(LockState::AtRisk);
     }
@@ -49,6 +65,7 @@ impl LostSignal {
             return;
         }
         tracing::warn!(lock = %lease.name(), token = %lease.token(), reason = why, "lock lost");
+        metrics::lost(&self.labels);
         self.set(LockState::Lost);
         self.lost.cancel();
     }

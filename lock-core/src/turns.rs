@@ -77,6 +77,7 @@ impl Turn {
         if self.queue.held.load(Ordering::Acquire) == 0 {
             return;
         }
+        budget.waiting();
         let _ = budget
             .race(tokio::time::timeout(Self::LOCAL_WAIT, let_go))
             .await;
@@ -109,10 +110,13 @@ impl Turns {
         let queue = self.queue(name);
         let turn = match queue.fifo.clone().try_lock_owned() {
             Ok(turn) => turn,
-            Err(_) => budget
-                .race(queue.fifo.clone().lock_owned())
-                .await
-                .ok_or_else(|| budget.exhausted(name))?,
+            Err(_) => {
+                budget.waiting();
+                budget
+                    .race(queue.fifo.clone().lock_owned())
+                    .await
+                    .ok_or_else(|| budget.exhausted(name))?
+            }
         };
         Ok(Turn { _turn: turn, queue })
     }

@@ -55,6 +55,7 @@ pub async fn poll_acquire_with<B: LockBackend + ?Sized>(
 ) -> Result<Lease> {
     let wake = signals.map(|s| s.subscribe(&req.name));
     loop {
+        budget.attempted();
         let failure = match backend.try_acquire(req).await {
             Ok(Some(lease)) => return Ok(lease),
             Ok(None) => None,
@@ -66,6 +67,9 @@ pub async fn poll_acquire_with<B: LockBackend + ?Sized>(
         };
         if budget.is_over() {
             return Err(failure.unwrap_or_else(|| budget.exhausted(&req.name)));
+        }
+        if failure.is_none() {
+            budget.waiting();
         }
         let nap = backoff.next_nap();
         let woken = async {

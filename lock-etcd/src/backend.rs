@@ -254,6 +254,7 @@ impl EtcdBackend {
         budget: &WaitBudget,
         queued: &mut Queued,
     ) -> Result<Lease> {
+        budget.attempted();
         let Some((place, session)) = self.join_queue(req, queued).await? else {
             return Err(session_lost());
         };
@@ -261,6 +262,7 @@ impl EtcdBackend {
             if budget.is_over() {
                 return Err(budget.exhausted(&req.name));
             }
+            budget.waiting();
             let _keeper = self.keep_queued(&session);
             self.wait_for_turn(req, &place, &session, budget).await?;
         }

@@ -222,6 +222,8 @@ impl EtcdBackend {
                             return Ok(());
                         }
                     }
+                    // Not handed over: the loop looks at the queue again.
+                    budget.attempted();
                 }
             }
         }

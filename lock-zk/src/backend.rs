@@ -98,7 +98,10 @@ impl LockBackend for ZkBackend {
                 let session = client.session_id().0;
                 let mut node = match &queued {
                     Some((s, node)) if *s == session => node.clone(),
-                    _ => self.enqueue(&client, req, retry.attempts() > 0).await?,
+                    _ => {
+                        budget.attempted();
+                        self.enqueue(&client, req, retry.attempts() > 0).await?
+                    }
                 };
                 queued = Some((session, node.clone()));
                 let sent = self

@@ -336,6 +336,7 @@ impl ZkBackend {
             let Vouched { sent, children } = match node.vouched.take() {
                 Some(vouched) => vouched,
                 None => {
+                    budget.attempted();
                     let path = format!("{parent}/{}", node.name);
                     let sent = Instant::now();
                     match self
@@ -370,6 +371,7 @@ impl ZkBackend {
             if budget.is_over() {
                 return Err(budget.exhausted(name));
             }
+            budget.waiting();
             let before = format!("{parent}/{}", queue[place - 1].1);
             let waiter = Waiter {
                 session: client.session_id().0,
