@@ -144,6 +144,16 @@ pub(crate) struct WatchdogArgs {
 pub(crate) struct StatusArgs {
     #[command(flatten)]
     pub(crate) backend: Backend,
+
+    /// Print one line of JSON instead of a sentence:
+    /// {"name":"deploy","held":true,"owner":"3f2a9c1b","token":42,"expires_in_ms":27500}.
+    /// owner is the first 8 hex digits of the holder's owner token; token is
+    /// the fencing token and expires_in_ms the lease left by the server's
+    /// clock, each null where the backend cannot tell (Redlock keeps no
+    /// token). A free lock has held false and the other three null. The exit
+    /// status is the same as without --json.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]
