@@ -6,8 +6,6 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use super::exit;
-
 const DEFAULT_URL: &str = "sqlite://distlock.db";
 
 /// Run commands under a distributed lock.
@@ -17,7 +15,7 @@ const DEFAULT_URL: &str = "sqlite://distlock.db";
 /// names work across hosts when the backend is a shared server; the default
 /// backend is an SQLite file in the current directory, which needs no server.
 #[derive(Debug, Parser)]
-#[command(name = "distlock", version, after_help = exit::HELP, max_term_width = 100)]
+#[command(name = "distlock", version, max_term_width = 100)]
 pub(crate) struct Cli {
     /// More output on stderr: -v shows acquire, renew and release as they
     /// happen, -vv and -vvv show more detail. RUST_LOG overrides it.
@@ -40,7 +38,6 @@ pub(crate) enum Command {
     /// SIGQUIT and SIGINT sent to distlock are passed on to the group;
     /// Ctrl-Z stops the command and distlock together. The command cannot
     /// use the terminal.
-    #[command(after_help = exit::HELP)]
     Run(RunArgs),
 
     /// Show who holds a lock. Exits 0 if it is free, 75 if it is held.
@@ -71,8 +68,20 @@ pub(crate) enum Command {
     /// backend broke a promise it makes (any overlap; the fence's figures
     /// when its tokens are strict). Server and network faults are yours
     /// to inject meanwhile.
-    #[command(after_help = exit::HELP)]
     Torture(TortureArgs),
+
+    /// Print a shell completion script.
+    ///
+    /// Made from this command line, so it completes every command and flag
+    /// of this version. The examples say where each shell looks for one.
+    Completions(CompletionsArgs),
+
+    /// Print a man page, made from this command line.
+    ///
+    /// Prints distlock(1), or the page of one COMMAND (distlock-run(1), …),
+    /// in roff; read it with `distlock man | man -l -`. With --out, writes
+    /// every page into a directory instead, as a package installs them.
+    Man(ManArgs),
 
     /// Internal: one worker process of `torture`.
     #[command(name = "__torture-worker", hide = true)]
@@ -144,6 +153,16 @@ pub(crate) struct WatchdogArgs {
 pub(crate) struct StatusArgs {
     #[command(flatten)]
     pub(crate) backend: Backend,
+
+    /// Print one line of JSON instead of a sentence:
+    /// {"name":"deploy","held":true,"owner":"3f2a9c1b","token":42,"expires_in_ms":27500}.
+    /// owner is the first 8 hex digits of the holder's owner token; token is
+    /// the fencing token and expires_in_ms the lease left by the server's
+    /// clock, each null where the backend cannot tell (Redlock keeps no
+    /// token). A free lock has held false and the other three null. The exit
+    /// status is the same as without --json.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -215,6 +234,25 @@ pub(crate) struct TortureArgs {
     /// Keep the history (one event per line) in this directory.
     #[arg(long)]
     pub(crate) keep: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub(crate) shell: clap_complete::Shell,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ManArgs {
+    /// The command whose page to print (default: distlock's own).
+    #[arg(conflicts_with = "out")]
+    pub(crate) command: Option<String>,
+
+    /// Write distlock.1 and a page per command (distlock-run.1, …) into this
+    /// directory, created if missing.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) out: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -22,19 +22,18 @@ pub(crate) const CANNOT_EXECUTE: u8 = 126;
 /// The command was not found (as a shell does).
 pub(crate) const NOT_FOUND: u8 = 127;
 
-/// The text of `--help` that lists the statuses.
-pub(crate) const HELP: &str = "\
-Exit status:
-  the command's own status   when the command ran (128+N if signal N ended it)
-  64   bad usage or invalid input (flag, lock name, TTL, URL)
-  69   the backend is unreachable or failed
-  70   internal error
-  75   the lock is busy and --no-wait was given
-  124  --wait ran out before the lock was granted
-  125  the lock was lost (or renewal kept failing) while the command ran;
-       the command was stopped (or never started: too little lease left)
-  126  the command could not be executed
-  127  the command was not found";
+/// The statuses as `--help` and the man pages list them.
+pub(crate) const STATUSES: &str = "\
+the command's own status   when the command ran (128+N if signal N ended it)
+64   bad usage or invalid input (flag, lock name, TTL, URL)
+69   the backend is unreachable or failed
+70   internal error
+75   the lock is busy and --no-wait was given
+124  --wait ran out before the lock was granted
+125  the lock was lost (or renewal kept failing) while the command ran;
+     the command was stopped (or never started: too little lease left)
+126  the command could not be executed
+127  the command was not found";
 
 /// The exit status for a library error.
 pub(crate) fn for_error(e: &Error) -> u8 {

@@ -2,8 +2,11 @@
 
 mod args;
 mod bench;
+mod completions;
 mod exit;
 mod group;
+mod help;
+mod man;
 mod run;
 mod signals;
 mod status;
@@ -13,13 +16,17 @@ mod watchdog;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::FromArgMatches;
 use clap::error::ErrorKind;
 
 use args::{Cli, Command};
 
 pub(crate) fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let mut cmd = help::command();
+    let parsed = cmd
+        .try_get_matches_from_mut(std::env::args_os())
+        .and_then(|mut matches| Cli::from_arg_matches_mut(&mut matches));
+    let cli = match parsed.map_err(|e| e.format(&mut cmd)) {
         Ok(cli) => cli,
         Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
             let _ = e.print();
@@ -33,6 +40,8 @@ pub(crate) fn main() -> ExitCode {
     let command = match cli.command {
         // Before any runtime or thread exists: it blocks signals for good.
         Command::Watchdog(args) => return ExitCode::from(watchdog::main(&args)),
+        Command::Completions(args) => return ExitCode::from(completions::print(&args)),
+        Command::Man(args) => return ExitCode::from(man::main(&args)),
         other => other,
     };
     init_logging(cli.verbose);
@@ -54,7 +63,7 @@ pub(crate) fn main() -> ExitCode {
             Command::Bench(args) => bench::bench(args).await,
             Command::Torture(args) => torture::torture(args).await,
             Command::TortureWorker(args) => torture::worker(args).await,
-            Command::Watchdog(_) => Ok(exit::INTERNAL),
+            Command::Watchdog(_) | Command::Completions(_) | Command::Man(_) => Ok(exit::INTERNAL),
         }
     });
     // A command's status can be any byte; ours are the constants in `exit`.

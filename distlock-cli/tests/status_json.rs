@@ -1,0 +1,107 @@
+//! `distlock status --json` on SQLite: one line of JSON, the same fields for
+//! a held lock and a free one, and the same exit statuses as the text.
+
+mod common;
+
+use std::process::Output;
+
+use nix::sys::signal::Signal;
+use serde_json::Value;
+
+use common::*;
+
+fn status_json(dir: &std::path::Path, name: &str) -> (Option<i32>, Value) {
+    let out: Output = distlock(dir)
+        .args(["status", "--json", "--url", &url(dir), "--name", name])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(stdout.lines().count(), 1, "one line: {stdout:?}");
+    let value =
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout:?}"));
+    (out.status.code(), value)
+}
+
+#[test]
+fn a_held_lock_shows_its_owner_token_and_expiry() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut holder = distlock(d)
+        .args(["run", "--url", &url(d), "--name", "job.7", "--ttl", "20s"])
+        .args(["--", "sh", "-c", "echo $DISTLOCK_TOKEN > token; sleep 30"])
+        .spawn()
+        .unwrap();
+    eventually("the lock is held", || {
+        read(&d.join("token")).ends_with('\n')
+    });
+    let token: u64 = read(&d.join("token")).trim().parse().unwrap();
+
+    let (code, json) = status_json(d, "job.7");
+    signal(&holder, Signal::SIGTERM);
+    holder.wait().unwrap();
+
+    assert_eq!(code, Some(75), "held: {json}");
+    assert_eq!(json["name"], "job.7");
+    assert_eq!(json["held"], true);
+    let owner = json["owner"].as_str().expect("owner is a string");
+    assert!(
+        owner.len() == 8 && owner.bytes().all(|b| b.is_ascii_hexdigit()),
+        "owner is 8 hex digits: {json}"
+    );
+    assert_eq!(json["token"].as_u64(), Some(token), "the holder's token");
+    let expires = json["expires_in_ms"]
+        .as_u64()
+        .expect("SQLite knows the expiry");
+    assert!(
+        (1..=20_000).contains(&expires),
+        "within the 20s lease: {json}"
+    );
+    assert_eq!(
+        json.as_object().unwrap().len(),
+        5,
+        "no other fields: {json}"
+    );
+}
+
+#[test]
+fn a_free_lock_has_the_same_fields_null() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, json) = status_json(dir.path(), "nobody");
+    assert_eq!(code, Some(0), "free: {json}");
+    assert_eq!(
+        json,
+        serde_json::json!({
+            "name": "nobody",
+            "held": false,
+            "owner": null,
+            "token": null,
+            "expires_in_ms": null,
+        })
+    );
+}
+
+#[test]
+fn the_text_stays_the_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let out = distlock(d)
+        .args(["status", "--url", &url(d), "--name", "nobody"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "lock \"nobody\" is free\n"
+    );
+}
+
+#[test]
+fn bad_input_is_still_an_error_on_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = distlock(dir.path())
+        .args(["status", "--json", "--name", "-bad"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
+    assert!(out.stdout.is_empty(), "no JSON for an error");
+}
