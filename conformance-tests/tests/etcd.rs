@@ -135,10 +135,15 @@ async fn a_waiter_that_gives_up_leaves_the_queue() {
         .lock_with("leave", opts(TTL, Wait::No))
         .await
         .expect("free");
-    match l
-        .lock_with("leave", opts(TTL, Wait::For(Duration::from_millis(500))))
-        .await
-    {
+    // Another task: the holder's own would be told `AlreadyHeld` at once.
+    let waiter = l.clone();
+    let waited = tokio::spawn(async move {
+        waiter
+            .lock_with("leave", opts(TTL, Wait::For(Duration::from_millis(500))))
+            .await
+            .map(|_| ())
+    });
+    match waited.await.expect("the waiter's task") {
         Err(Error::WaitTimeout { .. }) => {}
         other => panic!("expected WaitTimeout, got {other:?}"),
     }
