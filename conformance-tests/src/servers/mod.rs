@@ -156,7 +156,7 @@ impl SqlServer for SqlInstance {
 /// The process of a server the harness started. One named by a
 /// `DISTLOCK_TEST_*` variable has none: a test that stops, freezes or
 /// restarts its server starts its own.
-pub fn started<'a>(process: &'a Option<Supervised>, server: &str) -> &'a Supervised {
+fn started<'a>(process: &'a Option<Supervised>, server: &str) -> &'a Supervised {
     process.as_ref().unwrap_or_else(|| {
         panic!(
             "{server} comes from a DISTLOCK_TEST_* variable, not from the harness: a test \
@@ -166,7 +166,7 @@ pub fn started<'a>(process: &'a Option<Supervised>, server: &str) -> &'a Supervi
 }
 
 /// The server's log, if the harness started it.
-pub fn log_of(process: &Option<Supervised>) -> String {
+fn log_of(process: &Option<Supervised>) -> String {
     process.as_ref().map(Supervised::log).unwrap_or_default()
 }
 

@@ -266,7 +266,7 @@ impl fmt::Debug for ServerUrl {
 }
 
 /// The first address `host:port` resolves to.
-pub fn resolve(address: &str) -> SocketAddr {
+pub(super) fn resolve(address: &str) -> SocketAddr {
     address
         .to_socket_addrs()
         .ok()
