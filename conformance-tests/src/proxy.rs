@@ -60,6 +60,12 @@ impl Proxy {
         Self::between(localhost, SocketAddr::new(localhost, target)).await
     }
 
+    /// Proxies a new loopback port to `target` (a server the harness did not
+    /// start may be elsewhere).
+    pub async fn to(target: SocketAddr) -> Self {
+        Self::between(IpAddr::V4(Ipv4Addr::LOCALHOST), target).await
+    }
+
     /// Proxies a new port on `listen` (a loopback address) to `target`.
     pub async fn between(listen: IpAddr, target: SocketAddr) -> Self {
         let listener = TcpListener::bind((listen, 0))

@@ -133,9 +133,10 @@ impl UrlTarget {
 }
 
 /// A table name no other test uses, so each test also exercises creating
-/// the table.
+/// the table; also a key prefix or chroot. 64 random bits, because a server
+/// named by a `DISTLOCK_TEST_*` variable keeps the names of every run.
 pub fn fresh_table() -> String {
-    format!("locks_{:08x}", rand::random::<u32>())
+    format!("locks_{:016x}", rand::random::<u64>())
 }
 
 #[async_trait]

@@ -104,7 +104,9 @@ async fn a_stale_owner_never_deletes_or_extends_a_new_holders_lock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eviction_drops_a_held_lock() {
     let server = Memcached::start_with_memory(2).await;
-    let url = server.url(&format!("prefix={}:", fresh_table()));
+    // A short key (the server is this test's alone), so that the lock's
+    // item falls in the fillers' slab class.
+    let url = server.url("prefix=evict:");
     let (a, b) = (
         Locker::from_arc(backend(&url).await),
         Locker::from_arc(backend(&url).await),
@@ -188,7 +190,7 @@ async fn bad_ttls_and_unreachable_servers_are_clear_errors() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retried_add_after_a_lost_reply_neither_outlasts_the_item_nor_reuses_a_token() {
     let server = Memcached::shared().await;
-    let proxy = Proxy::start(server.port()).await;
+    let proxy = Proxy::to(server.socket_addr()).await;
     let query = format!("prefix={}:", fresh_table());
     let a = backend(&server.url_via(proxy.port(), &query)).await;
     let b = backend(&server.url(&query)).await;
@@ -263,7 +265,7 @@ async fn in_one_request<T>(proxy: &Proxy, call: impl Future<Output = T>) -> T {
 /// grant or the last renewal returned.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_a_renewal_and_a_release_take_one_request_each() {
-    let proxy = Proxy::start(Memcached::shared().await.port()).await;
+    let proxy = Proxy::to(Memcached::shared().await.socket_addr()).await;
     let (a, b) = proxied_pair(&proxy).await;
     let name = LockName::new("one-each").expect("name");
     let ttl = Duration::from_secs(10);
@@ -356,7 +358,7 @@ struct Held {
 
 impl Held {
     async fn new(name: &str) -> Self {
-        let proxy = Proxy::start(Memcached::shared().await.port()).await;
+        let proxy = Proxy::to(Memcached::shared().await.socket_addr()).await;
         let (a, b) = proxied_pair(&proxy).await;
         let name = LockName::new(name).expect("name");
         let key = a.lock_key(&name);
@@ -464,7 +466,7 @@ async fn a_late_renewal_between_the_read_and_the_set_does_not_fail_the_renewal()
 /// or extends the new holder's lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_taken_over_between_the_read_and_the_write_is_not_held_and_left_alone() {
-    let proxy = Proxy::start(Memcached::shared().await.port()).await;
+    let proxy = Proxy::to(Memcached::shared().await.socket_addr()).await;
     let (a, b) = proxied_pair(&proxy).await;
     let name = LockName::new("taken-over").expect("name");
     let key = a.lock_key(&name);

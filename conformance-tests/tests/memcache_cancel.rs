@@ -182,7 +182,7 @@ async fn churn(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_cut_after_its_write_leaves_no_reply_for_the_next() {
     let server = Memcached::shared().await;
-    let proxy = Proxy::start(server.port()).await;
+    let proxy = Proxy::to(server.socket_addr()).await;
     let query = format!("prefix={}:&pool_size=1", fresh_table());
     let cut = backend(&server.url_via(proxy.port(), &query)).await;
     let other = backend(&server.url(&query)).await;
@@ -252,7 +252,7 @@ async fn a_request_cut_after_its_write_leaves_no_reply_for_the_next() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_for_a_connection_counts_against_the_timeout() {
     let server = Memcached::shared().await;
-    let proxy = Proxy::start(server.port()).await;
+    let proxy = Proxy::to(server.socket_addr()).await;
     let query = format!("prefix={}:&pool_size=1&timeout=2s", fresh_table());
     let b = backend(&server.url_via(proxy.port(), &query)).await;
     proxy.set(Fault::Stall);

@@ -29,7 +29,7 @@ struct Proxied {
 impl Proxied {
     /// `timeout` is both backends' request and connect timeout.
     async fn new(server: &dyn SqlServer, timeout: &str) -> Self {
-        let proxy = Proxy::start(server.port()).await;
+        let proxy = Proxy::to(server.socket_addr()).await;
         let query = format!(
             "table={}&pool_size=1&timeout={timeout}&connect_timeout={timeout}",
             fresh_table()

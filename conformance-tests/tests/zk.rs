@@ -144,7 +144,7 @@ async fn waiters_are_served_in_order_one_wake_up_per_release() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_create_whose_reply_is_lost_is_found_again_not_repeated() {
     let zk = ZooKeeper::shared().await;
-    let proxy = Proxy::start(zk.servers[0].port()).await;
+    let proxy = Proxy::to(zk.servers[0].socket_addr()).await;
     let chroot = fresh_table();
     let url = format!(
         "zk://127.0.0.1:{}/{chroot}?timeout=2s&session_timeout=6s",

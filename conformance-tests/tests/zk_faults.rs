@@ -78,7 +78,7 @@ fn leader_and_follower(zk: &ZooKeeper) -> (&ZkServer, &ZkServer) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_disconnection_with_a_live_session_is_only_at_risk() {
     let zk = ZooKeeper::shared().await;
-    let proxy = Proxy::start(zk.servers[0].port()).await;
+    let proxy = Proxy::to(zk.servers[0].socket_addr()).await;
     let chroot = fresh_table();
     let a = locker(&format!(
         "zk://127.0.0.1:{}/{chroot}?session_timeout=9s&timeout=500ms",
@@ -114,7 +114,7 @@ async fn a_disconnection_with_a_live_session_is_only_at_risk() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_expiry_is_lost_and_the_lock_moves_on() {
     let zk = ZooKeeper::shared().await;
-    let proxy = Proxy::start(zk.servers[0].port()).await;
+    let proxy = Proxy::to(zk.servers[0].socket_addr()).await;
     let chroot = fresh_table();
     let a_backend = backend(&format!(
         "zk://127.0.0.1:{}/{chroot}?session_timeout=1500ms&timeout=300ms",

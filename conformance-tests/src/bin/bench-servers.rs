@@ -12,14 +12,20 @@ use conformance_tests::servers::{
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
+    // Servers of its own even where a DISTLOCK_TEST_* variable names one:
+    // the benchmarks compare runs on like servers.
+    let (postgres, mariadb) = (Postgres::start().await, Mariadb::start().await);
+    let (redis, masters) = (Redis::start().await, RedisSet::start(5).await);
+    let (etcd, memcached) = (Etcd::start().await, Memcached::start().await);
+    let zookeeper = ZooKeeper::start().await;
     let urls = [
-        Postgres::shared().await.url(""),
-        Mariadb::shared().await.url(""),
-        Redis::shared().await.url(""),
-        RedisSet::shared().await.url(""),
-        Etcd::shared().await.url("bench", ""),
-        Memcached::shared().await.url(""),
-        ZooKeeper::shared().await.url("bench", ""),
+        postgres.url(""),
+        mariadb.url(""),
+        redis.url(""),
+        masters.url(""),
+        etcd.url("bench", ""),
+        memcached.url(""),
+        zookeeper.url("bench", ""),
     ];
     for url in urls {
         println!("{url}");

@@ -1,13 +1,15 @@
 //! etcd from the `etcd-server` package: one member, or a three-member
 //! cluster on 127.0.0.1, 127.0.0.2 and 127.0.0.3, with data in temporary
-//! directories.
+//! directories; or the cluster `DISTLOCK_TEST_ETCD_URL` names.
 
 use std::process::Command;
 use std::time::Duration;
 
 use tokio::sync::OnceCell;
 
-use super::{Supervised, data_dir, find_binary, free_port, wait_until_ready};
+use super::external::{ETCD, external};
+use super::url::ServerUrl;
+use super::{Supervised, data_dir, find_binary, free_port, log_of, started, wait_until_ready};
 
 /// One etcd member.
 #[derive(Debug)]
@@ -16,13 +18,13 @@ pub struct EtcdMember {
     pub name: String,
     /// `host:port` clients connect to.
     pub client_addr: String,
-    process: Supervised,
+    process: Option<Supervised>,
 }
 
 impl EtcdMember {
     /// The process, to stop, kill or restart it.
     pub fn process(&self) -> &Supervised {
-        &self.process
+        started(&self.process, &self.client_addr)
     }
 
     /// Runs `etcdctl` against this member; `None` if it failed.
@@ -48,6 +50,7 @@ pub fn etcdctl(endpoints: &str, args: &[&str]) -> Command {
 pub struct Etcd {
     /// The members.
     pub members: Vec<EtcdMember>,
+    url: ServerUrl,
 }
 
 impl Etcd {
@@ -104,19 +107,43 @@ impl Etcd {
                 EtcdMember {
                     name,
                     client_addr: client,
-                    process: Supervised::start(&dir, "TERM", &args),
+                    process: Some(Supervised::start(&dir, "TERM", &args)),
                 }
             })
-            .collect();
-        let etcd = Self { members };
+            .collect::<Vec<_>>();
+        let addrs: Vec<String> = members.iter().map(|m| m.client_addr.clone()).collect();
+        let etcd = Self {
+            members,
+            url: ServerUrl::local(distlock::lock_etcd::SCHEMES[0], None, &addrs, ""),
+        };
         etcd.wait_ready().await;
         etcd
     }
 
-    /// A one-member cluster shared by every test in this test binary.
+    /// A one-member cluster shared by every test in this test binary: the
+    /// cluster `DISTLOCK_TEST_ETCD_URL` names, if set.
     pub async fn shared() -> &'static Self {
         static SHARED: OnceCell<Etcd> = OnceCell::const_new();
-        SHARED.get_or_init(Self::start).await
+        SHARED
+            .get_or_init(|| async {
+                match external(&ETCD, "").await {
+                    Some(url) => Self {
+                        members: url
+                            .addresses()
+                            .into_iter()
+                            .enumerate()
+                            .map(|(i, client_addr)| EtcdMember {
+                                name: format!("external{i}"),
+                                client_addr,
+                                process: None,
+                            })
+                            .collect(),
+                        url,
+                    },
+                    None => Self::start().await,
+                }
+            })
+            .await
     }
 
     /// Every member's client address, comma-separated.
@@ -131,16 +158,7 @@ impl Etcd {
 
     /// An `etcd://` URL for the cluster with a key prefix and a query string.
     pub fn url(&self, prefix: &str, query: &str) -> String {
-        let base = format!(
-            "{}://{}/{prefix}",
-            distlock::lock_etcd::SCHEMES[0],
-            self.endpoints()
-        );
-        if query.is_empty() {
-            base
-        } else {
-            format!("{base}?{query}")
-        }
+        self.url.url_at(prefix, query)
     }
 
     /// Waits until the cluster has a leader and answers.
@@ -148,7 +166,7 @@ impl Etcd {
         let log = || {
             self.members
                 .iter()
-                .map(|m| m.process.log())
+                .map(|m| log_of(&m.process))
                 .collect::<Vec<_>>()
                 .join("\n---\n")
         };

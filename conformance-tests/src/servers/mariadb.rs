@@ -7,10 +7,13 @@ use std::time::Duration;
 
 use tokio::sync::OnceCell;
 
+use super::external::MYSQL;
+use super::url::ServerUrl;
 use super::{
     SqlInstance, SqlServer, Supervised, data_dir, find_binary, free_port, run_as, wait_until_ready,
 };
 
+const LABEL: &str = "mariadb";
 const USER: &str = "distlock";
 const PASSWORD: &str = "maria-test-secret";
 const DATABASE: &str = "distlock";
@@ -74,25 +77,26 @@ impl Mariadb {
         )
         .await;
         let server = SqlInstance {
-            label: "mariadb",
-            port,
-            password: PASSWORD,
-            base_url: |port| {
-                format!(
-                    "{}://{USER}:{PASSWORD}@127.0.0.1:{port}/{DATABASE}",
-                    distlock::lock_sql::MYSQL_SCHEMES[1]
-                )
-            },
-            process,
+            label: LABEL,
+            url: ServerUrl::local(
+                distlock::lock_sql::MYSQL_SCHEMES[1],
+                Some(&format!("{USER}:{PASSWORD}")),
+                &[format!("127.0.0.1:{port}")],
+                DATABASE,
+            ),
+            process: Some(process),
         };
         server.wait_ready().await;
         server
     }
 
-    /// One server shared by every test in this test binary.
+    /// One server shared by every test in this test binary: the one
+    /// `DISTLOCK_TEST_MYSQL_URL` names, if set.
     pub async fn shared() -> &'static SqlInstance {
         static SHARED: OnceCell<SqlInstance> = OnceCell::const_new();
-        SHARED.get_or_init(Self::start).await
+        SHARED
+            .get_or_init(|| SqlInstance::shared(LABEL, &MYSQL, Self::start))
+            .await
     }
 }
 

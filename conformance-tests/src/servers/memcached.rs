@@ -1,18 +1,22 @@
-//! memcached from the `memcached` package, on a free loopback port.
+//! memcached from the `memcached` package, on a free loopback port; or the
+//! one `DISTLOCK_TEST_MEMCACHE_URL` names.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::OnceCell;
 
-use super::{Supervised, data_dir, find_binary, free_port, wait_until_ready};
+use super::external::{MEMCACHE, external};
+use super::url::ServerUrl;
+use super::{Supervised, data_dir, find_binary, free_port, log_of, started, wait_until_ready};
 
 /// A running memcached.
 #[derive(Debug)]
 pub struct Memcached {
-    port: u16,
-    process: Supervised,
+    url: ServerUrl,
+    process: Option<Supervised>,
 }
 
 impl Memcached {
@@ -46,8 +50,13 @@ impl Memcached {
             command.extend(["-u", "memcache"]);
         }
         let server = Self {
-            port,
-            process: Supervised::start(&dir, "TERM", &command),
+            url: ServerUrl::local(
+                distlock::lock_memcache::SCHEMES[0],
+                None,
+                &[format!("127.0.0.1:{port}")],
+                "",
+            ),
+            process: Some(Supervised::start(&dir, "TERM", &command)),
         };
         server.wait_ready().await;
         server
@@ -59,46 +68,54 @@ impl Memcached {
         wait_until_ready(
             "memcached",
             Duration::from_secs(30),
-            || self.process.log(),
+            || log_of(&self.process),
             || async { TcpStream::connect(&addr).await.is_ok() },
         )
         .await;
     }
 
-    /// One server shared by every test in this test binary.
+    /// One server shared by every test in this test binary: the one
+    /// `DISTLOCK_TEST_MEMCACHE_URL` names, if set.
     pub async fn shared() -> &'static Self {
         static SHARED: OnceCell<Memcached> = OnceCell::const_new();
-        SHARED.get_or_init(Self::start).await
+        SHARED
+            .get_or_init(|| async {
+                match external(&MEMCACHE, "").await {
+                    Some(url) => Self { url, process: None },
+                    None => Self::start().await,
+                }
+            })
+            .await
     }
 
-    /// `127.0.0.1:port`.
+    /// `host:port`.
     pub fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        self.url.addresses().swap_remove(0)
+    }
+
+    /// Its address, resolved (for a proxy in front of it).
+    pub fn socket_addr(&self) -> SocketAddr {
+        self.url.socket_addr()
     }
 
     /// The port it listens on.
     pub fn port(&self) -> u16 {
-        self.port
+        self.url.port()
     }
 
     /// A `memcache://` URL with the given query string.
     pub fn url(&self, query: &str) -> String {
-        self.url_via(self.port, query)
+        self.url.url(query)
     }
 
     /// The same URL, through another port (a proxy's).
     pub fn url_via(&self, port: u16, query: &str) -> String {
-        let base = format!("{}://127.0.0.1:{port}", distlock::lock_memcache::SCHEMES[0]);
-        if query.is_empty() {
-            base
-        } else {
-            format!("{base}?{query}")
-        }
+        self.url.url_via(port, query)
     }
 
     /// The process, to stop or restart it.
     pub fn process(&self) -> &Supervised {
-        &self.process
+        started(&self.process, &self.url.redacted())
     }
 
     /// Stores `count` filler items of `size` bytes (classic `set`, no reply

@@ -1,6 +1,7 @@
 //! Real servers for the backend tests, started from the distribution's
 //! packages on free loopback ports, with their data in temporary
-//! directories.
+//! directories, or run by the contributor and named by a
+//! `DISTLOCK_TEST_*_URL` variable ([`external`]).
 //!
 //! Each server runs under a small shell watchdog whose standard input is a
 //! pipe from the test process. The watchdog starts and stops the server on
@@ -10,6 +11,7 @@
 
 #[cfg(feature = "etcd")]
 pub mod etcd;
+pub mod external;
 #[cfg(feature = "mysql")]
 pub mod mariadb;
 #[cfg(feature = "memcache")]
@@ -18,17 +20,20 @@ pub mod memcached;
 pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
+pub mod url;
 #[cfg(feature = "zk")]
 pub mod zookeeper;
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use lock_core::backend::async_trait;
+
+use self::url::ServerUrl;
 
 /// Runs the server (the arguments after the data directory and the stop
 /// signal) and obeys `stop`, `start`, `kill`, `pause` and `resume` lines on
@@ -63,23 +68,45 @@ pub trait SqlServer: Send + Sync {
     fn url_via(&self, port: u16, query: &str) -> String;
     /// The port the server listens on.
     fn port(&self) -> u16;
+    /// Its address, for a proxy in front of it.
+    fn socket_addr(&self) -> SocketAddr;
     /// The password in every URL.
-    fn password(&self) -> &'static str;
+    fn password(&self) -> &str;
     /// The server process.
     fn process(&self) -> &Supervised;
     /// Waits until the server accepts connections.
     async fn wait_ready(&self);
 }
 
-/// A running SQL server: its port, credentials and process.
+/// The query a readiness check connects with: a table of its own, and no
+/// long wait for a server that is still starting.
+const SQL_READY: &str = "table=distlock_ready&connect_timeout=1s";
+
+/// A SQL server: where it is, and its process if the harness started it.
 #[derive(Debug)]
 pub struct SqlInstance {
     label: &'static str,
-    port: u16,
-    password: &'static str,
-    /// The URL (no query) for a port: this server's, or a proxy's in front.
-    base_url: fn(u16) -> String,
-    process: Supervised,
+    url: ServerUrl,
+    process: Option<Supervised>,
+}
+
+impl SqlInstance {
+    /// The shared server: the one `backend`'s variable names, or else one
+    /// that `start` starts.
+    async fn shared<F: Future<Output = Self>>(
+        label: &'static str,
+        backend: &external::Backend,
+        start: impl FnOnce() -> F,
+    ) -> Self {
+        match external::external(backend, SQL_READY).await {
+            Some(url) => Self {
+                label,
+                url,
+                process: None,
+            },
+            None => start().await,
+        }
+    }
 }
 
 #[async_trait]
@@ -89,40 +116,58 @@ impl SqlServer for SqlInstance {
     }
 
     fn url(&self, query: &str) -> String {
-        self.url_via(self.port, query)
+        self.url.url(query)
     }
 
     fn url_via(&self, port: u16, query: &str) -> String {
-        let base = (self.base_url)(port);
-        if query.is_empty() {
-            base
-        } else {
-            format!("{base}?{query}")
-        }
+        self.url.url_via(port, query)
     }
 
     fn port(&self) -> u16 {
-        self.port
+        self.url.port()
     }
 
-    fn password(&self) -> &'static str {
-        self.password
+    fn socket_addr(&self) -> SocketAddr {
+        self.url.socket_addr()
+    }
+
+    fn password(&self) -> &str {
+        self.url
+            .password()
+            .expect("the harness's servers and the variables' all have one")
     }
 
     fn process(&self) -> &Supervised {
-        &self.process
+        started(&self.process, &self.url.redacted())
     }
 
     async fn wait_ready(&self) {
-        let url = self.url("table=distlock_ready&connect_timeout=1s");
+        let url = self.url(SQL_READY);
         wait_until_ready(
             self.label,
             Duration::from_secs(60),
-            || self.process.log(),
+            || log_of(&self.process),
             || async { distlock::connect_backend(&url).await.is_ok() },
         )
         .await;
     }
+}
+
+/// The process of a server the harness started. One named by a
+/// `DISTLOCK_TEST_*` variable has none: a test that stops, freezes or
+/// restarts its server starts its own.
+fn started<'a>(process: &'a Option<Supervised>, server: &str) -> &'a Supervised {
+    process.as_ref().unwrap_or_else(|| {
+        panic!(
+            "{server} comes from a DISTLOCK_TEST_* variable, not from the harness: a test \
+             that stops, freezes or restarts its server must start its own (start())"
+        )
+    })
+}
+
+/// The server's log, if the harness started it.
+fn log_of(process: &Option<Supervised>) -> String {
+    process.as_ref().map(Supervised::log).unwrap_or_default()
 }
 
 /// A server process under its watchdog.
@@ -223,7 +268,10 @@ pub fn find_binary(name: &str, extra: &[&str], package: &str) -> PathBuf {
         .unwrap_or_else(|| {
             panic!(
                 "{name} not found: these tests need a real {package} server. Install it with \
-             `apt-get install -y {package}`, or run ./scripts/test, which installs it."
+             `apt-get install -y {package}`, or run ./scripts/test, which installs it. \
+             A DISTLOCK_TEST_*_URL variable stands in for the server the tests of a binary \
+             share, not for one a test starts to stop, freeze or reconfigure \
+             (README: Running the tests against your own servers)."
             )
         })
 }

@@ -5,10 +5,13 @@ use std::path::PathBuf;
 
 use tokio::sync::OnceCell;
 
+use super::external::POSTGRES;
+use super::url::ServerUrl;
 use super::{
     SqlInstance, SqlServer, Supervised, as_user_args, data_dir, find_binary, free_port, run_as,
 };
 
+const LABEL: &str = "postgres";
 const USER: &str = "distlock";
 const PASSWORD: &str = "pg-test-secret";
 const BIN_DIRS: &[&str] = &["/usr/lib/postgresql/*/bin"];
@@ -63,24 +66,25 @@ impl Postgres {
         let command: Vec<&str> = command.iter().map(String::as_str).collect();
         // SIGINT is PostgreSQL's fast shutdown: it does not wait for clients.
         let server = SqlInstance {
-            label: "postgres",
-            port,
-            password: PASSWORD,
-            base_url: |port| {
-                format!(
-                    "{}://{USER}:{PASSWORD}@127.0.0.1:{port}/postgres",
-                    distlock::lock_sql::POSTGRES_SCHEMES[0]
-                )
-            },
-            process: Supervised::start(&dir, "INT", &command),
+            label: LABEL,
+            url: ServerUrl::local(
+                distlock::lock_sql::POSTGRES_SCHEMES[0],
+                Some(&format!("{USER}:{PASSWORD}")),
+                &[format!("127.0.0.1:{port}")],
+                "postgres",
+            ),
+            process: Some(Supervised::start(&dir, "INT", &command)),
         };
         server.wait_ready().await;
         server
     }
 
-    /// One server shared by every test in this test binary.
+    /// One server shared by every test in this test binary: the one
+    /// `DISTLOCK_TEST_POSTGRES_URL` names, if set.
     pub async fn shared() -> &'static SqlInstance {
         static SHARED: OnceCell<SqlInstance> = OnceCell::const_new();
-        SHARED.get_or_init(Self::start).await
+        SHARED
+            .get_or_init(|| SqlInstance::shared(LABEL, &POSTGRES, Self::start))
+            .await
     }
 }

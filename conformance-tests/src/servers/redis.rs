@@ -1,12 +1,17 @@
 //! Redis from the `redis-server` package, on a free loopback port, with no
-//! persistence and an ACL user with a password (the default user is off).
+//! persistence and an ACL user with a password (the default user is off);
+//! or the server `DISTLOCK_TEST_REDIS_URL` names, and the masters
+//! `DISTLOCK_TEST_REDLOCK_URL` names.
 
+use std::net::SocketAddr;
 use std::process::Command;
 use std::time::Duration;
 
 use tokio::sync::OnceCell;
 
-use super::{Supervised, data_dir, find_binary, free_port, wait_until_ready};
+use super::external::{REDIS, REDLOCK, external};
+use super::url::ServerUrl;
+use super::{Supervised, data_dir, find_binary, free_port, log_of, started, wait_until_ready};
 
 const USER: &str = "distlock";
 const PASSWORD: &str = "redis-test-secret";
@@ -14,12 +19,12 @@ const PASSWORD: &str = "redis-test-secret";
 /// A running `redis-server`.
 #[derive(Debug)]
 pub struct Redis {
-    port: u16,
-    process: Supervised,
+    url: ServerUrl,
+    process: Option<Supervised>,
 }
 
 impl Redis {
-    /// The password in every URL this server hands out.
+    /// The password of the servers the harness starts.
     pub const PASSWORD: &'static str = PASSWORD;
 
     /// Starts a new server of its own.
@@ -29,7 +34,7 @@ impl Redis {
 
     /// Starts a replica of `primary`, replicating asynchronously as Redis does.
     pub async fn replica_of(primary: &Redis) -> Self {
-        let port = primary.port.to_string();
+        let port = primary.port().to_string();
         Self::start_with(&[
             "--replicaof",
             "127.0.0.1",
@@ -81,45 +86,62 @@ impl Redis {
         ];
         command.extend_from_slice(extra);
         let redis = Self {
-            port,
-            process: Supervised::start(&dir, "TERM", &command),
+            url: ServerUrl::local(
+                distlock::lock_redis::SCHEMES[0],
+                Some(&format!("{USER}:{PASSWORD}")),
+                &[format!("127.0.0.1:{port}")],
+                "",
+            ),
+            process: Some(Supervised::start(&dir, "TERM", &command)),
         };
         redis.wait_ready().await;
         redis
     }
 
-    /// One server shared by every test in this test binary.
+    /// One server shared by every test in this test binary: the one
+    /// `DISTLOCK_TEST_REDIS_URL` names, if set.
     pub async fn shared() -> &'static Self {
         static SHARED: OnceCell<Redis> = OnceCell::const_new();
-        SHARED.get_or_init(Self::start).await
+        SHARED
+            .get_or_init(|| async {
+                match external(&REDIS, "").await {
+                    Some(url) => Self { url, process: None },
+                    None => Self::start().await,
+                }
+            })
+            .await
     }
 
     /// A URL for this server with the given query string (no leading `?`).
     pub fn url(&self, query: &str) -> String {
-        self.url_via(self.port, query)
+        self.url.url(query)
     }
 
     /// The same URL, through another port (a proxy's).
     pub fn url_via(&self, port: u16, query: &str) -> String {
-        let base = format!(
-            "{}://{USER}:{PASSWORD}@127.0.0.1:{port}",
-            distlock::lock_redis::SCHEMES[0]
-        );
-        if query.is_empty() {
-            base
-        } else {
-            format!("{base}?{query}")
-        }
+        self.url.url_via(port, query)
     }
 
     /// The port it listens on.
     pub fn port(&self) -> u16 {
-        self.port
+        self.url.port()
+    }
+
+    /// Its address, for a proxy in front of it.
+    pub fn socket_addr(&self) -> SocketAddr {
+        self.url.socket_addr()
+    }
+
+    /// The password in its URLs.
+    pub fn password(&self) -> &str {
+        self.url
+            .password()
+            .expect("the harness's servers and DISTLOCK_TEST_REDIS_URL's have one")
     }
 
     /// The process, to stop, pause or restart it.
     pub fn process(&self) -> &Supervised {
-        &self.process
+        started(&self.process, &self.url.redacted())
     }
 
     /// Waits until it answers.
@@ -127,7 +149,7 @@ impl Redis {
         wait_until_ready(
             "redis",
             Duration::from_secs(30),
-            || self.process.log(),
+            || log_of(&self.process),
             || async { self.cli(&["PING"]).is_some_and(|out| out.trim() == "PONG") },
         )
         .await;
@@ -135,33 +157,33 @@ impl Redis {
 
     /// This server's entry in a `redlock://` host list.
     pub fn redlock_host(&self) -> String {
-        self.redlock_host_via(self.port)
+        self.url.authority()
     }
 
     /// The same entry, through another port (a proxy's).
     pub fn redlock_host_via(&self, port: u16) -> String {
-        format!("{USER}:{PASSWORD}@127.0.0.1:{port}")
+        self.url.via(port).authority()
     }
 
     /// Runs `redis-cli` against this server as the test user; `None` if it
     /// failed.
     pub fn cli(&self, args: &[&str]) -> Option<String> {
         let cli = find_binary("redis-cli", &[], "redis-tools");
-        let out = Command::new(cli)
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &self.port.to_string(),
-                "--user",
-                USER,
-                "--pass",
-                PASSWORD,
-            ])
-            .arg("--no-auth-warning")
-            .args(args)
-            .output()
-            .ok()?;
+        let mut command = Command::new(cli);
+        command.args(["-h", self.url.hostname(), "-p", &self.port().to_string()]);
+        if let Some(user) = self.url.user() {
+            command.args(["--user", user]);
+        }
+        if let Some(password) = self.url.password() {
+            command.args(["--pass", password]);
+        }
+        if !self.url.path().is_empty() {
+            command.args(["-n", self.url.path()]);
+        }
+        if self.url.scheme() == "rediss" {
+            command.arg("--tls");
+        }
+        let out = command.arg("--no-auth-warning").args(args).output().ok()?;
         out.status
             .success()
             .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
@@ -173,6 +195,8 @@ impl Redis {
 pub struct RedisSet {
     /// The masters.
     pub nodes: Vec<Redis>,
+    /// The URL `DISTLOCK_TEST_REDLOCK_URL` holds, for masters it names.
+    external: Option<ServerUrl>,
 }
 
 impl RedisSet {
@@ -182,17 +206,39 @@ impl RedisSet {
         for _ in 0..n {
             nodes.push(Redis::start().await);
         }
-        Self { nodes }
+        Self {
+            nodes,
+            external: None,
+        }
     }
 
-    /// Five masters shared by every test in this test binary.
+    /// Five masters shared by every test in this test binary: those
+    /// `DISTLOCK_TEST_REDLOCK_URL` names, if set.
     pub async fn shared() -> &'static Self {
         static SHARED: OnceCell<RedisSet> = OnceCell::const_new();
-        SHARED.get_or_init(|| Self::start(5)).await
+        SHARED
+            .get_or_init(|| async {
+                match external(&REDLOCK, "").await {
+                    Some(url) => Self {
+                        nodes: (0..url.addresses().len())
+                            .map(|i| Redis {
+                                url: url.host(i, distlock::lock_redis::SCHEMES[0]),
+                                process: None,
+                            })
+                            .collect(),
+                        external: Some(url),
+                    },
+                    None => Self::start(5).await,
+                }
+            })
+            .await
     }
 
     /// A `redlock://` URL for every node, with the given query string.
     pub fn url(&self, query: &str) -> String {
+        if let Some(url) = &self.external {
+            return url.url(query);
+        }
         let hosts: Vec<String> = self.nodes.iter().map(Redis::redlock_host).collect();
         let base = format!(
             "{}://{}",

@@ -2,7 +2,8 @@
 //! three-server ensemble on 127.0.0.1, 127.0.0.2 and 127.0.0.3, with data in
 //! temporary directories. An ensemble can have a fault proxy on every link
 //! between two servers, to cut one server off from its peers while its
-//! clients still reach it.
+//! clients still reach it. Or the server or ensemble `DISTLOCK_TEST_ZK_URL`
+//! names, configured as below (docker-compose.yml's is).
 //!
 //! The servers tick every 200 ms (sessions from 400 ms to 60 s, elections
 //! in a second or two) and look for empty container nodes every 500 ms, so
@@ -16,7 +17,9 @@ use std::time::Duration;
 
 use tokio::sync::OnceCell;
 
-use super::{Supervised, data_dir, find_binary, free_port, wait_until_ready};
+use super::external::{ZK, configured, external};
+use super::url::{ServerUrl, resolve};
+use super::{Supervised, data_dir, find_binary, free_port, log_of, started, wait_until_ready};
 use crate::proxy::{Fault, Proxy};
 
 /// Milliseconds per ZooKeeper tick on the test servers.
@@ -29,13 +32,18 @@ pub struct ZkServer {
     pub id: u32,
     /// `host:port` clients connect to.
     pub client_addr: String,
-    process: Supervised,
+    process: Option<Supervised>,
 }
 
 impl ZkServer {
     /// The process, to stop, kill, pause or restart it.
     pub fn process(&self) -> &Supervised {
-        &self.process
+        started(&self.process, &self.client_addr)
+    }
+
+    /// Its client address, resolved (for a proxy in front of it).
+    pub fn socket_addr(&self) -> SocketAddr {
+        resolve(&self.client_addr)
     }
 
     /// The port clients connect to.
@@ -78,6 +86,7 @@ pub struct ZooKeeper {
     pub servers: Vec<ZkServer>,
     /// The proxies between servers, if the ensemble has them.
     peer_links: Vec<PeerLink>,
+    url: ServerUrl,
 }
 
 /// The proxy through which server `from` reaches the quorum port of server
@@ -189,27 +198,52 @@ impl ZooKeeper {
                 ZkServer {
                     id,
                     client_addr: format!("{host}:{client}"),
-                    process: Supervised::start(&dir, "TERM", &args),
+                    process: Some(Supervised::start(&dir, "TERM", &args)),
                 }
             })
-            .collect();
+            .collect::<Vec<_>>();
+        let addrs: Vec<String> = servers.iter().map(|s| s.client_addr.clone()).collect();
         let zk = Self {
             servers,
             peer_links,
+            url: ServerUrl::local(distlock::lock_zk::SCHEMES[0], None, &addrs, ""),
         };
         zk.wait_ready().await;
         zk
     }
 
-    /// A standalone server shared by every test in this test binary.
+    /// A standalone server shared by every test in this test binary: the
+    /// one `DISTLOCK_TEST_ZK_URL` names, if set.
     pub async fn shared() -> &'static Self {
         static SHARED: OnceCell<ZooKeeper> = OnceCell::const_new();
-        SHARED.get_or_init(Self::start).await
+        SHARED
+            .get_or_init(|| async {
+                match external(&ZK, "").await {
+                    Some(url) => Self {
+                        servers: (1..)
+                            .zip(url.addresses())
+                            .map(|(id, client_addr)| ZkServer {
+                                id,
+                                client_addr,
+                                process: None,
+                            })
+                            .collect(),
+                        peer_links: Vec::new(),
+                        url,
+                    },
+                    None => Self::start().await,
+                }
+            })
+            .await
     }
 
     /// A three-server ensemble shared by every test in this test binary
-    /// that leaves it whole.
+    /// that leaves it whole; the server `DISTLOCK_TEST_ZK_URL` names stands
+    /// in for it, if set.
     pub async fn shared_ensemble() -> &'static Self {
+        if configured(&ZK).is_some() {
+            return Self::shared().await;
+        }
         static SHARED: OnceCell<ZooKeeper> = OnceCell::const_new();
         SHARED.get_or_init(Self::start_ensemble).await
     }
@@ -227,16 +261,7 @@ impl ZooKeeper {
     /// A `zk://` URL for the ensemble with a chroot (without its leading
     /// `/`) and a query string.
     pub fn url(&self, chroot: &str, query: &str) -> String {
-        let base = format!(
-            "{}://{}/{chroot}",
-            distlock::lock_zk::SCHEMES[0],
-            self.connect_string()
-        );
-        if query.is_empty() {
-            base
-        } else {
-            format!("{base}?{query}")
-        }
+        self.url.url_at(chroot, query)
     }
 
     /// Waits until every server serves: standalone, or leader and followers.
@@ -273,7 +298,7 @@ impl ZooKeeper {
     pub fn logs(&self) -> String {
         self.servers
             .iter()
-            .map(|s| s.process.log())
+            .map(|s| log_of(&s.process))
             .collect::<Vec<_>>()
             .join("\n---\n")
     }
