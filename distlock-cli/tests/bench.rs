@@ -242,7 +242,9 @@ fn a_sweep_follows_each_workload_along_its_axis() {
         "memory://",
         "--sweep",
         "--duration",
-        "60ms",
+        // Long enough that every contender completes acquisitions in its
+        // slices at 256 clients, even on a loaded machine.
+        "300ms",
         "--out",
         dir.path().to_str().unwrap(),
     ]);
