@@ -1,6 +1,7 @@
 //! Backends made from a client or pool the application already has
 //! (`SqlBackend::from_pool`, `RedisBackend::from_client`,
-//! `EtcdBackend::from_client`, `ZkBackend::from_client`): the whole
+//! `RedlockBackend::from_clients`, `EtcdBackend::from_client`,
+//! `ZkBackend::from_client`): the whole
 //! conformance suite on each, where the `multi_process` case's other
 //! processes reach the same locks by URL; a lock, extend, release cycle
 //! excluding and excluded by a backend made from the URL; and what each
@@ -11,11 +12,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use conformance_tests::proxy::{Fault, Proxy};
 use conformance_tests::servers::SqlServer;
 use conformance_tests::servers::etcd::Etcd;
 use conformance_tests::servers::mariadb::Mariadb;
 use conformance_tests::servers::postgres::Postgres;
-use conformance_tests::servers::redis::Redis;
+use conformance_tests::servers::redis::{Redis, RedisSet};
 use conformance_tests::servers::zookeeper::ZooKeeper;
 use conformance_tests::targets::fresh_table;
 use conformance_tests::{Target, conformance_suite};
@@ -23,11 +25,13 @@ use distlock::lock_etcd::EtcdBackend;
 use distlock::lock_etcd::config::EtcdOptions;
 use distlock::lock_redis::RedisBackend;
 use distlock::lock_redis::config::RedisOptions;
+use distlock::lock_redlock::RedlockBackend;
+use distlock::lock_redlock::config::RedlockOptions;
 use distlock::lock_sql::{SqlBackend, SqlOptions};
 use distlock::lock_zk::ZkBackend;
 use distlock::lock_zk::config::ZkOptions;
 use lock_core::backend::{LockBackend, async_trait};
-use lock_core::{AcquireOptions, Error, Fencing, Locker, Wait};
+use lock_core::{AcquireOptions, Error, Fencing, LockState, Locker, Wait};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqliteSynchronous};
 use zookeeper_client as zk;
 
@@ -162,6 +166,28 @@ impl OwnClientTarget {
         }
     }
 
+    async fn redlock() -> Self {
+        let set = RedisSet::shared().await;
+        let prefix = format!("{}:", fresh_table());
+        let bases: Vec<String> = set.nodes.iter().map(|node| node.url("")).collect();
+        Self {
+            label: "redlock_clients",
+            url: set.url(&format!("prefix={prefix}")),
+            connect: Box::new(move || {
+                let (bases, prefix) = (bases.clone(), prefix.clone());
+                boxed(async move {
+                    let clients = bases
+                        .iter()
+                        .map(|url| redis::Client::open(url.as_str()).expect("a redis client"));
+                    let options = RedlockOptions::new().prefix(prefix);
+                    let backend = RedlockBackend::from_clients(clients, options);
+                    Ok(Arc::new(backend.await?) as Arc<dyn LockBackend>)
+                })
+            }),
+            _dir: None,
+        }
+    }
+
     async fn etcd() -> Self {
         let server = Etcd::shared().await;
         let prefix = fresh_table();
@@ -232,6 +258,7 @@ conformance_suite!(sqlite_pool, async { OwnClientTarget::sqlite() });
 conformance_suite!(postgres_pool, OwnClientTarget::postgres());
 conformance_suite!(mariadb_pool, OwnClientTarget::mariadb());
 conformance_suite!(redis_client, OwnClientTarget::redis());
+conformance_suite!(redlock_clients, OwnClientTarget::redlock());
 conformance_suite!(etcd_client, OwnClientTarget::etcd());
 conformance_suite!(zk_client, OwnClientTarget::zk());
 
@@ -312,6 +339,11 @@ mod interop {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn redis() {
         excludes_and_is_excluded_by_the_url_backend(OwnClientTarget::redis().await).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn redlock() {
+        excludes_and_is_excluded_by_the_url_backend(OwnClientTarget::redlock().await).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -411,62 +443,89 @@ async fn bad_options_are_refused_before_any_request() {
         .unwrap_err();
     assert!(err.to_string().contains("PostgreSQL only"), "{err}");
     let unreachable = redis::Client::open("redis://127.0.0.1:1").unwrap();
-    let err = RedisBackend::from_client(unreachable, RedisOptions::new().prefix("a b"))
+    let err = RedisBackend::from_client(unreachable.clone(), RedisOptions::new().prefix("a b"))
         .await
         .unwrap_err();
     assert!(err.is_invalid_input(), "{err}");
+    let twice = [unreachable.clone(), unreachable.clone(), unreachable];
+    let err = RedlockBackend::from_clients(twice, RedlockOptions::new())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("listed twice"), "{err}");
 }
 
-/// A ZooKeeper backend cannot replace a session it was given: once that
-/// session ends (closed here by a second client on the same session, as
-/// an expiry would end it), the backend's lock is lost and every later
-/// call fails at once, saying why; an ended session is refused outright.
+/// A ZooKeeper backend cannot replace a session it was given. The
+/// application's client reaches the server through a proxy that stalls
+/// until the session expires: the backend's lock is lost before the
+/// server frees it for a backend made from the URL, and once the client
+/// sees its session expired, every later call fails at once, saying why;
+/// an ended session is refused outright.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zk_backend_ends_with_the_session_it_was_given() {
     let server = ZooKeeper::shared().await;
-    let client = zk_client(&server.connect_string()).await;
-    let chroot = format!("/{}", fresh_table());
-    let backend = ZkBackend::from_client(client.clone(), ZkOptions::new().chroot(&chroot))
+    let proxy = Proxy::start(server.servers[0].port()).await;
+    let client = zk::Client::connector()
+        .with_session_timeout(Duration::from_millis(1500))
+        .connect(&format!("127.0.0.1:{}", proxy.port()))
+        .await
+        .expect("a ZooKeeper session through the proxy");
+    let chroot = fresh_table();
+    let options = ZkOptions::new()
+        .chroot(&chroot)
+        .timeout(Duration::from_millis(300));
+    let backend = ZkBackend::from_client(client.clone(), options)
         .await
         .unwrap();
     assert_eq!(backend.session_id(), Some(client.session_id().0));
     let locker = Locker::new(backend);
+    let by_url = Locker::from_arc(
+        distlock::connect_backend(&server.url(&chroot, ""))
+            .await
+            .unwrap(),
+    );
     let name = format!("gone-{}", fresh_table());
+    let ttl = Duration::from_secs(3);
     let guard = locker
-        .lock_with(
-            &name,
-            AcquireOptions::with_ttl(Duration::from_secs(3)).wait(Wait::No),
-        )
+        .lock_with(&name, AcquireOptions::with_ttl(ttl).wait(Wait::No))
         .await
         .unwrap();
     // The lock's node lies below the chroot, in the client's tree.
-    let parent = format!("{chroot}/locks/{name}");
-    let nodes = client.list_children(&parent).await.unwrap();
+    let nodes = client
+        .list_children(&format!("/{chroot}/locks/{name}"))
+        .await
+        .unwrap();
     assert_eq!(nodes.len(), 1, "{nodes:?}");
 
-    let twin = zk::Client::connector()
-        .with_session(client.session().clone())
-        .connect(&server.connect_string())
+    proxy.set(Fault::Stall);
+    let theirs = by_url
+        .lock_with(
+            &name,
+            AcquireOptions::with_ttl(ttl).wait(Wait::For(Duration::from_secs(20))),
+        )
         .await
-        .expect("a second client on the same session");
-    drop(twin); // closes the session
+        .expect("granted once the application's session expired");
+    assert_eq!(
+        guard.state(),
+        LockState::Lost,
+        "lost before the lock moved on"
+    );
+    proxy.set(Fault::None);
     tokio::time::timeout(Duration::from_secs(10), async {
         while !client.state().is_terminated() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
     .await
-    .expect("the application's client sees its session end");
-    tokio::time::timeout(Duration::from_secs(5), guard.lost())
-        .await
-        .expect("the lock is lost with the session");
-    assert!(guard.release().await.is_err(), "a lost lock's release says so");
+    .expect("the application's client sees its session expired");
+    assert!(
+        guard.release().await.is_err(),
+        "a lost lock's release says so"
+    );
     let started = tokio::time::Instant::now();
     let err = locker
         .lock_with(
             &name,
-            AcquireOptions::with_ttl(Duration::from_secs(3))
-                .wait(Wait::For(Duration::from_secs(5))),
+            AcquireOptions::with_ttl(ttl).wait(Wait::For(Duration::from_secs(5))),
         )
         .await
         .unwrap_err();
@@ -479,4 +538,5 @@ async fn zk_backend_ends_with_the_session_it_was_given() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("from_client"), "{err}");
+    theirs.release().await.unwrap();
 }

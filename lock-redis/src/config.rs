@@ -87,10 +87,37 @@ pub struct CommonOptions {
 }
 
 impl CommonOptions {
+    /// Options given in code rather than in a URL, checked as a URL's are;
+    /// errors name the option as a URL would give it.
+    pub fn new(
+        prefix: impl Into<String>,
+        timeout: Duration,
+        connect_timeout: Duration,
+        allow_eviction: bool,
+    ) -> Result<Self> {
+        let prefix = prefix.into();
+        check_prefix(&prefix, &format!("?prefix={prefix}"))?;
+        for (option, value) in [("timeout", timeout), ("connect_timeout", connect_timeout)] {
+            if value.is_zero() {
+                return Err(Error::invalid_url(
+                    &format!("?{option}=0s"),
+                    format!("option \"{option}\" must be more than zero"),
+                ));
+            }
+        }
+        Ok(Self {
+            prefix,
+            timeout,
+            connect_timeout,
+            allow_eviction,
+        })
+    }
+
     /// The option names [`CommonOptions::take`] reads.
     pub const NAMES: &'static [&'static str] =
         &["prefix", "timeout", "connect_timeout", "allow_eviction"];
-    const DEFAULT_PREFIX: &'static str = "distlock:";
+    /// The key prefix unless one is given.
+    pub const DEFAULT_PREFIX: &'static str = "distlock:";
 
     /// Takes the common options out of `q`; `default_timeout` is the
     /// command timeout when the URL gives none.
@@ -260,24 +287,12 @@ impl RedisOptions {
     /// The options, checked as a URL's are; errors name the option as a
     /// URL would give it.
     pub(crate) fn check(self) -> Result<(CommonOptions, Option<ReplicaWait>)> {
-        check_prefix(&self.prefix, &format!("?prefix={}", self.prefix))?;
-        for (option, value) in [
-            ("timeout", self.timeout),
-            ("connect_timeout", self.connect_timeout),
-        ] {
-            if value.is_zero() {
-                return Err(Error::invalid_url(
-                    &format!("?{option}=0s"),
-                    format!("option \"{option}\" must be more than zero"),
-                ));
-            }
-        }
-        let common = CommonOptions {
-            prefix: self.prefix,
-            timeout: self.timeout,
-            connect_timeout: self.connect_timeout,
-            allow_eviction: self.allow_eviction,
-        };
+        let common = CommonOptions::new(
+            self.prefix,
+            self.timeout,
+            self.connect_timeout,
+            self.allow_eviction,
+        )?;
         Ok((common, self.wait))
     }
 }
