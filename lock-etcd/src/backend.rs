@@ -12,7 +12,7 @@ use lock_core::backend::{
 };
 use lock_core::{Capabilities, Error, FencingToken, LockName, Result};
 
-use crate::config::EtcdConfig;
+use crate::config::{EtcdConfig, EtcdOptions};
 use crate::error::convert;
 use crate::handover::EtcdHandovers;
 use crate::queue::{Ahead, Place, Requeue};
@@ -29,7 +29,7 @@ const CAPABILITIES: Capabilities = Capabilities::consensus_queue(crate::NAME, MI
 #[derive(Clone)]
 pub struct EtcdBackend {
     pub(crate) client: Client,
-    pub(crate) config: Arc<EtcdConfig>,
+    pub(crate) options: Arc<EtcdOptions>,
     pub(crate) wakeups: Arc<AtomicU64>,
     pub(crate) sessions: Arc<Sessions>,
     /// Waiters a release of this backend can grant directly.
@@ -59,9 +59,43 @@ impl EtcdBackend {
             .await
             .map_err(|_| Error::timeout("connecting to etcd", config.connect_timeout))?
             .map_err(|e| convert("connect", e))?;
+        Self::start(client, EtcdOptions::of(&config)).await
+    }
+
+    /// A backend on the cluster an `etcd_client::Client` of the
+    /// application's reaches, with `options` in place of a URL's. Every
+    /// request goes through clones of that client (they share its
+    /// connections), each bounded by the options' timeout; the session
+    /// leases are the backend's own, granted and kept alive by it, and
+    /// never those of other users of the client.
+    ///
+    /// Connect the client with a keep-alive (`ConnectOptions::with_keep_alive`,
+    /// as [`connect`](Self::connect) does) so that a connection to a member
+    /// that died unannounced is noticed.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> lock_core::Result<()> {
+    /// use lock_core::Locker;
+    /// use lock_etcd::EtcdBackend;
+    /// use lock_etcd::config::EtcdOptions;
+    ///
+    /// let client = etcd_client::Client::connect(["127.0.0.1:2379"], None).await.unwrap();
+    /// let backend = EtcdBackend::from_client(client.clone(), EtcdOptions::new().prefix("app")).await?;
+    /// let locker = Locker::new(backend);
+    /// let guard = locker.lock("schema-migration").await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn from_client(client: Client, options: EtcdOptions) -> Result<Self> {
+        Self::start(client, options.check()?).await
+    }
+
+    /// The backend on `client`, once the cluster has answered.
+    async fn start(client: Client, options: EtcdOptions) -> Result<Self> {
         let backend = Self {
             client,
-            config: Arc::new(config),
+            options: Arc::new(options),
             wakeups: Arc::new(AtomicU64::new(0)),
             sessions: Arc::default(),
             handovers: Arc::default(),
@@ -364,7 +398,7 @@ impl Drop for Queued {
 impl std::fmt::Debug for EtcdBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EtcdBackend")
-            .field("config", &self.config)
+            .field("options", &self.options)
             .finish_non_exhaustive()
     }
 }

@@ -60,24 +60,101 @@ impl EtcdConfig {
                 h => Ok(format!("{scheme}://{h}")),
             })
             .collect::<Result<Vec<_>>>()?;
-        let prefix = path.trim_matches('/');
-        if prefix.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(Error::invalid_url(
-                url,
-                "the key prefix must not contain spaces or control characters",
-            ));
-        }
         Ok(Self {
             endpoints,
-            prefix: if prefix.is_empty() {
-                String::new()
-            } else {
-                format!("{prefix}/")
-            },
+            prefix: key_prefix(path, url)?,
             credentials,
             tls,
             timeout,
             connect_timeout,
+        })
+    }
+}
+
+/// The key prefix from a URL's path or [`EtcdOptions::prefix`]: without
+/// its outer slashes, then empty or ending in `/`. `url` is for the message.
+fn key_prefix(path: &str, url: &str) -> Result<String> {
+    let prefix = path.trim_matches('/');
+    if prefix.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(Error::invalid_url(
+            url,
+            "the key prefix must not contain spaces or control characters",
+        ));
+    }
+    Ok(if prefix.is_empty() {
+        String::new()
+    } else {
+        format!("{prefix}/")
+    })
+}
+
+/// The options of a backend made with
+/// [`EtcdBackend::from_client`](crate::EtcdBackend::from_client): those of
+/// an `etcd://` URL that do not concern connecting, with the same defaults
+/// and checks.
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_etcd::config::EtcdOptions;
+///
+/// let options = EtcdOptions::new().prefix("app/locks").timeout(Duration::from_secs(1));
+/// ```
+#[derive(Clone, Debug)]
+pub struct EtcdOptions {
+    pub(crate) prefix: String,
+    pub(crate) timeout: Duration,
+}
+
+impl Default for EtcdOptions {
+    fn default() -> Self {
+        Self {
+            prefix: String::new(),
+            timeout: EtcdConfig::DEFAULT_TIMEOUT,
+        }
+    }
+}
+
+impl EtcdOptions {
+    /// The defaults: no key prefix, a 3 s timeout.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Put before every lock name, as a URL's path is (`app/locks` makes
+    /// keys `app/locks/<name>/…`); no spaces or control characters.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The longest one request may take (URL option `timeout`), whatever
+    /// the client's own settings; more than zero.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The options of a URL's `config`, checked already.
+    pub(crate) fn of(config: &EtcdConfig) -> Self {
+        Self {
+            prefix: config.prefix.clone(),
+            timeout: config.timeout,
+        }
+    }
+
+    /// The options, checked as a URL's are (the prefix normalised as a
+    /// URL's path is); errors name the option as a URL would give it.
+    pub(crate) fn check(self) -> Result<Self> {
+        let prefix = key_prefix(&self.prefix, &format!("etcd://…/{}", self.prefix))?;
+        if self.timeout.is_zero() {
+            return Err(Error::invalid_url(
+                "?timeout=0s",
+                "option \"timeout\" must be more than zero",
+            ));
+        }
+        Ok(Self {
+            prefix,
+            timeout: self.timeout,
         })
     }
 }
@@ -111,6 +188,23 @@ mod tests {
         assert_eq!(c.prefix, "app/locks/");
         assert!(!format!("{c:?}").contains("hunter2"));
         assert_eq!(EtcdConfig::parse("etcd://h:1").unwrap().prefix, "");
+    }
+
+    #[test]
+    fn options_are_checked_as_a_url_is() {
+        let checked = |prefix: &str| EtcdOptions::new().prefix(prefix).check().map(|o| o.prefix);
+        assert_eq!(checked("/app/locks/").unwrap(), "app/locks/");
+        assert_eq!(checked("").unwrap(), "");
+        let err = checked("a b").unwrap_err();
+        assert!(
+            err.is_invalid_input() && err.to_string().contains("spaces"),
+            "{err}"
+        );
+        let err = EtcdOptions::new()
+            .timeout(Duration::ZERO)
+            .check()
+            .unwrap_err();
+        assert!(err.to_string().contains("more than zero"), "{err}");
     }
 
     #[test]

@@ -45,15 +45,15 @@ impl EtcdBackend {
         F: FnOnce(Client) -> Fut,
         Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
     {
-        tokio::time::timeout(self.config.timeout, request(self.client.clone()))
+        tokio::time::timeout(self.options.timeout, request(self.client.clone()))
             .await
-            .map_err(|_| Error::timeout(operation, self.config.timeout))?
+            .map_err(|_| Error::timeout(operation, self.options.timeout))?
             .map_err(|e| convert(operation, e))
     }
 
     /// The key range of one lock: `{prefix}{name}/`, as etcd's Mutex uses.
     pub(crate) fn dir(&self, name: &LockName) -> String {
-        format!("{}{name}/", self.config.prefix)
+        format!("{}{name}/", self.options.prefix)
     }
 
     /// One key per acquisition, derived from its owner token, so a retried

@@ -8,10 +8,11 @@ use lock_core::backend::{
     async_trait, poll_acquire_signalled,
 };
 use lock_core::{Capabilities, Error, Fencing, FencingToken, LockName, Result};
+use redis::Client;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::config::{RedisConfig, ReplicaWait};
+use crate::config::{CommonOptions, RedisConfig, RedisOptions, ReplicaWait};
 use crate::eviction::Eviction;
 use crate::node::{Keys, Node};
 use crate::notices;
@@ -40,7 +41,51 @@ impl RedisBackend {
     /// Connects to the server `config` names; see [`connect`](Self::connect).
     pub async fn connect_with(config: RedisConfig) -> Result<Self> {
         let node = Node::connect(&config.node, Keys::new(config.common.prefix.clone())).await?;
-        let confirm = match config.wait {
+        Self::start(node, &config.common, config.wait).await
+    }
+
+    /// A backend on the server a `redis::Client` of the application's
+    /// reaches, with `options` in place of a URL's. The backend opens its
+    /// own connections from the client: a connection manager for the
+    /// locks, the pub/sub connection that hears releases, and with
+    /// [`wait_replicas`](RedisOptions::wait_replicas) the connection grants
+    /// are confirmed on. Connections the application opened from the
+    /// client are neither used nor disturbed.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> lock_core::Result<()> {
+    /// use lock_core::Locker;
+    /// use lock_redis::RedisBackend;
+    /// use lock_redis::config::RedisOptions;
+    ///
+    /// let client = redis::Client::open("redis://127.0.0.1:6379/0").unwrap();
+    /// let backend =
+    ///     RedisBackend::from_client(client.clone(), RedisOptions::new().prefix("billing:")).await?;
+    /// let locker = Locker::new(backend);
+    /// let guard = locker.lock("invoice-42").await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn from_client(client: Client, options: RedisOptions) -> Result<Self> {
+        let (common, wait) = options.check()?;
+        let label = Node::label_of(&client);
+        let node = Node::with_client(
+            client,
+            label,
+            common.timeout,
+            common.connect_timeout,
+            common.allow_eviction,
+            Keys::new(common.prefix.clone()),
+        )
+        .await?;
+        Self::start(node, &common, wait).await
+    }
+
+    /// The backend on a connected `node`: the confirming connection, if
+    /// asked for, and the release subscription.
+    async fn start(node: Node, common: &CommonOptions, wait: Option<ReplicaWait>) -> Result<Self> {
+        let confirm = match wait {
             Some(wait) => Some((node.with_own_connection(wait.timeout).await?, wait)),
             None => None,
         };
@@ -54,7 +99,7 @@ impl RedisBackend {
         let subscriber = tokio::spawn(notices::forward(
             node.client().clone(),
             node.keys().channel(),
-            config.common.connect_timeout,
+            common.connect_timeout,
             signals.clone(),
         ));
         // With `WAIT`, grants go out on a connection of their own.

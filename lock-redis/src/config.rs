@@ -87,10 +87,37 @@ pub struct CommonOptions {
 }
 
 impl CommonOptions {
+    /// Options given in code rather than in a URL, checked as a URL's are;
+    /// errors name the option as a URL would give it.
+    pub fn new(
+        prefix: impl Into<String>,
+        timeout: Duration,
+        connect_timeout: Duration,
+        allow_eviction: bool,
+    ) -> Result<Self> {
+        let prefix = prefix.into();
+        check_prefix(&prefix, &format!("?prefix={prefix}"))?;
+        for (option, value) in [("timeout", timeout), ("connect_timeout", connect_timeout)] {
+            if value.is_zero() {
+                return Err(Error::invalid_url(
+                    &format!("?{option}=0s"),
+                    format!("option \"{option}\" must be more than zero"),
+                ));
+            }
+        }
+        Ok(Self {
+            prefix,
+            timeout,
+            connect_timeout,
+            allow_eviction,
+        })
+    }
+
     /// The option names [`CommonOptions::take`] reads.
     pub const NAMES: &'static [&'static str] =
         &["prefix", "timeout", "connect_timeout", "allow_eviction"];
-    const DEFAULT_PREFIX: &'static str = "distlock:";
+    /// The key prefix unless one is given.
+    pub const DEFAULT_PREFIX: &'static str = "distlock:";
 
     /// Takes the common options out of `q`; `default_timeout` is the
     /// command timeout when the URL gives none.
@@ -98,13 +125,7 @@ impl CommonOptions {
         let prefix = q
             .take("prefix")
             .unwrap_or_else(|| Self::DEFAULT_PREFIX.to_owned());
-        let printable = |c: char| c.is_ascii_graphic() && c != '#';
-        if prefix.len() > 64 || !prefix.chars().all(printable) {
-            return Err(Error::invalid_url(
-                url,
-                "option \"prefix\" must be at most 64 printable ASCII characters, without spaces or '#'",
-            ));
-        }
+        check_prefix(&prefix, url)?;
         let timeout = q.take_positive_duration("timeout", default_timeout)?;
         let connect_timeout =
             q.take_positive_duration("connect_timeout", NodeConfig::DEFAULT_TIMEOUT)?;
@@ -116,6 +137,20 @@ impl CommonOptions {
             allow_eviction,
         })
     }
+}
+
+/// Refuses a key prefix that could make two names share a key (or a lock
+/// key somebody's fence key): at most 64 printable ASCII characters,
+/// without spaces or `#`. `url` is for the message.
+fn check_prefix(prefix: &str, url: &str) -> Result<()> {
+    let printable = |c: char| c.is_ascii_graphic() && c != '#';
+    if prefix.len() > 64 || !prefix.chars().all(printable) {
+        return Err(Error::invalid_url(
+            url,
+            "option \"prefix\" must be at most 64 printable ASCII characters, without spaces or '#'",
+        ));
+    }
+    Ok(())
 }
 
 /// Replication the acquire waits for: `WAIT replicas timeout`.
@@ -170,6 +205,98 @@ impl RedisConfig {
     }
 }
 
+/// The options of a backend made with
+/// [`RedisBackend::from_client`](crate::RedisBackend::from_client): a
+/// `redis://` URL's options, with the same defaults and checks, for a
+/// `redis::Client` the application made.
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_redis::config::RedisOptions;
+///
+/// let options = RedisOptions::new()
+///     .prefix("billing:")
+///     .timeout(Duration::from_millis(500))
+///     .wait_replicas(1, Duration::from_secs(1));
+/// ```
+#[derive(Clone, Debug)]
+pub struct RedisOptions {
+    prefix: String,
+    timeout: Duration,
+    connect_timeout: Duration,
+    allow_eviction: bool,
+    wait: Option<ReplicaWait>,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        Self {
+            prefix: CommonOptions::DEFAULT_PREFIX.to_owned(),
+            timeout: NodeConfig::DEFAULT_TIMEOUT,
+            connect_timeout: NodeConfig::DEFAULT_TIMEOUT,
+            allow_eviction: false,
+            wait: None,
+        }
+    }
+}
+
+impl RedisOptions {
+    /// The defaults: prefix `distlock:`, 2 s timeouts, no eviction, no
+    /// `WAIT`.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Prefix of every key and of the release channel (URL option
+    /// `prefix`): at most 64 printable ASCII characters, without spaces or
+    /// `#`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The longest wait for any command's answer (URL option `timeout`),
+    /// whatever the client's own settings; more than zero.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The longest wait for each connection the backend opens from the
+    /// client (URL option `connect_timeout`); more than zero.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Whether to use a server whose memory policy may evict lock keys
+    /// (URL option `allow_eviction`; see the crate docs).
+    pub fn allow_eviction(mut self, allow: bool) -> Self {
+        self.allow_eviction = allow;
+        self
+    }
+
+    /// Makes every grant wait until `replicas` replicas have it, for at
+    /// most `timeout` (URL options `wait_replicas` and `wait_timeout`); 0
+    /// replicas turns it off.
+    pub fn wait_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.wait = (replicas > 0).then_some(ReplicaWait { replicas, timeout });
+        self
+    }
+
+    /// The options, checked as a URL's are; errors name the option as a
+    /// URL would give it.
+    pub(crate) fn check(self) -> Result<(CommonOptions, Option<ReplicaWait>)> {
+        let common = CommonOptions::new(
+            self.prefix,
+            self.timeout,
+            self.connect_timeout,
+            self.allow_eviction,
+        )?;
+        Ok((common, self.wait))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,6 +325,37 @@ mod tests {
             RedisConfig::parse("redis://h").unwrap().node.label,
             "h:6379"
         );
+    }
+
+    #[test]
+    fn options_are_checked_as_a_url_is() {
+        let (common, wait) = RedisOptions::new()
+            .prefix("svc:")
+            .allow_eviction(true)
+            .wait_replicas(2, Duration::from_millis(300))
+            .check()
+            .unwrap();
+        assert_eq!(common.prefix, "svc:");
+        assert!(common.allow_eviction);
+        assert_eq!(common.timeout, NodeConfig::DEFAULT_TIMEOUT);
+        assert_eq!(wait.map(|w| w.replicas), Some(2));
+        let defaults = RedisOptions::new().check().unwrap().0;
+        assert_eq!(defaults.prefix, CommonOptions::DEFAULT_PREFIX);
+        for (options, expected) in [
+            (RedisOptions::new().prefix("a b"), "prefix"),
+            (RedisOptions::new().prefix("a#"), "prefix"),
+            (RedisOptions::new().timeout(Duration::ZERO), "\"timeout\""),
+            (
+                RedisOptions::new().connect_timeout(Duration::ZERO),
+                "connect_timeout",
+            ),
+        ] {
+            let err = options.check().unwrap_err();
+            assert!(
+                err.is_invalid_input() && err.to_string().contains(expected),
+                "{err}"
+            );
+        }
     }
 
     #[test]

@@ -5,7 +5,6 @@
 //! picks among them first, and an `allkeys-*` policy may pick them too: a
 //! lock key evicted while its holder works is a lock granted a second time.
 
-use crate::config::NodeConfig;
 use lock_core::{Error, Result};
 
 /// Which of distlock's keys the server may evict, as read at connect.
@@ -72,13 +71,16 @@ impl MemoryPolicy {
     }
 }
 
-/// Decides whether distlock may use the server: refuses one that may evict
+/// Decides whether distlock may use `server`: refuses one that may evict
 /// lock keys unless the URL says `allow_eviction=true`, and warns when it
 /// proceeds without knowing or with the risk accepted.
-pub(crate) fn admit(config: &NodeConfig, found: Option<&MemoryPolicy>) -> Result<Eviction> {
-    let server = config.label.as_str();
+pub(crate) fn admit(
+    server: &str,
+    allow_eviction: bool,
+    found: Option<&MemoryPolicy>,
+) -> Result<Eviction> {
     let Some(found) = found else {
-        if !config.allow_eviction {
+        if !allow_eviction {
             tracing::warn!(
                 server,
                 "cannot read maxmemory-policy (INFO and CONFIG GET refused); assuming the server \
@@ -93,13 +95,14 @@ pub(crate) fn admit(config: &NodeConfig, found: Option<&MemoryPolicy>) -> Result
         return Ok(eviction);
     }
     let MemoryPolicy { maxmemory, policy } = found;
-    if !config.allow_eviction {
+    if !allow_eviction {
         return Err(Error::Backend {
             message: format!(
                 "{server} may evict lock keys (maxmemory {maxmemory} bytes, maxmemory-policy \
                  {policy}): a held lock whose key is evicted is granted again. Set \
                  maxmemory-policy to noeviction on that server, or add allow_eviction=true to \
-                 the URL to accept the risk"
+                 the URL (RedisOptions::allow_eviction for a client of your own) to accept the \
+                 risk"
             ),
             source: None,
         });

@@ -98,20 +98,37 @@ impl Node {
     /// Connects to the server `config` names.
     pub async fn connect(config: &NodeConfig, keys: Keys) -> Result<Self> {
         let client = Client::open(config.url()).map_err(|e| config.invalid(e))?;
-        let conn = open(
-            &client,
-            &config.label,
-            config.connect_timeout,
+        Self::with_client(
+            client,
+            config.label.clone(),
             config.timeout,
+            config.connect_timeout,
+            config.allow_eviction,
+            keys,
         )
-        .await?;
+        .await
+    }
+
+    /// Connects to the server through `client`, a client the application
+    /// made: a connection manager of the node's own, each command bounded
+    /// by `timeout`, the server's version and memory policy checked as
+    /// [`Node::connect`] does. `label` names the server in messages.
+    pub async fn with_client(
+        client: Client,
+        label: String,
+        timeout: Duration,
+        connect_timeout: Duration,
+        allow_eviction: bool,
+        keys: Keys,
+    ) -> Result<Self> {
+        let conn = open(&client, &label, connect_timeout, timeout).await?;
         let mut node = Self {
             conn,
             client,
             keys,
-            label: config.label.clone(),
-            timeout: config.timeout,
-            connect_timeout: config.connect_timeout,
+            label,
+            timeout,
+            connect_timeout,
             eviction: Eviction::Unknown,
         };
         // One `INFO` (its default sections include both) answers the
@@ -122,8 +139,14 @@ impl Node {
             Some(policy) => Some(policy),
             None => node.configured_policy().await?,
         };
-        node.eviction = eviction::admit(config, policy.as_ref())?;
+        node.eviction = eviction::admit(&node.label, allow_eviction, policy.as_ref())?;
         Ok(node)
+    }
+
+    /// How messages name the server `client` reaches: `host:port`, or the
+    /// socket's path.
+    pub fn label_of(client: &Client) -> String {
+        client.get_connection_info().addr().to_string()
     }
 
     /// Runs an administrative command that the server may refuse (an ACL

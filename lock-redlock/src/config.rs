@@ -22,6 +22,7 @@ impl RedlockConfig {
     /// The per-node call limit unless `timeout` says otherwise: far below any
     /// sensible TTL, so a dead node costs little of a lease's validity.
     pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(100);
+    const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(200);
     const NAMES: &'static [&'static str] = &["retry_delay", "tls"];
 
     /// Parses `redlock://[user:password@]host:port,[user:password@]host:port,…[/db][?options]`.
@@ -35,7 +36,7 @@ impl RedlockConfig {
         let common = CommonOptions::take(&mut q, url, Self::DEFAULT_NODE_TIMEOUT)?;
         let retry_delay = q
             .take_duration("retry_delay")?
-            .unwrap_or(Duration::from_millis(200));
+            .unwrap_or(Self::DEFAULT_RETRY_DELAY);
         let tls = q.take_bool("tls", false)?;
         q.finish(&[CommonOptions::NAMES, Self::NAMES].concat())?;
 
@@ -47,23 +48,7 @@ impl RedlockConfig {
                 NodeConfig::new(&format!("{scheme}://{host}{db}"), &common)
             })
             .collect::<Result<Vec<_>>>()?;
-        if nodes.len() < 3 || nodes.len() % 2 == 0 {
-            return Err(Error::invalid_url(
-                url,
-                format!(
-                    "Redlock needs an odd number of nodes, 3 or more (5 is usual); got {}",
-                    nodes.len()
-                ),
-            ));
-        }
-        let mut labels: Vec<&str> = nodes.iter().map(|n| n.label.as_str()).collect();
-        labels.sort_unstable();
-        if labels.windows(2).any(|w| w[0] == w[1]) {
-            return Err(Error::invalid_url(
-                url,
-                "a node is listed twice; Redlock needs independent masters",
-            ));
-        }
+        check_masters(nodes.iter().map(|n| n.label.as_str()), url)?;
         Ok(Self {
             nodes,
             common,
@@ -74,6 +59,115 @@ impl RedlockConfig {
     /// How many nodes make a majority.
     pub fn quorum(&self) -> usize {
         self.nodes.len() / 2 + 1
+    }
+}
+
+/// Refuses a list of masters Redlock cannot use: an even number, fewer
+/// than three, or one listed twice (by `host:port`). `url` is for the
+/// message.
+pub(crate) fn check_masters<'a>(labels: impl Iterator<Item = &'a str>, url: &str) -> Result<()> {
+    let mut labels: Vec<&str> = labels.collect();
+    if labels.len() < 3 || labels.len().is_multiple_of(2) {
+        return Err(Error::invalid_url(
+            url,
+            format!(
+                "Redlock needs an odd number of nodes, 3 or more (5 is usual); got {}",
+                labels.len()
+            ),
+        ));
+    }
+    labels.sort_unstable();
+    if labels.windows(2).any(|w| w[0] == w[1]) {
+        return Err(Error::invalid_url(
+            url,
+            "a node is listed twice; Redlock needs independent masters",
+        ));
+    }
+    Ok(())
+}
+
+/// The options of a backend made with
+/// [`RedlockBackend::from_clients`](crate::RedlockBackend::from_clients): a
+/// `redlock://` URL's options, with the same defaults and checks, for
+/// `redis::Client`s the application made.
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_redlock::config::RedlockOptions;
+///
+/// let options = RedlockOptions::new().prefix("jobs:").retry_delay(Duration::from_millis(100));
+/// ```
+#[derive(Clone, Debug)]
+pub struct RedlockOptions {
+    prefix: String,
+    timeout: Duration,
+    connect_timeout: Duration,
+    allow_eviction: bool,
+    retry_delay: Duration,
+}
+
+impl Default for RedlockOptions {
+    fn default() -> Self {
+        Self {
+            prefix: CommonOptions::DEFAULT_PREFIX.to_owned(),
+            timeout: RedlockConfig::DEFAULT_NODE_TIMEOUT,
+            connect_timeout: NodeConfig::DEFAULT_TIMEOUT,
+            allow_eviction: false,
+            retry_delay: RedlockConfig::DEFAULT_RETRY_DELAY,
+        }
+    }
+}
+
+impl RedlockOptions {
+    /// The defaults: prefix `distlock:`, a 100 ms per-node timeout, a 2 s
+    /// connect timeout, no eviction, a 200 ms retry delay.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Prefix of every key (URL option `prefix`).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The per-node limit of one call (URL option `timeout`), also capped
+    /// at a tenth of the TTL; more than zero.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The longest wait for a connection to one master (URL option
+    /// `connect_timeout`); more than zero.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Whether to use masters whose memory policy may evict lock keys (URL
+    /// option `allow_eviction`).
+    pub fn allow_eviction(mut self, allow: bool) -> Self {
+        self.allow_eviction = allow;
+        self
+    }
+
+    /// The cap of the random delay between attempts of a waiting acquire
+    /// (URL option `retry_delay`).
+    pub fn retry_delay(mut self, delay: Duration) -> Self {
+        self.retry_delay = delay;
+        self
+    }
+
+    /// The options, checked as a URL's are.
+    pub(crate) fn check(self) -> Result<(CommonOptions, Duration)> {
+        let common = CommonOptions::new(
+            self.prefix,
+            self.timeout,
+            self.connect_timeout,
+            self.allow_eviction,
+        )?;
+        Ok((common, self.retry_delay))
     }
 }
 
@@ -93,6 +187,28 @@ mod tests {
         assert_eq!(c.common.timeout, RedlockConfig::DEFAULT_NODE_TIMEOUT);
         assert_eq!(c.retry_delay, Duration::from_millis(50));
         assert!(!format!("{c:?}").contains("pw1"));
+    }
+
+    #[test]
+    fn options_are_checked_as_a_url_is() {
+        let (common, retry_delay) = RedlockOptions::new().prefix("j:").check().unwrap();
+        assert_eq!(common.prefix, "j:");
+        assert_eq!(common.timeout, RedlockConfig::DEFAULT_NODE_TIMEOUT);
+        assert_eq!(retry_delay, RedlockConfig::DEFAULT_RETRY_DELAY);
+        let err = RedlockOptions::new().prefix("a b").check().unwrap_err();
+        assert!(
+            err.is_invalid_input() && err.to_string().contains("prefix"),
+            "{err}"
+        );
+        let err = RedlockOptions::new()
+            .timeout(Duration::ZERO)
+            .check()
+            .unwrap_err();
+        assert!(err.to_string().contains("more than zero"), "{err}");
+        let masters = |labels: &[&str]| check_masters(labels.iter().copied(), "clients");
+        assert!(masters(&["h:1", "h:2", "h:3"]).is_ok());
+        assert!(masters(&["h:1", "h:2"]).is_err());
+        assert!(masters(&["h:1", "h:1", "h:3"]).is_err());
     }
 
     #[test]

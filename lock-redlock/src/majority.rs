@@ -9,13 +9,14 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use lock_core::backend::{Backoff, Lease, ReleaseSignals};
 use lock_core::{Error, LockName, OwnerToken, Result};
-use lock_redis::config::NodeConfig;
+use lock_redis::config::{CommonOptions, NodeConfig};
 use lock_redis::node::{Keys, Node};
+use redis::Client;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::backend::RedlockBackend;
-use crate::config::RedlockConfig;
+use crate::config::{RedlockConfig, RedlockOptions, check_masters};
 
 /// One master, connected by a task of its own (see [`keep_connecting`]):
 /// a master that is down, or slow to connect (a TLS handshake, a long
@@ -56,6 +57,34 @@ impl Member {
 
     fn record_failure(&self, e: &Error) {
         *self.failure.lock().unwrap_or_else(PoisonError::into_inner) = Some(e.to_string());
+    }
+}
+
+/// How a member reaches its master: through a node of a `redlock://` URL,
+/// or through a `redis::Client` of the application's.
+#[derive(Clone)]
+enum Reach {
+    Url(NodeConfig),
+    Client(Box<(Client, CommonOptions)>),
+}
+
+impl Reach {
+    async fn connect(&self, label: &str, keys: Keys) -> Result<Node> {
+        match self {
+            Reach::Url(config) => Node::connect(config, keys).await,
+            Reach::Client(given) => {
+                let (client, common) = &**given;
+                Node::with_client(
+                    client.clone(),
+                    label.to_owned(),
+                    common.timeout,
+                    common.connect_timeout,
+                    common.allow_eviction,
+                    keys,
+                )
+                .await
+            }
+        }
     }
 }
 
@@ -100,14 +129,14 @@ impl<T> Answers<T> {
 /// dropped, and reports to `progress`.
 async fn keep_connecting(
     member: Arc<Member>,
-    config: NodeConfig,
+    reach: Reach,
     keys: Keys,
     progress: watch::Sender<Progress>,
 ) {
     let mut backoff = Backoff::with_cap(RETRY_CAP);
     let mut attempts = 0u32;
     loop {
-        match Node::connect(&config, keys.clone()).await {
+        match reach.connect(&member.label, keys.clone()).await {
             Ok(node) => {
                 if attempts > 0 {
                     tracing::info!(server = member.label, attempts, "redlock node connected");
@@ -147,34 +176,91 @@ impl RedlockBackend {
 
     /// Connects to the masters `config` names; see [`connect`](Self::connect).
     pub async fn connect_with(config: RedlockConfig) -> Result<Self> {
-        let keys = Keys::new(config.common.prefix.clone()).without_waiting_mark();
+        let masters = config
+            .nodes
+            .into_iter()
+            .map(|node| (node.label.clone(), Reach::Url(node)))
+            .collect();
+        Self::start(masters, &config.common, config.retry_delay).await
+    }
+
+    /// Redlock over the masters that `redis::Client`s of the application's
+    /// reach (an odd number, 3 or more, each a different `host:port`), with
+    /// `options` in place of a URL's. The backend opens its own
+    /// connection to each master from its client, in the background, and
+    /// waits for a majority as [`connect`](Self::connect) does.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> lock_core::Result<()> {
+    /// use lock_core::Locker;
+    /// use lock_redlock::RedlockBackend;
+    /// use lock_redlock::config::RedlockOptions;
+    ///
+    /// let clients = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"]
+    ///     .map(|url| redis::Client::open(url).unwrap());
+    /// let backend = RedlockBackend::from_clients(clients, RedlockOptions::new().prefix("jobs:")).await?;
+    /// let locker = Locker::new(backend);
+    /// # Ok(()) }
+    /// ```
+    pub async fn from_clients(
+        clients: impl IntoIterator<Item = Client>,
+        options: RedlockOptions,
+    ) -> Result<Self> {
+        let (common, retry_delay) = options.check()?;
+        let masters: Vec<(String, Reach)> = clients
+            .into_iter()
+            .map(|client| {
+                (
+                    Node::label_of(&client),
+                    Reach::Client(Box::new((client, common.clone()))),
+                )
+            })
+            .collect();
+        check_masters(
+            masters.iter().map(|(label, _)| label.as_str()),
+            "RedlockBackend::from_clients",
+        )?;
+        Self::start(masters, &common, retry_delay).await
+    }
+
+    /// Connects to each master in the background; waits for the first
+    /// attempt on every one, at most as long as one attempt may take, and
+    /// fails unless a majority is then connected.
+    async fn start(
+        masters: Vec<(String, Reach)>,
+        common: &CommonOptions,
+        retry_delay: Duration,
+    ) -> Result<Self> {
+        let quorum = masters.len() / 2 + 1;
+        let keys = Keys::new(common.prefix.clone()).without_waiting_mark();
         let (progress, mut watch_progress) = watch::channel(Progress::default());
-        let mut members = Vec::with_capacity(config.nodes.len());
-        let mut connecting = Vec::with_capacity(config.nodes.len());
-        for node in config.nodes.iter().cloned() {
+        let mut members = Vec::with_capacity(masters.len());
+        let mut connecting = Vec::with_capacity(masters.len());
+        for (label, reach) in masters {
             let member = Arc::new(Member {
-                label: node.label.clone(),
+                label,
                 node: OnceLock::new(),
                 failure: Mutex::new(None),
             });
             connecting.push(tokio::spawn(keep_connecting(
                 member.clone(),
-                node,
+                reach,
                 keys.clone(),
                 progress.clone(),
             )));
             members.push(member);
         }
         let backend = Self {
-            quorum: config.quorum(),
-            node_timeout: config.common.timeout,
-            retry_delay: config.retry_delay,
+            quorum,
+            node_timeout: common.timeout,
+            retry_delay,
             members,
             connecting,
             signals: ReleaseSignals::new(),
         };
         // Connecting, then `INFO` and perhaps `CONFIG GET`.
-        let limit = config.common.connect_timeout + config.common.timeout * 2;
+        let limit = common.connect_timeout + common.timeout * 2;
         let everyone = backend.members.len();
         let _ = tokio::time::timeout(limit, watch_progress.wait_for(|p| p.tried == everyone)).await;
         let connected = watch_progress.borrow().connected;

@@ -60,7 +60,7 @@ impl SqlBackend {
             driver: Arc::new(driver),
             signals: Arc::new(ReleaseSignals::new()),
             orphans: Arc::new(Orphans::default()),
-            op_timeout: statement_timeout + Self::CLIENT_MARGIN,
+            op_timeout: Self::client_limit(statement_timeout),
             max_name_len: LockName::MAX_LEN,
             poll_cap: Self::POLL_CAP,
             listener: None,
@@ -116,16 +116,31 @@ impl SqlBackend {
         config.connect().await
     }
 
+    /// How long the client waits for a statement the server stops after
+    /// `statement_timeout`.
+    pub(crate) fn client_limit(statement_timeout: Duration) -> Duration {
+        statement_timeout + Self::CLIENT_MARGIN
+    }
+
     /// Runs one statement within the operation timeout.
     async fn bounded<T>(
         &self,
         operation: &'static str,
         statement: impl Future<Output = Result<T>>,
     ) -> Result<T> {
-        tokio::time::timeout(self.op_timeout, statement)
-            .await
-            .unwrap_or(Err(Error::timeout(operation, self.op_timeout)))
+        within(self.op_timeout, operation, statement).await
     }
+}
+
+/// Runs `statement` for at most `limit`.
+pub(crate) async fn within<T>(
+    limit: Duration,
+    operation: &'static str,
+    statement: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    tokio::time::timeout(limit, statement)
+        .await
+        .unwrap_or(Err(Error::timeout(operation, limit)))
 }
 
 /// `ttl` in whole milliseconds as the `BIGINT` the statements bind.

@@ -85,7 +85,7 @@ pub struct CommonOptions {
 
 impl CommonOptions {
     const DEFAULT_POOL_SIZE: u32 = 4;
-    const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+    pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
     /// Takes the common options out of `q` (`url` is for error messages).
     pub fn take(q: &mut QueryOptions, url: &str) -> Result<Self> {

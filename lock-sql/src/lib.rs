@@ -10,6 +10,7 @@ mod error;
 #[cfg(feature = "mysql")]
 mod mysql;
 mod orphans;
+mod pool;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -24,6 +25,7 @@ pub use config::CommonOptions;
 pub use config::SqlConfig;
 #[cfg(feature = "raw")]
 pub use error::is_transient;
+pub use pool::{SqlOptions, SqlPool};
 pub use table::TableName;
 
 /// SQLite's name, as [`Capabilities::backend`](lock_core::Capabilities::backend) and error

@@ -23,10 +23,12 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOpti
 use sqlx::{AssertSqlSafe, Row as _};
 use tokio::sync::OnceCell;
 
-use crate::backend::SqlBackend;
+use crate::backend::{SqlBackend, within};
 use crate::config::{COMMON, CommonOptions, driver_url, server_limit};
 use crate::driver::{Driver, Released, Row};
 use crate::error::ErrorMap;
+use crate::pool::Checked;
+use crate::table::TableName;
 
 /// Options handed to sqlx unchanged: TLS.
 const PASSTHROUGH: &[&str] = &["ssl-mode", "ssl-ca", "ssl-cert", "ssl-key"];
@@ -97,7 +99,28 @@ pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
         .connect_with(options)
         .await
         .map_err(|e| errors.convert("connect", e))?;
-    let t = common.table.as_str();
+    start(pool, &common.table, common.timeout, errors).await
+}
+
+/// A backend on a pool the application made (see the crate docs). Its
+/// sessions keep whatever server-side limits the application gave them:
+/// every statement is still bounded on the client, and an acquire that
+/// lands late is undone.
+pub(crate) async fn from_pool(pool: MySqlPool, options: Checked) -> Result<SqlBackend> {
+    let errors = crate::pool::errors(crate::MYSQL_NAME, &pool);
+    start(pool, &options.table, options.timeout, errors).await
+}
+
+/// Creates the table if it is missing, reads its name column's size, and
+/// makes the backend.
+async fn start(
+    pool: MySqlPool,
+    table: &TableName,
+    timeout: Duration,
+    errors: ErrorMap,
+) -> Result<SqlBackend> {
+    let t = table.as_str();
+    let limit = SqlBackend::client_limit(timeout);
     // Names compare byte for byte (`ascii_bin`), as on the other backends;
     // the default collation would make "Job" and "job" one lock.
     // `CREATE TABLE IF NOT EXISTS` is atomic under MySQL's metadata locks.
@@ -109,18 +132,24 @@ pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
             expires_at BIGINT NOT NULL
         ) ENGINE = InnoDB"
     );
-    sqlx::query(AssertSqlSafe(create))
-        .execute(&pool)
+    within(limit, "create table", async {
+        sqlx::query(AssertSqlSafe(create))
+            .execute(&pool)
+            .await
+            .map_err(|e| errors.convert("create table", e))
+    })
+    .await?;
+    let size: Option<i64> = within(limit, "inspect table", async {
+        sqlx::query_scalar(
+            "SELECT CAST(character_maximum_length AS SIGNED) FROM information_schema.columns
+             WHERE table_schema = DATABASE() AND table_name = ? AND column_name = 'name'",
+        )
+        .bind(t)
+        .fetch_optional(&pool)
         .await
-        .map_err(|e| errors.convert("create table", e))?;
-    let size: Option<i64> = sqlx::query_scalar(
-        "SELECT CAST(character_maximum_length AS SIGNED) FROM information_schema.columns
-         WHERE table_schema = DATABASE() AND table_name = ? AND column_name = 'name'",
-    )
-    .bind(t)
-    .fetch_optional(&pool)
-    .await
-    .map_err(|e| errors.convert("inspect table", e))?
+        .map_err(|e| errors.convert("inspect table", e))
+    })
+    .await?
     .flatten();
     let name_limit = size
         .and_then(|s| usize::try_from(s).ok())
@@ -130,7 +159,7 @@ pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
         sql: Statements::new(t),
         errors,
     };
-    Ok(SqlBackend::new(driver, common.timeout).with_name_limit(name_limit))
+    Ok(SqlBackend::new(driver, timeout).with_name_limit(name_limit))
 }
 
 /// Which server a `mysql://` or `mariadb://` URL reached: their statement

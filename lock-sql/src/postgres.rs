@@ -16,9 +16,10 @@ use sqlx::AssertSqlSafe;
 use sqlx::error::DatabaseError;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 
-use crate::backend::SqlBackend;
+use crate::backend::{SqlBackend, within};
 use crate::config::{COMMON, CommonOptions, driver_url, server_limit};
 use crate::error::ErrorMap;
+use crate::pool::Checked;
 use crate::returning::{ReturningDriver, Statements};
 use crate::table::TableName;
 
@@ -125,16 +126,61 @@ pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
         .connect_with(options.clone())
         .await
         .map_err(|e| errors.convert("connect", e))?;
-    create_table(&pool, &location, &errors).await?;
-    let name_limit = name_column_size(&pool, &location, &errors).await?;
-    let listener = listen(options, &location.channel()).await;
+    start(pool, location, common.timeout, errors, options).await
+}
+
+/// A backend on a pool the application made (see the crate docs). The
+/// listener gets a connection of its own, opened with the pool's options:
+/// one taken from the pool for good would leave a pool of one connection
+/// none for the statements.
+pub(crate) async fn from_pool(pool: PgPool, options: Checked) -> Result<SqlBackend> {
+    let errors = crate::pool::errors(crate::POSTGRES_NAME, &pool);
+    let location = Location {
+        schema: options.schema,
+        table: options.table,
+    };
+    let listen_with = PgConnectOptions::clone(&pool.connect_options());
+    start(pool, location, options.timeout, errors, listen_with).await
+}
+
+/// Creates the table if it is missing, reads its name column's size, and
+/// makes the backend, listening for releases on a connection opened with
+/// `listen_with`.
+async fn start(
+    pool: PgPool,
+    location: Location,
+    timeout: Duration,
+    errors: ErrorMap,
+    listen_with: PgConnectOptions,
+) -> Result<SqlBackend> {
+    let limit = SqlBackend::client_limit(timeout);
+    within(
+        limit,
+        "create table",
+        create_table(&pool, &location, &errors),
+    )
+    .await?;
+    let name_limit = within(
+        limit,
+        "inspect table",
+        name_column_size(&pool, &location, &errors),
+    )
+    .await?;
+    let listener = within(limit, "listen", async {
+        Ok(listen(listen_with, &location.channel()).await)
+    })
+    .await
+    .unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "cannot LISTEN for releases; waiters will poll");
+        None
+    });
     let driver = ReturningDriver {
         pool,
         sql: statements(&location),
         errors,
         capabilities: CAPABILITIES,
     };
-    let backend = SqlBackend::new(driver, common.timeout).with_name_limit(name_limit);
+    let backend = SqlBackend::new(driver, timeout).with_name_limit(name_limit);
     Ok(match listener {
         Some(listener) => {
             let task = tokio::spawn(forward_notices(listener, backend.signals()));

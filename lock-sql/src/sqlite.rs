@@ -10,17 +10,22 @@
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::time::Duration;
 
 use lock_core::backend::QueryOptions;
 use lock_core::{Capabilities, Error, Fencing, Result};
 use sqlx::AssertSqlSafe;
 use sqlx::error::DatabaseError;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
 
-use crate::backend::SqlBackend;
+use crate::backend::{SqlBackend, within};
 use crate::config::{COMMON, CommonOptions};
 use crate::error::ErrorMap;
+use crate::pool::Checked;
 use crate::returning::{ReturningDriver, Statements};
+use crate::table::TableName;
 
 /// The database's clock in milliseconds since the Unix epoch. SQLite keeps
 /// `'now'` fixed for the length of one statement.
@@ -34,16 +39,17 @@ pub(crate) struct Config {
     synchronous: SqliteSynchronous,
 }
 
-impl Config {
-    /// Strict fencing only when every grant is synced before it is reported.
-    fn capabilities(&self) -> Capabilities {
-        let fencing = match self.synchronous {
-            SqliteSynchronous::Full => Fencing::Strict,
-            _ => Fencing::BestEffort,
-        };
-        Capabilities::new(crate::SQLITE_NAME, fencing).with_serial_writes(true)
-    }
+/// Strict fencing only when every grant is synced before it is reported.
+fn capabilities(synced: bool) -> Capabilities {
+    let fencing = if synced {
+        Fencing::Strict
+    } else {
+        Fencing::BestEffort
+    };
+    Capabilities::new(crate::SQLITE_NAME, fencing).with_serial_writes(true)
+}
 
+impl Config {
     pub(crate) fn parse(url: &str) -> Result<Self> {
         let rest = url
             .strip_prefix("sqlite://")
@@ -164,7 +170,54 @@ pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
             },
             other => errors.convert("open database", other),
         })?;
-    let t = common.table.as_str();
+    let synced = matches!(config.synchronous, SqliteSynchronous::Full);
+    // SQLite's busy timeout bounds the wait for another writer.
+    start(pool, &common.table, common.timeout, errors, synced).await
+}
+
+/// A backend on a pool the application made (see the crate docs). Its
+/// connections' `synchronous` setting decides the fencing, as the URL's
+/// does; a pool without a busy timeout works, but every statement that
+/// meets another writer fails at once, so that gets a warning.
+pub(crate) async fn from_pool(pool: SqlitePool, options: Checked) -> Result<SqlBackend> {
+    let errors = crate::pool::errors(crate::SQLITE_NAME, &pool);
+    let limit = SqlBackend::client_limit(options.timeout);
+    let read = async {
+        let mut conn = pool.acquire().await?;
+        let synchronous: i64 = sqlx::query_scalar("PRAGMA synchronous")
+            .fetch_one(&mut *conn)
+            .await?;
+        let busy_timeout_ms: i64 = sqlx::query_scalar("PRAGMA busy_timeout")
+            .fetch_one(&mut *conn)
+            .await?;
+        Ok((synchronous, busy_timeout_ms))
+    };
+    let (synchronous, busy_timeout_ms) = within(limit, "read the pool's settings", async {
+        read.await
+            .map_err(|e| errors.convert("read the pool's settings", e))
+    })
+    .await?;
+    if busy_timeout_ms == 0 {
+        tracing::warn!(
+            "the SQLite pool's connections have no busy timeout: every lock operation that \
+             meets another writer fails at once (a retryable error) instead of waiting; set \
+             SqliteConnectOptions::busy_timeout"
+        );
+    }
+    // 2 is FULL, 3 EXTRA; below, a power cut can lose the last grants.
+    let synced = synchronous >= 2;
+    start(pool, &options.table, options.timeout, errors, synced).await
+}
+
+/// Creates the table if it is missing and makes the backend.
+async fn start(
+    pool: SqlitePool,
+    table: &TableName,
+    timeout: Duration,
+    errors: ErrorMap,
+    synced: bool,
+) -> Result<SqlBackend> {
+    let t = table.as_str();
     // Idempotent, and safe when several processes run it at once: SQLite
     // serialises the writers and `IF NOT EXISTS` is checked under the lock.
     let create = format!(
@@ -175,18 +228,21 @@ pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
             expires_at INTEGER NOT NULL
         )"
     );
-    sqlx::query(AssertSqlSafe(create))
-        .execute(&pool)
-        .await
-        .map_err(|e| errors.convert("create table", e))?;
+    let limit = SqlBackend::client_limit(timeout);
+    within(limit, "create table", async {
+        sqlx::query(AssertSqlSafe(create))
+            .execute(&pool)
+            .await
+            .map_err(|e| errors.convert("create table", e))
+    })
+    .await?;
     let driver = ReturningDriver {
         pool,
         sql: statements(t),
         errors,
-        capabilities: config.capabilities(),
+        capabilities: capabilities(synced),
     };
-    // SQLite's busy timeout bounds the wait for another writer.
-    Ok(SqlBackend::new(driver, common.timeout))
+    Ok(SqlBackend::new(driver, timeout))
 }
 
 fn statements(t: &str) -> Statements {

@@ -94,6 +94,89 @@ impl ZkConfig {
     }
 }
 
+/// The options of a backend made with
+/// [`ZkBackend::from_client`](crate::ZkBackend::from_client): those of a
+/// `zk://` URL that do not concern the session, with the same defaults and
+/// checks.
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_zk::config::ZkOptions;
+///
+/// let options = ZkOptions::new().chroot("/app/locks").timeout(Duration::from_secs(1));
+/// ```
+#[derive(Clone, Debug)]
+pub struct ZkOptions {
+    pub(crate) chroot: String,
+    pub(crate) timeout: Duration,
+    pub(crate) creator_only: bool,
+    pub(crate) container_parents: bool,
+}
+
+impl Default for ZkOptions {
+    fn default() -> Self {
+        Self {
+            chroot: String::new(),
+            timeout: ZkConfig::DEFAULT_TIMEOUT,
+            creator_only: false,
+            container_parents: true,
+        }
+    }
+}
+
+impl ZkOptions {
+    /// The defaults: no chroot, a 3 s timeout, open ACLs, container
+    /// parents.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A path every lock lives under, below the client's own chroot if it
+    /// has one, as a URL's path is (`/app/locks`); created (persistent) if
+    /// missing.
+    pub fn chroot(mut self, chroot: impl Into<String>) -> Self {
+        self.chroot = chroot.into();
+        self
+    }
+
+    /// The longest one request may take (URL option `timeout`); more than
+    /// zero.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Gives every node distlock creates the creator-only ACL
+    /// (`Acls::creator_all`), as a URL with `auth` does: only sessions
+    /// authenticated as the same identity may touch them. The client must
+    /// have authenticated (digest, SASL). Off by default: the nodes are
+    /// open to anyone (`Acls::anyone_all`).
+    pub fn creator_only(mut self, on: bool) -> Self {
+        self.creator_only = on;
+        self
+    }
+
+    /// As [`ZkConfig::container_parents`].
+    pub fn container_parents(mut self, on: bool) -> Self {
+        self.container_parents = on;
+        self
+    }
+
+    /// The options, checked as a URL's are (the chroot normalised as a
+    /// URL's path is); errors name the option as a URL would give it.
+    pub(crate) fn check(self) -> Result<Self> {
+        let path = format!("/{}", self.chroot.trim_start_matches('/'));
+        let chroot = parse_chroot(&format!("zk://…{path}"), &path)?;
+        if self.timeout.is_zero() {
+            return Err(Error::invalid_url(
+                "?timeout=0s",
+                "option \"timeout\" must be more than zero",
+            ));
+        }
+        Ok(Self { chroot, ..self })
+    }
+}
+
 fn parse_host(url: &str, host: &str) -> Result<String> {
     if host.is_empty() {
         return Err(Error::invalid_url(url, "an empty host in the server list"));
@@ -175,6 +258,26 @@ fn parse_auth(url: &str, auth: &str) -> Result<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn options_are_checked_as_a_url_is() {
+        let chroot = |c: &str| ZkOptions::new().chroot(c).check().map(|o| o.chroot);
+        assert_eq!(chroot("app/locks/").unwrap(), "/app/locks");
+        assert_eq!(chroot("/app").unwrap(), "/app");
+        assert_eq!(chroot("").unwrap(), "");
+        for (bad, expected) in [("/a//b", "segments"), ("/zookeeper/x", "reserves")] {
+            let err = chroot(bad).unwrap_err();
+            assert!(
+                err.is_invalid_input() && err.to_string().contains(expected),
+                "{err}"
+            );
+        }
+        let err = ZkOptions::new()
+            .timeout(Duration::ZERO)
+            .check()
+            .unwrap_err();
+        assert!(err.to_string().contains("more than zero"), "{err}");
+    }
 
     #[test]
     fn parses_hosts_chroot_and_options() {

@@ -12,15 +12,21 @@ use lock_core::{Error, Result};
 use zookeeper_client as zk;
 
 use crate::backend::ZkBackend;
-use crate::config::ZkConfig;
+use crate::config::{ZkConfig, ZkOptions};
 use crate::error::{convert, unavailable};
 use crate::expiry::Held;
 use crate::handover::ZkHandovers;
 
 pub(crate) struct Inner {
     pub(crate) config: ZkConfig,
-    /// The current session; replaced when it expires.
+    /// The current session; replaced when it expires, if the backend makes
+    /// its own sessions.
     session: Mutex<Option<zk::Client>>,
+    /// Whether the backend makes its sessions (from a URL), or was given
+    /// one it cannot replace ([`ZkBackend::from_client`]).
+    own_sessions: bool,
+    /// Whether nodes get the creator-only ACL.
+    creator_only: bool,
     /// Held while a new session is being made, so only one is.
     connecting: tokio::sync::Mutex<()>,
     /// Whether the server accepts container nodes (cleared on `Unimplemented`).
@@ -48,13 +54,78 @@ impl ZkBackend {
         Ok(backend)
     }
 
+    /// A backend on the session of a `zookeeper_client::Client` the
+    /// application made, with `options` in place of a URL's. The session
+    /// stays the application's: locks are ephemeral nodes of it, it is
+    /// watched as the backend's own would be (a lease is at risk while it
+    /// is disconnected, and lost when it expires), and closing it ends
+    /// them. Requests go through clones of the client, each bounded by the
+    /// options' timeout. The client may have a chroot: the options' chroot
+    /// is below it.
+    ///
+    /// The backend cannot replace the session when it expires, as a
+    /// backend made from a URL does (the client cannot say how to reach
+    /// the ensemble again, nor with which credentials): every lock of the
+    /// backend is then lost, and every later call fails with an error that
+    /// says so. Make a new client and a new backend then. A session that
+    /// has ended already is refused.
+    ///
+    /// [`config`](Self::config) then holds the options, no hosts, and the
+    /// session's timeout.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> lock_core::Result<()> {
+    /// use lock_core::Locker;
+    /// use lock_zk::ZkBackend;
+    /// use lock_zk::config::ZkOptions;
+    ///
+    /// let client = zookeeper_client::Client::connect("127.0.0.1:2181").await.unwrap();
+    /// let backend = ZkBackend::from_client(client.clone(), ZkOptions::new().chroot("/app")).await?;
+    /// let locker = Locker::new(backend);
+    /// let guard = locker.lock("schema-migration").await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn from_client(client: zk::Client, options: ZkOptions) -> Result<Self> {
+        let options = options.check()?;
+        let state = client.state();
+        if state.is_terminated() {
+            return Err(session_ended(state));
+        }
+        let config = ZkConfig {
+            hosts: Vec::new(),
+            chroot: options.chroot,
+            session_timeout: client.session_timeout(),
+            digest: None,
+            container_parents: options.container_parents,
+            timeout: options.timeout,
+            connect_timeout: options.timeout,
+        };
+        let backend = Self::with_session_rule(config, false, options.creator_only);
+        let client = backend.enter_chroot(client).await?;
+        *backend
+            .inner
+            .session
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(client);
+        Ok(backend)
+    }
+
     /// A backend that makes its session on first use.
     pub(crate) fn unconnected(config: ZkConfig) -> Self {
+        let creator_only = config.digest.is_some();
+        Self::with_session_rule(config, true, creator_only)
+    }
+
+    fn with_session_rule(config: ZkConfig, own_sessions: bool, creator_only: bool) -> Self {
         Self {
             inner: Arc::new(Inner {
                 containers: AtomicBool::new(config.container_parents),
                 config,
                 session: Mutex::new(None),
+                own_sessions,
+                creator_only,
                 connecting: tokio::sync::Mutex::new(()),
                 held: Mutex::new(HashMap::new()),
                 uncertain: Mutex::new(HashSet::new()),
@@ -97,6 +168,13 @@ impl ZkBackend {
         if let Some(c) = self.inner.live_client() {
             return Ok(c);
         }
+        if !self.inner.own_sessions {
+            let given = self.inner.session.lock().unwrap_or_else(|p| p.into_inner());
+            let state = given
+                .as_ref()
+                .map_or(zk::SessionState::Closed, |c| c.state());
+            return Err(session_ended(state));
+        }
         let client = self.new_session().await?;
         tracing::debug!(session = %client.session_id(), timeout = ?client.session_timeout(), "new ZooKeeper session");
         *self.inner.session.lock().unwrap_or_else(|p| p.into_inner()) = Some(client.clone());
@@ -118,20 +196,29 @@ impl ZkBackend {
         .await
         .map_err(|_| Error::timeout("connecting to ZooKeeper", config.connect_timeout))?
         .map_err(|e| convert("connect", e))?;
-        if config.chroot.is_empty() {
-            return Ok(root);
+        self.enter_chroot(root).await
+    }
+
+    /// `client` moved into the configured chroot (below its own, if it has
+    /// one), which is created if missing.
+    async fn enter_chroot(&self, client: zk::Client) -> Result<zk::Client> {
+        let chroot = &self.inner.config.chroot;
+        if chroot.is_empty() {
+            return Ok(client);
         }
         let options = zk::CreateMode::Persistent.with_acls(self.acls());
-        self.call("create the chroot", root.mkdir(&config.chroot, &options))
+        self.call("create the chroot", client.mkdir(chroot, &options))
             .await?
             .map_err(|e| convert("create the chroot", e))?;
-        root.chroot(config.chroot.as_str())
-            .map_err(|_| Error::backend(format!("bad chroot {}", config.chroot)))
+        let full = format!("{}{chroot}", client.path().trim_end_matches('/'));
+        client
+            .chroot(full.clone())
+            .map_err(|_| Error::backend(format!("bad chroot {full}")))
     }
 
     /// The ACL of every node distlock creates.
     pub(crate) fn acls(&self) -> zk::Acls<'static> {
-        if self.inner.config.digest.is_some() {
+        if self.inner.creator_only {
             zk::Acls::creator_all()
         } else {
             zk::Acls::anyone_all()
@@ -174,6 +261,18 @@ impl Inner {
 
     pub(crate) fn held(&self) -> MutexGuard<'_, HashMap<u128, Held>> {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The error of a backend whose given session has ended: not transient, as
+/// no retry of this backend can get past it.
+fn session_ended(state: zk::SessionState) -> Error {
+    Error::Backend {
+        message: format!(
+            "the ZooKeeper session given to ZkBackend::from_client is {state}; the backend cannot \
+             open another: make a new client and a new backend"
+        ),
+        source: None,
     }
 }
 
