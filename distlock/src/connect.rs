@@ -17,6 +17,8 @@ const KNOWN: &[(&str, &str)] = &[
     ("mariadb", "mysql"),
     ("redis", "redis"),
     ("rediss", "redis"),
+    ("redis+cluster", "redis"),
+    ("rediss+cluster", "redis"),
     ("redlock", "redlock"),
     ("etcd", "etcd"),
     ("zk", "zk"),

@@ -9,13 +9,15 @@ use lock_core::backend::{
 };
 use lock_core::{Capabilities, Error, Fencing, FencingToken, LockName, Result};
 use redis::Client;
+use redis::cluster::ClusterClient;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::config::{CommonOptions, RedisConfig, RedisOptions, ReplicaWait};
+use crate::conn::open_cluster;
 use crate::eviction::Eviction;
 use crate::node::{Keys, Node};
-use crate::notices;
+use crate::notices::{self, Sharded};
 
 /// With pub/sub wake-ups, polling is only a safety net.
 const POLL_CAP: Duration = Duration::from_millis(500);
@@ -28,7 +30,16 @@ pub struct RedisBackend {
     confirm: Option<(Node, ReplicaWait)>,
     capabilities: Capabilities,
     signals: Arc<ReleaseSignals>,
-    subscriber: JoinHandle<()>,
+    notices: Notices,
+}
+
+/// How releases reach this backend's waiters.
+#[derive(Debug)]
+enum Notices {
+    /// One server: the task that forwards its one channel.
+    Single(JoinHandle<()>),
+    /// A cluster: shard channels, subscribed while somebody waits.
+    Sharded(Arc<Sharded>),
 }
 
 impl RedisBackend {
@@ -38,10 +49,76 @@ impl RedisBackend {
         Self::connect_with(RedisConfig::parse(url)?).await
     }
 
-    /// Connects to the server `config` names; see [`connect`](Self::connect).
+    /// Connects to the server or cluster `config` names; see
+    /// [`connect`](Self::connect).
     pub async fn connect_with(config: RedisConfig) -> Result<Self> {
+        if config.is_cluster() {
+            return Self::connect_cluster(&config).await;
+        }
         let node = Node::connect(&config.node, Keys::new(config.common.prefix.clone())).await?;
         Self::start(node, &config.common, config.wait).await
+    }
+
+    /// A Redis Cluster through its seed nodes: commands through redis-rs's
+    /// cluster client, release notices on shard channels.
+    async fn connect_cluster(config: &RedisConfig) -> Result<Self> {
+        let common = &config.common;
+        let seeds: Vec<&str> = config.cluster.iter().map(|n| n.url()).collect();
+        let label = format!(
+            "cluster {}",
+            config
+                .cluster
+                .iter()
+                .map(|n| n.label.as_str())
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let invalid = |e: redis::RedisError| config.node.invalid(e);
+        let builder = || {
+            ClusterClient::builder(seeds.clone())
+                .connection_timeout(common.connect_timeout)
+                .response_timeout(common.timeout)
+                .retries(2)
+        };
+        let keys = Keys::new(common.prefix.clone()).hash_tagged();
+        let client = builder().build().map_err(invalid)?;
+        let node = Node::connect_cluster(
+            &client,
+            label.clone(),
+            common.timeout,
+            common.connect_timeout,
+            common.allow_eviction,
+            keys.clone(),
+        )
+        .await?;
+        let (pushes_in, pushes) = tokio::sync::mpsc::unbounded_channel();
+        let subscriber = builder()
+            .use_protocol(redis::ProtocolVersion::RESP3)
+            .push_sender(pushes_in)
+            .build()
+            .map_err(invalid)?;
+        let conn = open_cluster(&subscriber, &label, common.connect_timeout).await?;
+        let signals = Arc::new(ReleaseSignals::new());
+        let sharded = Sharded::new(conn, pushes, keys, common.timeout, signals.clone());
+        Ok(Self {
+            capabilities: Self::capabilities_of(&node, true),
+            node,
+            confirm: None,
+            signals,
+            notices: Notices::Sharded(Arc::new(sharded)),
+        })
+    }
+
+    fn capabilities_of(node: &Node, ordered: bool) -> Capabilities {
+        // Tokens stay ordered while lock keys may be evicted, since the
+        // counter has no TTL; not once the counter itself may go.
+        let fencing = match node.eviction() {
+            Eviction::AnyKey => Fencing::BestEffort,
+            Eviction::Never | Eviction::KeysWithTtl | Eviction::Unknown => Fencing::Strict,
+        };
+        Capabilities::new(crate::NAME, fencing)
+            .with_server_side_wait(true)
+            .with_ordered_requests(ordered)
     }
 
     /// A backend on the server a `redis::Client` of the application's
@@ -89,29 +166,24 @@ impl RedisBackend {
             Some(wait) => Some((node.with_own_connection(wait.timeout).await?, wait)),
             None => None,
         };
-        // Tokens stay ordered while lock keys may be evicted, since the
-        // counter has no TTL; not once the counter itself may go.
-        let fencing = match node.eviction() {
-            Eviction::AnyKey => Fencing::BestEffort,
-            Eviction::Never | Eviction::KeysWithTtl | Eviction::Unknown => Fencing::Strict,
-        };
         let signals = Arc::new(ReleaseSignals::new());
+        let client = node
+            .client()
+            .cloned()
+            .ok_or_else(|| Error::backend("a backend on one server needs that server's client"))?;
         let subscriber = tokio::spawn(notices::forward(
-            node.client().clone(),
+            client,
             node.keys().channel(),
             common.connect_timeout,
             signals.clone(),
         ));
         // With `WAIT`, grants go out on a connection of their own.
-        let capabilities = Capabilities::new(crate::NAME, fencing)
-            .with_server_side_wait(true)
-            .with_ordered_requests(confirm.is_none());
         Ok(Self {
+            capabilities: Self::capabilities_of(&node, confirm.is_none()),
             node,
             confirm,
-            capabilities,
             signals,
-            subscriber,
+            notices: Notices::Single(subscriber),
         })
     }
 
@@ -148,7 +220,9 @@ impl RedisBackend {
 
 impl Drop for RedisBackend {
     fn drop(&mut self) {
-        self.subscriber.abort();
+        if let Notices::Single(subscriber) = &self.notices {
+            subscriber.abort();
+        }
     }
 }
 
@@ -173,6 +247,22 @@ impl LockBackend for RedisBackend {
     }
 
     async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
+        let Notices::Sharded(sharded) = &self.notices else {
+            return poll_acquire_signalled(self, req, budget, &self.signals, POLL_CAP).await;
+        };
+        // In a cluster a waiter subscribes to its name's releases, which
+        // costs a round trip: only once the lock was found held, and before
+        // the next attempt, whose failure sets the waiting mark that makes
+        // the release announce itself.
+        budget.attempted();
+        if let Some(lease) = self.try_acquire(req).await? {
+            return Ok(lease);
+        }
+        if budget.is_over() {
+            return Err(budget.exhausted(&req.name));
+        }
+        budget.waiting();
+        let _watching = sharded.watch(&req.name).await;
         poll_acquire_signalled(self, req, budget, &self.signals, POLL_CAP).await
     }
 

@@ -163,12 +163,15 @@ pub struct ReplicaWait {
     pub timeout: Duration,
 }
 
-/// A parsed `redis://` URL.
+/// A parsed `redis://` or `redis+cluster://` URL.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct RedisConfig {
-    /// The server.
+    /// The server; for a cluster, the first seed node.
     pub node: NodeConfig,
+    /// A Redis Cluster's seed nodes, in the URL's order; empty for one
+    /// server.
+    pub cluster: Vec<NodeConfig>,
     /// Prefix and timeouts.
     pub common: CommonOptions,
     /// Opt-in replication check after each grant.
@@ -176,8 +179,18 @@ pub struct RedisConfig {
 }
 
 impl RedisConfig {
-    /// Parses `redis[s]://[user:password@]host[:port][/db][?options]`.
+    /// Parses `redis[s]://[user:password@]host[:port][/db][?options]`, or
+    /// `redis[s]+cluster://[user:password@]host:port,host:port,…[?options]`
+    /// for a Redis Cluster reached through those seed nodes (any of its
+    /// nodes; the client learns the rest).
     pub fn parse(url: &str) -> Result<Self> {
+        if let Some((scheme, rest)) = url
+            .strip_prefix("redis+cluster://")
+            .map(|r| ("redis", r))
+            .or_else(|| url.strip_prefix("rediss+cluster://").map(|r| ("rediss", r)))
+        {
+            return Self::parse_cluster(url, scheme, rest);
+        }
         let mut q = QueryOptions::parse(url)?;
         let common = CommonOptions::take(&mut q, url, NodeConfig::DEFAULT_TIMEOUT)?;
         let replicas = q.take_parsed::<u32>("wait_replicas", "a whole number")?;
@@ -199,9 +212,58 @@ impl RedisConfig {
         let base = url.split_once('?').map_or(url, |(b, _)| b);
         Ok(Self {
             node: NodeConfig::new(base, &common)?,
+            cluster: Vec::new(),
             common,
             wait,
         })
+    }
+
+    /// A cluster URL: `rest` is what follows `scheme+cluster://`.
+    fn parse_cluster(url: &str, scheme: &str, rest: &str) -> Result<Self> {
+        let mut q = QueryOptions::parse(url)?;
+        let common = CommonOptions::take(&mut q, url, NodeConfig::DEFAULT_TIMEOUT)?;
+        q.finish(CommonOptions::NAMES).map_err(|e| match e {
+            Error::InvalidUrl { url, reason } if reason.contains("wait_") => Error::InvalidUrl {
+                url,
+                reason: format!("{reason} (a cluster has no WAIT for replicas)"),
+            },
+            e => e,
+        })?;
+        if common.prefix.contains(['{', '}']) {
+            return Err(Error::invalid_url(
+                url,
+                "option \"prefix\" may not contain '{' or '}' in a cluster: the lock name is each key's hash tag",
+            ));
+        }
+        let base = rest.split_once('?').map_or(rest, |(b, _)| b);
+        let (credentials, hosts) = match base.rsplit_once('@') {
+            Some((c, h)) => (format!("{c}@"), h),
+            None => (String::new(), base),
+        };
+        if hosts.contains('/') {
+            return Err(Error::invalid_url(
+                url,
+                "a cluster has only database 0: expected redis+cluster://[USER:PASSWORD@]HOST:PORT,HOST:PORT,…",
+            ));
+        }
+        let cluster = hosts
+            .split(',')
+            .map(|host| NodeConfig::new(&format!("{scheme}://{credentials}{host}"), &common))
+            .collect::<Result<Vec<_>>>()?;
+        let Some(node) = cluster.first().cloned() else {
+            return Err(Error::invalid_url(url, "no seed node"));
+        };
+        Ok(Self {
+            node,
+            cluster,
+            common,
+            wait: None,
+        })
+    }
+
+    /// Whether the URL names a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        !self.cluster.is_empty()
     }
 }
 

@@ -74,6 +74,24 @@ impl MemoryPolicy {
 /// Decides whether distlock may use `server`: refuses one that may evict
 /// lock keys unless the URL says `allow_eviction=true`, and warns when it
 /// proceeds without knowing or with the risk accepted.
+impl Eviction {
+    /// The more evicting of two servers' policies, for a cluster whose
+    /// masters may differ: a key may go if any master may evict it.
+    pub(crate) fn max_with(self, other: Eviction) -> Eviction {
+        let rank = |e: Eviction| match e {
+            Eviction::Unknown => 0,
+            Eviction::Never => 1,
+            Eviction::KeysWithTtl => 2,
+            Eviction::AnyKey => 3,
+        };
+        if rank(other) > rank(self) {
+            other
+        } else {
+            self
+        }
+    }
+}
+
 pub(crate) fn admit(
     server: &str,
     allow_eviction: bool,

@@ -4,6 +4,7 @@
 
 mod backend;
 pub mod config;
+mod conn;
 mod error;
 #[cfg(feature = "raw")]
 pub mod eviction;
@@ -24,5 +25,6 @@ pub use backend::RedisBackend;
 /// error messages give it.
 pub const NAME: &str = "redis";
 
-/// The URL schemes this backend accepts (`rediss` is TLS).
-pub const SCHEMES: &[&str] = &["redis", "rediss"];
+/// The URL schemes this backend accepts (`rediss` is TLS; `redis+cluster`
+/// and `rediss+cluster` name a Redis Cluster by some of its nodes).
+pub const SCHEMES: &[&str] = &["redis", "rediss", "redis+cluster", "rediss+cluster"];

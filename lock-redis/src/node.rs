@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use lock_core::backend::millis;
 use lock_core::{Error, FencingToken, LockName, OwnerToken, Result};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, ErrorKind, RedisError, ScriptInvocation, ServerErrorKind};
+use redis::cluster::ClusterClient;
+use redis::{Client, ErrorKind, RedisError, ScriptInvocation, ServerErrorKind, Value};
 
 use crate::config::NodeConfig;
+use crate::conn::{Conn, open, open_cluster};
 use crate::error::{convert, unanswered};
 use crate::eviction::{self, Eviction, MemoryPolicy};
 use crate::scripts::{ACQUIRE_SCRIPT, HOLDER_SCRIPT, RELEASE, RELEASE_UNANNOUNCED, RENEW_SCRIPT};
@@ -21,6 +22,9 @@ pub struct Keys {
     /// How long a failed attempt marks the name as waited on; zero for no
     /// mark.
     waiting_mark: Duration,
+    /// Whether the name is a hash tag (`{name}`), so that every key of one
+    /// lock lands in one cluster slot.
+    tagged: bool,
 }
 
 impl Keys {
@@ -29,6 +33,28 @@ impl Keys {
         Self {
             prefix: prefix.into(),
             waiting_mark: Self::WAITING_MARK,
+            tagged: false,
+        }
+    }
+
+    /// The same keys for a Redis Cluster: the name in each key is a hash
+    /// tag, `prefix{name}`, `prefix{name}#fence`, `prefix{name}#waiting`,
+    /// so the scripts touch one slot and stay atomic; and each name's
+    /// releases are announced on a shard channel of that slot
+    /// ([`Keys::release_channel`]).
+    pub fn hash_tagged(self) -> Self {
+        Self {
+            tagged: true,
+            ..self
+        }
+    }
+
+    /// The name as it appears in keys: a hash tag in a cluster.
+    fn key_name(&self, name: &LockName) -> String {
+        if self.tagged {
+            format!("{}{{{name}}}", self.prefix)
+        } else {
+            format!("{}{name}", self.prefix)
         }
     }
 
@@ -44,20 +70,20 @@ impl Keys {
 
     /// The lock key: the prefix and the name, holding only the owner token.
     pub fn lock(&self, name: &LockName) -> String {
-        format!("{}{name}", self.prefix)
+        self.key_name(name)
     }
 
     /// The fence counter. `#` is not allowed in lock names, so no lock key
     /// can ever be somebody's fence key.
     pub fn fence(&self, name: &LockName) -> String {
-        format!("{}{name}#fence", self.prefix)
+        format!("{}#fence", self.key_name(name))
     }
 
     /// Set by a failed attempt, for as long as [`Keys::WAITING_MARK`]: while
     /// it exists, a release of the name is announced. Uncontended locks so
     /// publish nothing.
     pub fn waiting(&self, name: &LockName) -> String {
-        format!("{}{name}#waiting", self.prefix)
+        format!("{}#waiting", self.key_name(name))
     }
 
     /// How long one failed attempt marks a name as waited on: longer than a
@@ -68,14 +94,29 @@ impl Keys {
     pub fn channel(&self) -> String {
         format!("{}released", self.prefix)
     }
+
+    /// Where a release of `name` is announced, and with which command: the
+    /// one [`Keys::channel`] by `PUBLISH` on one server; in a cluster, a
+    /// shard channel of the lock's own slot by `SPUBLISH`, which only the
+    /// nodes serving that slot carry, where `PUBLISH` would go to every
+    /// node of the cluster.
+    pub fn release_channel(&self, name: &LockName) -> (String, &'static str) {
+        if self.tagged {
+            (format!("{}#released", self.key_name(name)), "SPUBLISH")
+        } else {
+            (self.channel(), "PUBLISH")
+        }
+    }
 }
 
 /// A connection to one Redis server that reconnects by itself, with a
 /// response timeout on every command.
 #[derive(Clone)]
 pub struct Node {
-    conn: ConnectionManager,
-    client: Client,
+    conn: Conn,
+    /// The one server's client, for more connections to it; `None` in a
+    /// cluster.
+    client: Option<Client>,
     keys: Keys,
     label: String,
     timeout: Duration,
@@ -124,7 +165,7 @@ impl Node {
         let conn = open(&client, &label, connect_timeout, timeout).await?;
         let mut node = Self {
             conn,
-            client,
+            client: Some(client),
             keys,
             label,
             timeout,
@@ -140,6 +181,59 @@ impl Node {
             None => node.configured_policy().await?,
         };
         node.eviction = eviction::admit(&node.label, allow_eviction, policy.as_ref())?;
+        Ok(node)
+    }
+
+    /// Connects to the Redis Cluster that `client` reaches through its seed
+    /// nodes; `keys` must be [hash-tagged](Keys::hash_tagged). Every master
+    /// is checked as [`Node::connect`] checks its one server: version and
+    /// memory policy (a cluster's masters should all be configured alike;
+    /// the most evicting one decides).
+    pub async fn connect_cluster(
+        client: &ClusterClient,
+        label: String,
+        timeout: Duration,
+        connect_timeout: Duration,
+        allow_eviction: bool,
+        keys: Keys,
+    ) -> Result<Self> {
+        let conn = open_cluster(client, &label, connect_timeout).await?;
+        let mut node = Self {
+            conn: Conn::Cluster(conn),
+            client: None,
+            keys,
+            label,
+            timeout,
+            connect_timeout,
+            eviction: Eviction::Unknown,
+        };
+        // `INFO` goes to every node; the answer maps each to its text.
+        let infos: Option<Value> = node.unless_refused(redis::cmd("INFO")).await?;
+        let infos: Vec<String> = match infos {
+            Some(Value::Map(pairs)) => pairs
+                .into_iter()
+                .filter_map(|(_, info)| redis::from_redis_value(info).ok())
+                .collect(),
+            Some(other) => redis::from_redis_value::<String>(other)
+                .into_iter()
+                .collect(),
+            None => Vec::new(),
+        };
+        let mut worst = Eviction::Unknown;
+        for info in &infos {
+            node.check_version(Some(info))?;
+            let found = eviction::admit(
+                &node.label,
+                allow_eviction,
+                MemoryPolicy::from_info(info).as_ref(),
+            )?;
+            worst = worst.max_with(found);
+        }
+        node.eviction = if infos.is_empty() {
+            eviction::admit(&node.label, allow_eviction, None)?
+        } else {
+            worst
+        };
         Ok(node)
     }
 
@@ -194,9 +288,10 @@ impl Node {
         self.eviction
     }
 
-    /// The client, for a subscription connection of its own.
-    pub fn client(&self) -> &Client {
-        &self.client
+    /// The one server's client, for a subscription connection of its own;
+    /// `None` for a cluster.
+    pub fn client(&self) -> Option<&Client> {
+        self.client.as_ref()
     }
 
     /// The key layout.
@@ -319,8 +414,14 @@ impl Node {
     /// whose `WAIT` holds its connection until the replicas answer, and
     /// would hold up every renewal and release queued behind it.
     pub(crate) async fn with_own_connection(&self, extra: Duration) -> Result<Self> {
+        let Some(client) = &self.client else {
+            return Err(Error::Unsupported {
+                backend: crate::NAME,
+                operation: "a connection of its own to one node of a cluster",
+            });
+        };
         let conn = open(
-            &self.client,
+            client,
             &self.label,
             self.connect_timeout,
             self.timeout + extra,
@@ -365,13 +466,15 @@ impl Node {
                 .arg(self.keys.lock(name))
                 .arg(owner.to_hex());
         } else {
+            let (channel, publish) = self.keys.release_channel(name);
             eval.arg(RELEASE)
                 .arg(2)
                 .arg(self.keys.lock(name))
                 .arg(self.keys.waiting(name))
                 .arg(owner.to_hex())
-                .arg(self.keys.channel())
-                .arg(name.as_str());
+                .arg(channel)
+                .arg(name.as_str())
+                .arg(publish);
         }
         let done: i64 = eval
             .query_async(&mut self.conn.clone())
@@ -422,25 +525,6 @@ impl fmt::Debug for Node {
         let (server, keys) = (&self.label, &self.keys);
         write!(f, "Node {{ server: {server:?}, keys: {keys:?}, .. }}")
     }
-}
-
-/// A connection manager to `client`: reconnecting by itself, each command
-/// bounded by `timeout`.
-async fn open(
-    client: &Client,
-    label: &str,
-    connect_timeout: Duration,
-    timeout: Duration,
-) -> Result<ConnectionManager> {
-    let manager = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(connect_timeout))
-        .set_response_timeout(Some(timeout))
-        .set_number_of_retries(1);
-    let connect = client.get_connection_manager_with_config(manager);
-    tokio::time::timeout(connect_timeout, connect)
-        .await
-        .map_err(|_| Error::timeout("connecting to redis", connect_timeout))?
-        .map_err(|e| convert(label, "connect", connect_timeout, e))
 }
 
 /// The oldest Redis with every command the scripts use (`PEXPIRETIME`).

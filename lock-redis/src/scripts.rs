@@ -62,7 +62,8 @@ return 0
 ";
 
 /// `KEYS`: the lock key, the waiting mark. `ARGV`: owner, release channel,
-/// lock name. Deletes the lock only if it is ours, then announces it if
+/// lock name, `PUBLISH` or `SPUBLISH` (a cluster's shard channel, in the
+/// lock's slot). Deletes the lock only if it is ours, then announces it if
 /// anybody waits. One `MGET` reads the owner and the mark together. Returns
 /// 1 if deleted.
 pub(crate) const RELEASE: &str = r"
@@ -72,7 +73,7 @@ if found[1] ~= ARGV[1] then
 end
 redis.call('DEL', KEYS[1])
 if found[2] then
-    redis.call('PUBLISH', ARGV[2], ARGV[3])
+    redis.call(ARGV[4], ARGV[2], ARGV[3])
 end
 return 1
 ";
