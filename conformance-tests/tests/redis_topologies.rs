@@ -1,9 +1,13 @@
-//! The Redis Cluster of the harness, shown to work with plain `redis`
-//! clients (its cluster client, no distlock): the cluster's three masters
-//! cover every slot and each has a replica, keys land where the harness
-//! says, a killed master's replica takes over, and a killed node rejoins.
-//! The shared cluster is the one `DISTLOCK_TEST_REDIS_CLUSTER_URL` names,
-//! if set; the failover test starts its own.
+//! The Redis Cluster and Sentinel topologies of the harness, shown to work
+//! with plain `redis` clients (its cluster and sentinel clients, no
+//! distlock): the cluster's three masters cover every slot and each has a
+//! replica, keys land where the harness says, a killed master's replica
+//! takes over, and a killed node rejoins; the sentinels name the master,
+//! promote the replica when it dies, and a replica whose link was held is
+//! promoted without the writes it missed. The shared cluster and sentinels
+//! are those `DISTLOCK_TEST_REDIS_CLUSTER_URL` and
+//! `DISTLOCK_TEST_REDIS_SENTINEL_URL` name, if set; the failover tests
+//! start their own.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::RangeInclusive;
@@ -11,11 +15,13 @@ use std::time::Duration;
 
 use conformance_tests::servers::redis::Redis;
 use conformance_tests::servers::redis_cluster::{RedisCluster, SLOTS};
+use conformance_tests::servers::redis_sentinel::RedisSentinel;
 use conformance_tests::targets::fresh_table;
-use redis::Value;
 use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
+use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
+use redis::{ConnectionAddr, IntoConnectionInfo, Value};
 use tokio::time::{Instant, sleep};
 
 /// What a failover may take here: a few seconds, with room for a loaded
@@ -41,6 +47,35 @@ async fn cluster_client(cluster: &RedisCluster) -> ClusterConnection {
         .expect("connect a cluster client")
 }
 
+/// A client of the master the sentinels name, logged in as the data
+/// nodes' user.
+async fn sentinel_client(topology: &RedisSentinel) -> MultiplexedConnection {
+    let login = topology.data_nodes()[0]
+        .url("")
+        .into_connection_info()
+        .expect("a redis URL");
+    let login = login.redis_settings();
+    let sentinels = topology.sentinels().iter().map(|s| {
+        let addr = s.socket_addr();
+        ConnectionAddr::Tcp(addr.ip().to_string(), addr.port())
+    });
+    let mut builder =
+        SentinelClientBuilder::new(sentinels, topology.name(), SentinelServerType::Master)
+            .expect("sentinel addresses");
+    if let Some(user) = login.username() {
+        builder = builder.set_client_to_redis_username(user);
+    }
+    if let Some(password) = login.password() {
+        builder = builder.set_client_to_redis_password(password);
+    }
+    builder
+        .build()
+        .expect("a sentinel client")
+        .get_async_connection()
+        .await
+        .expect("connect through the sentinels")
+}
+
 async fn set(conn: &mut impl redis::aio::ConnectionLike, key: &str, value: &str) {
     redis::cmd("SET")
         .arg(key)
@@ -56,6 +91,17 @@ async fn get(conn: &mut impl redis::aio::ConnectionLike, key: &str) -> Option<St
         .query_async(conn)
         .await
         .unwrap_or_else(|e| panic!("GET {key}: {e}"))
+}
+
+/// `WAIT replicas ms` on the connection that wrote: how many replicas
+/// acknowledged its writes.
+async fn wait_replicas(conn: &mut MultiplexedConnection, replicas: u32, ms: u64) -> i64 {
+    redis::cmd("WAIT")
+        .arg(replicas)
+        .arg(ms)
+        .query_async(conn)
+        .await
+        .expect("WAIT")
 }
 
 /// `CLUSTER SLOTS` from a node: each range of slots with its master's
@@ -241,5 +287,109 @@ async fn a_killed_master_is_replaced_by_its_replica_and_rejoins_as_one() {
         of[0].port(),
         killed.port(),
         "the old master is the new one's replica"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sentinels_name_the_master_and_a_sentinel_client_writes_to_it() {
+    let topology = RedisSentinel::shared().await;
+    let master = topology.master().await;
+    for sentinel in topology.sentinels() {
+        let (ip, port): (String, u16) = redis::cmd("SENTINEL")
+            .arg("GET-MASTER-ADDR-BY-NAME")
+            .arg(topology.name())
+            .query_async(&mut plain(sentinel).await)
+            .await
+            .expect("SENTINEL GET-MASTER-ADDR-BY-NAME");
+        assert_eq!(
+            (ip.parse().expect("an IP"), port),
+            (master.socket_addr().ip(), master.port()),
+            "sentinel {}",
+            sentinel.port()
+        );
+    }
+
+    let key = format!("{}:sentinel", fresh_table());
+    let mut conn = sentinel_client(topology).await;
+    set(&mut conn, &key, "v").await;
+    let (_, port): (String, u16) = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("port")
+        .query_async(&mut conn)
+        .await
+        .expect("CONFIG GET port");
+    assert_eq!(
+        port,
+        master.port(),
+        "the sentinel client reached the master"
+    );
+    assert_eq!(
+        wait_replicas(&mut conn, 1, 10_000).await,
+        1,
+        "the replica acknowledged"
+    );
+    let replica = topology.replica().await;
+    assert_eq!(
+        get(&mut plain(replica).await, &key).await.as_deref(),
+        Some("v")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_master_promotes_the_replica_which_takes_writes() {
+    let topology = RedisSentinel::start().await;
+    let old = topology.master().await;
+    let replica = topology.replica().await;
+    let killed_at = Instant::now();
+    assert_eq!(topology.kill_master().await.port(), old.port());
+    let promoted = topology.wait_for_failover(old).await;
+    let took = killed_at.elapsed();
+    eprintln!("sentinel failover: a new master after {took:?}");
+    assert_eq!(promoted.port(), replica.port(), "the replica was promoted");
+    assert!(took < FAILOVER_BOUND, "the failover took {took:?}");
+
+    let mut conn = sentinel_client(&topology).await;
+    set(&mut conn, "after", "written").await;
+    let (_, port): (String, u16) = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("port")
+        .query_async(&mut conn)
+        .await
+        .expect("CONFIG GET port");
+    assert_eq!(port, promoted.port());
+    assert_eq!(topology.master().await.port(), promoted.port());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_link_was_held_is_promoted_without_what_it_missed() {
+    let topology = RedisSentinel::start().await;
+    let master = topology.master().await;
+    let replica = topology.replica().await;
+    let mut conn = plain(master).await;
+
+    // A hold that is let go: the replica catches up.
+    topology.hold_replication().await;
+    set(&mut conn, "caught-up", "v").await;
+    assert_eq!(wait_replicas(&mut conn, 1, 300).await, 0, "held");
+    topology.resume_replication();
+    assert_eq!(wait_replicas(&mut conn, 1, 10_000).await, 1, "let go");
+
+    // A hold the master does not outlive.
+    topology.hold_replication().await;
+    set(&mut conn, "missed", "v").await;
+    assert_eq!(wait_replicas(&mut conn, 1, 300).await, 0, "held");
+    topology.kill_master().await;
+    let promoted = topology.wait_for_failover(master).await;
+    assert_eq!(promoted.port(), replica.port());
+
+    let mut on_promoted = plain(promoted).await;
+    assert_eq!(
+        get(&mut on_promoted, "caught-up").await.as_deref(),
+        Some("v")
+    );
+    assert_eq!(
+        get(&mut on_promoted, "missed").await,
+        None,
+        "the write made while the link was held is lost"
     );
 }

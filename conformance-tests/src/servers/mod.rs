@@ -22,6 +22,8 @@ pub mod postgres;
 pub mod redis;
 #[cfg(feature = "redis")]
 pub mod redis_cluster;
+#[cfg(feature = "redis")]
+pub mod redis_sentinel;
 pub mod url;
 #[cfg(feature = "zk")]
 pub mod zookeeper;
