@@ -1,11 +1,11 @@
 //! The Redis Cluster and Sentinel topologies of the harness, shown to work
 //! with plain `redis` clients (its cluster and sentinel clients, no
 //! distlock): the cluster's three masters cover every slot and each has a
-//! replica, keys land where the harness says, a killed master's replica
-//! takes over, and a killed node rejoins; the sentinels name the master,
-//! promote the replica when it dies, and a replica whose link was held is
-//! promoted without the writes it missed. The shared cluster and sentinels
-//! are those `DISTLOCK_TEST_REDIS_CLUSTER_URL` and
+//! replica, keys land where the harness says, a master killed or frozen is
+//! replaced by its replica and rejoins as one; the sentinels name the
+//! master, promote the replica when it dies, and a replica whose link was
+//! held is promoted without the writes it missed. The shared cluster and
+//! sentinels are those `DISTLOCK_TEST_REDIS_CLUSTER_URL` and
 //! `DISTLOCK_TEST_REDIS_SENTINEL_URL` name, if set; the failover tests
 //! start their own.
 
@@ -287,6 +287,25 @@ async fn a_killed_master_is_replaced_by_its_replica_and_rejoins_as_one() {
         of[0].port(),
         killed.port(),
         "the old master is the new one's replica"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_master_is_failed_over_and_thaws_into_a_replica() {
+    let cluster = RedisCluster::start().await;
+    let master = cluster.master_of_slot(0).await;
+    let replica = cluster.replicas_of(master).await[0];
+    master.process().pause();
+    let promoted = cluster.wait_for_failover(0).await;
+    assert_eq!(promoted.port(), replica.port(), "the replica took over");
+    master.process().resume();
+    cluster.wait_ready().await;
+    let of = cluster.replicas_of(promoted).await;
+    assert_eq!(of.len(), 1);
+    assert_eq!(
+        of[0].port(),
+        master.port(),
+        "the thawed master is a replica"
     );
 }
 
