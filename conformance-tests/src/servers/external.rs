@@ -1,6 +1,7 @@
 //! Servers the contributor runs instead of the ones the harness starts: one
-//! `DISTLOCK_TEST_<BACKEND>_URL` variable per backend (docker-compose.yml
-//! starts a server for each; the README lists the values).
+//! `DISTLOCK_TEST_<BACKEND>_URL` variable per backend, and one each for a
+//! Redis Cluster and Redis Sentinel (docker-compose.yml starts a server for
+//! each but those two; the README lists the values).
 //!
 //! When a backend's variable is set, `shared()` of that backend's server
 //! type (the server every test of a test binary shares) is the server the
@@ -47,6 +48,9 @@ pub struct Backend {
     pub reserved: &'static [&'static str],
     /// A URL of the right form, for messages.
     pub example: &'static str,
+    /// Whether docker-compose.yml runs a server for this variable (and
+    /// the README exports its URL).
+    pub compose: bool,
 }
 
 /// Credentials before the host (`user:password@host`).
@@ -74,6 +78,7 @@ pub const POSTGRES: Backend = Backend {
     path: true,
     reserved: &["table"],
     example: "postgres://USER:PASSWORD@127.0.0.1:5432/DATABASE",
+    compose: true,
 };
 
 /// MySQL or MariaDB.
@@ -89,6 +94,7 @@ pub const MYSQL: Backend = Backend {
     path: true,
     reserved: &["table"],
     example: "mariadb://USER:PASSWORD@127.0.0.1:3306/DATABASE",
+    compose: true,
 };
 
 /// One Redis server.
@@ -104,6 +110,48 @@ pub const REDIS: Backend = Backend {
     path: true,
     reserved: &["prefix"],
     example: "redis://USER:PASSWORD@127.0.0.1:6379",
+    compose: true,
+};
+
+/// A Redis Cluster: any of its nodes, the credentials once, before the
+/// first (see [`super::redis_cluster`]).
+pub const REDIS_CLUSTER: Backend = Backend {
+    feature: "redis",
+    variable: "DISTLOCK_TEST_REDIS_CLUSTER_URL",
+    label: "Redis Cluster",
+    schemes: &["redis+cluster"],
+    default_port: 6379,
+    many_hosts: true,
+    userinfo: Userinfo::PasswordRequired,
+    credentials_hint: "",
+    // A cluster has database 0 only.
+    path: false,
+    reserved: &["prefix"],
+    example: "redis+cluster://USER:PASSWORD@127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003",
+    // Each node tells clients the address it announces, which must reach
+    // it both from the other nodes (in their containers) and from the
+    // host: Docker's published ports give no such address.
+    compose: false,
+};
+
+/// Redis Sentinel: the sentinels, the data nodes' credentials before the
+/// first, the master's name as the path (see [`super::redis_sentinel`]).
+pub const REDIS_SENTINEL: Backend = Backend {
+    feature: "redis",
+    variable: "DISTLOCK_TEST_REDIS_SENTINEL_URL",
+    label: "Redis Sentinel",
+    schemes: &["redis+sentinel"],
+    default_port: 26379,
+    many_hosts: true,
+    userinfo: Userinfo::PasswordRequired,
+    credentials_hint: "",
+    path: true,
+    reserved: &["prefix"],
+    example: "redis+sentinel://USER:PASSWORD@127.0.0.1:26379,127.0.0.1:26380,127.0.0.1:26381/MASTER_NAME",
+    // Sentinels hand clients the master's address, which must reach it
+    // from the sentinels' containers and from the host alike (as for the
+    // cluster).
+    compose: false,
 };
 
 /// Independent Redis masters for Redlock.
@@ -119,6 +167,7 @@ pub const REDLOCK: Backend = Backend {
     path: true,
     reserved: &["prefix"],
     example: "redlock://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003",
+    compose: true,
 };
 
 /// An etcd cluster.
@@ -134,6 +183,7 @@ pub const ETCD: Backend = Backend {
     path: false,
     reserved: &[],
     example: "etcd://127.0.0.1:2379",
+    compose: true,
 };
 
 /// A ZooKeeper server or ensemble.
@@ -149,6 +199,7 @@ pub const ZK: Backend = Backend {
     path: false,
     reserved: &[],
     example: "zk://127.0.0.1:2181",
+    compose: true,
 };
 
 /// One memcached.
@@ -164,10 +215,22 @@ pub const MEMCACHE: Backend = Backend {
     path: false,
     reserved: &["prefix"],
     example: "memcache://127.0.0.1:11211",
+    compose: true,
 };
 
-/// Every backend that needs a server, one variable each.
-pub const BACKENDS: &[&Backend] = &[&POSTGRES, &MYSQL, &REDIS, &REDLOCK, &ETCD, &ZK, &MEMCACHE];
+/// Every backend that needs a server, and the Redis topologies: one
+/// variable each.
+pub const BACKENDS: &[&Backend] = &[
+    &POSTGRES,
+    &MYSQL,
+    &REDIS,
+    &REDIS_CLUSTER,
+    &REDIS_SENTINEL,
+    &REDLOCK,
+    &ETCD,
+    &ZK,
+    &MEMCACHE,
+];
 
 /// The URL `backend`'s variable holds, checked; `None` when it is unset or
 /// empty. A malformed value fails the test with a message naming the

@@ -20,6 +20,10 @@ pub mod memcached;
 pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(feature = "redis")]
+pub mod redis_cluster;
+#[cfg(feature = "redis")]
+pub mod redis_sentinel;
 pub mod url;
 #[cfg(feature = "zk")]
 pub mod zookeeper;
@@ -245,10 +249,18 @@ impl Supervised {
 
 /// A loopback port nobody listens on now.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind an ephemeral loopback port")
+    free_ports(1)[0]
+}
+
+/// `n` distinct loopback ports nobody listens on now: all bound at once,
+/// so none is handed out twice (a cluster node needs two).
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let held: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral loopback port"))
+        .collect();
+    held.iter()
+        .map(|l| l.local_addr().expect("a bound address").port())
+        .collect()
 }
 
 /// Finds `name` on `PATH` or in `extra` directories (globs allowed in the
@@ -376,11 +388,33 @@ pub async fn wait_until_ready<F, Fut>(
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
+    wait_for(&format!("{what} to become ready"), limit, log, || {
+        let ready = ready();
+        async move { ready.await.then_some(()) }
+    })
+    .await;
+}
+
+/// Polls `check` every 100 ms until it gives a value, failing the test
+/// with `log` after `limit`.
+pub async fn wait_for<T, F, Fut>(
+    what: &str,
+    limit: Duration,
+    log: impl Fn() -> String,
+    mut check: F,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
     let deadline = tokio::time::Instant::now() + limit;
-    while !ready().await {
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "{what} did not become ready within {limit:?}; its log:\n{}",
+            "gave up waiting for {what} after {limit:?}; the log:\n{}",
             log()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -13,7 +13,9 @@ use super::external::{REDIS, REDLOCK, external};
 use super::url::ServerUrl;
 use super::{Supervised, data_dir, find_binary, free_port, log_of, started, wait_until_ready};
 
-const USER: &str = "distlock";
+/// The ACL user of the servers the harness starts (the default user is
+/// off).
+pub(super) const USER: &str = "distlock";
 const PASSWORD: &str = "redis-test-secret";
 
 /// A running `redis-server`.
@@ -50,11 +52,24 @@ impl Redis {
     /// Starts a new server with these extra `redis-server` arguments (e.g.
     /// `--maxmemory 1mb`).
     pub async fn start_with(extra: &[&str]) -> Self {
+        Self::start_on(free_port(), extra).await
+    }
+
+    /// Starts a server on `port` with these extra arguments, and waits
+    /// until it answers.
+    pub(super) async fn start_on(port: u16, extra: &[&str]) -> Self {
+        let redis = Self::spawn_on(port, extra);
+        redis.wait_ready().await;
+        redis
+    }
+
+    /// Starts a server on `port` without waiting for it, so that several
+    /// boot at once.
+    pub(super) fn spawn_on(port: u16, extra: &[&str]) -> Self {
         let server = find_binary("redis-server", &[], "redis-server")
             .to_string_lossy()
             .into_owned();
         let dir = data_dir("root");
-        let port = free_port();
         let port_arg = port.to_string();
         let dir_arg = dir.to_string_lossy().into_owned();
         let secret = format!(">{PASSWORD}");
@@ -85,17 +100,20 @@ impl Redis {
             "+@all",
         ];
         command.extend_from_slice(extra);
-        let redis = Self {
-            url: ServerUrl::local(
+        Self::at(
+            ServerUrl::local(
                 distlock::lock_redis::SCHEMES[0],
                 Some(&format!("{USER}:{PASSWORD}")),
                 &[format!("127.0.0.1:{port}")],
                 "",
             ),
-            process: Some(Supervised::start(&dir, "TERM", &command)),
-        };
-        redis.wait_ready().await;
-        redis
+            Some(Supervised::start(&dir, "TERM", &command)),
+        )
+    }
+
+    /// A server at `url`, with its process if the harness started it.
+    pub(super) fn at(url: ServerUrl, process: Option<Supervised>) -> Self {
+        Self { url, process }
     }
 
     /// One server shared by every test in this test binary: the one
@@ -144,6 +162,11 @@ impl Redis {
         started(&self.process, &self.url.redacted())
     }
 
+    /// Its log, if the harness started it (for failure messages).
+    pub fn log(&self) -> String {
+        log_of(&self.process)
+    }
+
     /// Waits until it answers.
     pub async fn wait_ready(&self) {
         wait_until_ready(
@@ -168,6 +191,23 @@ impl Redis {
     /// Runs `redis-cli` against this server as the test user; `None` if it
     /// failed.
     pub fn cli(&self, args: &[&str]) -> Option<String> {
+        answer(self.cli_command(args).output().ok()?)
+    }
+
+    /// [`Redis::cli`] without blocking the runtime, giving up after
+    /// `limit`: a frozen server (SIGSTOP) answers nothing, and pollers
+    /// must not hang on it.
+    pub(super) async fn cli_within(&self, limit: Duration, args: &[&str]) -> Option<String> {
+        let mut command = tokio::process::Command::from(self.cli_command(args));
+        command.kill_on_drop(true);
+        let out = tokio::time::timeout(limit, command.output())
+            .await
+            .ok()?
+            .ok()?;
+        answer(out)
+    }
+
+    fn cli_command(&self, args: &[&str]) -> Command {
         let cli = find_binary("redis-cli", &[], "redis-tools");
         let mut command = Command::new(cli);
         command.args(["-h", self.url.hostname(), "-p", &self.port().to_string()]);
@@ -183,11 +223,23 @@ impl Redis {
         if self.url.scheme() == "rediss" {
             command.arg("--tls");
         }
-        let out = command.arg("--no-auth-warning").args(args).output().ok()?;
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+        command.arg("--no-auth-warning").args(args);
+        command
     }
+}
+
+/// The value of `name` in `INFO`-style `name:value` lines.
+pub(super) fn info_field<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .map(str::trim)
+}
+
+/// What `redis-cli` printed, if it succeeded.
+fn answer(out: std::process::Output) -> Option<String> {
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// Independent masters for Redlock: no replication between them.
