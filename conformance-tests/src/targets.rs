@@ -93,6 +93,27 @@ impl UrlTarget {
         Self::new("redis", server.url(&format!("prefix={}:", fresh_table())))
     }
 
+    /// A fresh key prefix on the shared Redis Cluster (three masters, a
+    /// replica each).
+    #[cfg(feature = "redis")]
+    pub async fn redis_cluster() -> Self {
+        let cluster = crate::servers::redis_cluster::RedisCluster::shared().await;
+        Self::new(
+            "redis-cluster",
+            cluster.url(&format!("prefix={}:", fresh_table())),
+        )
+    }
+
+    /// A fresh key prefix on the master of the shared Sentinel setup.
+    #[cfg(feature = "redis")]
+    pub async fn redis_sentinel() -> Self {
+        let sentinel = crate::servers::redis_sentinel::RedisSentinel::shared().await;
+        Self::new(
+            "redis-sentinel",
+            sentinel.url(&format!("prefix={}:", fresh_table())),
+        )
+    }
+
     /// A fresh key prefix on the shared one-member etcd cluster.
     #[cfg(feature = "etcd")]
     pub async fn etcd() -> Self {

@@ -1,4 +1,5 @@
 //! The conformance suite, once per backend. Adding a backend is one line.
+#![recursion_limit = "256"]
 
 use conformance_tests::conformance_suite;
 use conformance_tests::targets::*;
@@ -8,6 +9,8 @@ conformance_suite!(sqlite, async { UrlTarget::sqlite() });
 conformance_suite!(postgres, UrlTarget::postgres());
 conformance_suite!(mariadb, UrlTarget::mariadb());
 conformance_suite!(redis, UrlTarget::redis());
+conformance_suite!(redis_cluster, UrlTarget::redis_cluster());
+conformance_suite!(redis_sentinel, UrlTarget::redis_sentinel());
 conformance_suite!(redlock, UrlTarget::redlock());
 conformance_suite!(etcd, UrlTarget::etcd());
 conformance_suite!(memcache, UrlTarget::memcache());

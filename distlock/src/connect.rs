@@ -19,6 +19,7 @@ const KNOWN: &[(&str, &str)] = &[
     ("rediss", "redis"),
     ("redis+cluster", "redis"),
     ("rediss+cluster", "redis"),
+    ("redis+sentinel", "redis"),
     ("redlock", "redlock"),
     ("etcd", "etcd"),
     ("zk", "zk"),

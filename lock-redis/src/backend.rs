@@ -55,7 +55,21 @@ impl RedisBackend {
         if config.is_cluster() {
             return Self::connect_cluster(&config).await;
         }
-        let node = Node::connect(&config.node, Keys::new(config.common.prefix.clone())).await?;
+        let keys = Keys::new(config.common.prefix.clone());
+        let node = match &config.sentinel {
+            Some(sentinel) => {
+                let common = &config.common;
+                Node::connect_sentinel(
+                    sentinel,
+                    common.timeout,
+                    common.connect_timeout,
+                    common.allow_eviction,
+                    keys,
+                )
+                .await?
+            }
+            None => Node::connect(&config.node, keys).await?,
+        };
         Self::start(node, &config.common, config.wait).await
     }
 
@@ -167,12 +181,11 @@ impl RedisBackend {
             None => None,
         };
         let signals = Arc::new(ReleaseSignals::new());
-        let client = node
-            .client()
-            .cloned()
+        let to = node
+            .subscribe_to()
             .ok_or_else(|| Error::backend("a backend on one server needs that server's client"))?;
         let subscriber = tokio::spawn(notices::forward(
-            client,
+            to,
             node.keys().channel(),
             common.connect_timeout,
             signals.clone(),

@@ -172,6 +172,8 @@ pub struct RedisConfig {
     /// A Redis Cluster's seed nodes, in the URL's order; empty for one
     /// server.
     pub cluster: Vec<NodeConfig>,
+    /// The sentinels that name the master, for `redis+sentinel://`.
+    pub sentinel: Option<SentinelConfig>,
     /// Prefix and timeouts.
     pub common: CommonOptions,
     /// Opt-in replication check after each grant.
@@ -179,10 +181,13 @@ pub struct RedisConfig {
 }
 
 impl RedisConfig {
-    /// Parses `redis[s]://[user:password@]host[:port][/db][?options]`, or
+    /// Parses `redis[s]://[user:password@]host[:port][/db][?options]`;
     /// `redis[s]+cluster://[user:password@]host:port,host:port,…[?options]`
     /// for a Redis Cluster reached through those seed nodes (any of its
-    /// nodes; the client learns the rest).
+    /// nodes; the client learns the rest); or
+    /// `redis+sentinel://[user:password@]host:port,host:port,…/MASTER[?options]`
+    /// for the master that those Redis Sentinels name `MASTER`, the user
+    /// and password being the data nodes'.
     pub fn parse(url: &str) -> Result<Self> {
         if let Some((scheme, rest)) = url
             .strip_prefix("redis+cluster://")
@@ -193,26 +198,24 @@ impl RedisConfig {
         }
         let mut q = QueryOptions::parse(url)?;
         let common = CommonOptions::take(&mut q, url, NodeConfig::DEFAULT_TIMEOUT)?;
-        let replicas = q.take_parsed::<u32>("wait_replicas", "a whole number")?;
-        let wait_timeout = q.take_duration("wait_timeout")?;
+        let wait = take_wait(&mut q, url)?;
         q.finish(&[CommonOptions::NAMES, &["wait_replicas", "wait_timeout"]].concat())?;
-        let wait = match (replicas, wait_timeout) {
-            (Some(0) | None, None) => None,
-            (Some(0) | None, Some(_)) => {
-                return Err(Error::invalid_url(
-                    url,
-                    "option \"wait_timeout\" needs \"wait_replicas\" of 1 or more",
-                ));
-            }
-            (Some(replicas), timeout) => Some(ReplicaWait {
-                replicas,
-                timeout: timeout.unwrap_or(Duration::from_secs(1)),
-            }),
-        };
+        if let Some(rest) = url.strip_prefix("redis+sentinel://") {
+            let sentinel = SentinelConfig::parse(url, rest)?;
+            let node = NodeConfig::new(&format!("redis://{}", sentinel.label()), &common)?;
+            return Ok(Self {
+                node,
+                cluster: Vec::new(),
+                sentinel: Some(sentinel),
+                common,
+                wait,
+            });
+        }
         let base = url.split_once('?').map_or(url, |(b, _)| b);
         Ok(Self {
             node: NodeConfig::new(base, &common)?,
             cluster: Vec::new(),
+            sentinel: None,
             common,
             wait,
         })
@@ -256,6 +259,7 @@ impl RedisConfig {
         Ok(Self {
             node,
             cluster,
+            sentinel: None,
             common,
             wait: None,
         })
@@ -264,6 +268,109 @@ impl RedisConfig {
     /// Whether the URL names a Redis Cluster.
     pub fn is_cluster(&self) -> bool {
         !self.cluster.is_empty()
+    }
+}
+
+/// `wait_replicas` and `wait_timeout`.
+fn take_wait(q: &mut QueryOptions, url: &str) -> Result<Option<ReplicaWait>> {
+    let replicas = q.take_parsed::<u32>("wait_replicas", "a whole number")?;
+    let wait_timeout = q.take_duration("wait_timeout")?;
+    match (replicas, wait_timeout) {
+        (Some(0) | None, None) => Ok(None),
+        (Some(0) | None, Some(_)) => Err(Error::invalid_url(
+            url,
+            "option \"wait_timeout\" needs \"wait_replicas\" of 1 or more",
+        )),
+        (Some(replicas), timeout) => Ok(Some(ReplicaWait {
+            replicas,
+            timeout: timeout.unwrap_or(Duration::from_secs(1)),
+        })),
+    }
+}
+
+/// Where Redis Sentinel is asked for the master. `Debug` never shows the
+/// password.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct SentinelConfig {
+    /// The sentinels, `(host, port)`.
+    pub sentinels: Vec<(String, u16)>,
+    /// The name the sentinels know the master by.
+    pub master: String,
+    /// The data nodes' user, if any.
+    pub username: Option<String>,
+    pub(crate) password: Option<String>,
+    /// The URL without its password, for messages.
+    pub(crate) redacted: String,
+}
+
+impl SentinelConfig {
+    /// `rest` is what follows `redis+sentinel://`.
+    fn parse(url: &str, rest: &str) -> Result<Self> {
+        let shape = "expected redis+sentinel://[USER:PASSWORD@]HOST:PORT,HOST:PORT,…/MASTER_NAME";
+        let base = rest.split_once('?').map_or(rest, |(b, _)| b);
+        let (authority, master) = base
+            .split_once('/')
+            .filter(|(_, m)| !m.is_empty() && !m.contains('/'))
+            .ok_or_else(|| Error::invalid_url(url, format!("no master name: {shape}")))?;
+        let (credentials, hosts) = match authority.rsplit_once('@') {
+            Some((c, h)) => (Some(c), h),
+            None => (None, authority),
+        };
+        let decode = |s: &str| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8()
+                .map(|d| d.into_owned())
+                .map_err(|_| Error::invalid_url(url, "credentials are not UTF-8"))
+        };
+        let (username, password) = match credentials {
+            None => (None, None),
+            Some(c) => match c.split_once(':') {
+                Some((u, p)) => (
+                    (!u.is_empty()).then(|| decode(u)).transpose()?,
+                    Some(decode(p)?),
+                ),
+                None => (Some(decode(c)?), None),
+            },
+        };
+        let sentinels = hosts
+            .split(',')
+            .map(|h| {
+                let label = host_with_port(url, h, 26379, shape)?;
+                let (host, port) = label.rsplit_once(':').unwrap_or((&label, "26379"));
+                let port = port.parse().map_err(|_| {
+                    Error::invalid_url(url, format!("bad port in \"{h}\": {shape}"))
+                })?;
+                Ok((host.trim_matches(['[', ']']).to_owned(), port))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            sentinels,
+            master: decode(master)?,
+            username,
+            password,
+            redacted: redact(url),
+        })
+    }
+
+    /// `master@host:port,…`, for messages.
+    pub fn label(&self) -> String {
+        let hosts: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|(h, p)| format!("{h}:{p}"))
+            .collect();
+        format!("{}@{}", self.master, hosts.join(","))
+    }
+}
+
+impl fmt::Debug for SentinelConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SentinelConfig")
+            .field("sentinels", &self.sentinels)
+            .field("master", &self.master)
+            .field("username", &self.username)
+            .finish_non_exhaustive()
     }
 }
 

@@ -1,23 +1,31 @@
 //! The connection a [`Node`](crate::node::Node) sends its commands on: to
-//! one server, or to a Redis Cluster, where redis-rs's cluster client
-//! routes each command to the master of its key's slot and follows
-//! `MOVED` and `ASK` as slots move.
+//! one server; to a Redis Cluster, where redis-rs's cluster client routes
+//! each command to the master of its key's slot and follows `MOVED` and
+//! `ASK` as slots move; or to the master Redis Sentinel names.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{Error, Result};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{Client, Cmd, Pipeline, RedisFuture, Value};
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use redis::{
+    Client, Cmd, ConnectionAddr, ErrorKind, Pipeline, RedisError, RedisFuture, ServerErrorKind,
+    Value,
+};
 
+use crate::config::SentinelConfig;
 use crate::error::convert;
 
-/// One server's reconnecting connection, or a cluster's.
+/// One server's reconnecting connection, a cluster's, or the one to the
+/// master that Redis Sentinel names.
 #[derive(Clone)]
 pub(crate) enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    Sentinel(Arc<SentinelConn>),
 }
 
 impl ConnectionLike for Conn {
@@ -25,6 +33,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
             Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Sentinel(s) => Box::pin(s.run(async move |c| c.req_packed_command(cmd).await)),
         }
     }
 
@@ -37,6 +46,9 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
             Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Sentinel(s) => {
+                Box::pin(s.run(async move |c| c.req_packed_commands(pipeline, offset, count).await))
+            }
         }
     }
 
@@ -44,6 +56,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
+            Conn::Sentinel(_) => 0,
         }
     }
 }
@@ -79,4 +92,130 @@ pub(crate) async fn open_cluster(
         .await
         .map_err(|_| Error::timeout("connecting to the redis cluster", connect_timeout))?
         .map_err(|e| convert(label, "connect", connect_timeout, e))
+}
+
+/// The master that Redis Sentinel names, followed across failovers: the
+/// connection to it is dropped when it fails in a way a failover explains
+/// (no connection, a timeout, `READONLY` from a master demoted to replica),
+/// and the next command asks the sentinels again. The failed command is
+/// not sent again: whether it was applied is unknown, which the caller
+/// handles as for any lost reply.
+pub(crate) struct SentinelConn {
+    sentinels: tokio::sync::Mutex<SentinelClient>,
+    master: std::sync::Mutex<Option<ConnectionManager>>,
+    label: String,
+    connect_timeout: Duration,
+    timeout: Duration,
+}
+
+impl SentinelConn {
+    /// Asks the sentinels of `config` for the master and connects to it.
+    pub(crate) async fn connect(
+        config: &SentinelConfig,
+        label: &str,
+        connect_timeout: Duration,
+        timeout: Duration,
+    ) -> Result<Arc<Self>> {
+        let invalid = |e: redis::RedisError| Error::invalid_url(&config.redacted, e.to_string());
+        let addrs = config
+            .sentinels
+            .iter()
+            .map(|(host, port)| ConnectionAddr::Tcp(host.clone(), *port));
+        let mut builder =
+            SentinelClientBuilder::new(addrs, &config.master, SentinelServerType::Master)
+                .map_err(invalid)?;
+        if let Some(user) = &config.username {
+            builder = builder.set_client_to_redis_username(user);
+        }
+        if let Some(password) = &config.password {
+            builder = builder.set_client_to_redis_password(password);
+        }
+        let sentinels = builder.build().map_err(invalid)?;
+        let conn = Arc::new(Self {
+            sentinels: tokio::sync::Mutex::new(sentinels),
+            master: std::sync::Mutex::new(None),
+            label: label.to_owned(),
+            connect_timeout,
+            timeout,
+        });
+        conn.master().await?;
+        Ok(conn)
+    }
+
+    /// The same master on connections of their own, with another command
+    /// timeout.
+    pub(crate) async fn again(
+        &self,
+        config: &SentinelConfig,
+        timeout: Duration,
+    ) -> Result<Arc<Self>> {
+        Self::connect(config, &self.label, self.connect_timeout, timeout).await
+    }
+
+    /// A client of the master the sentinels name now.
+    pub(crate) async fn master_client(&self) -> Result<Client> {
+        let ask = async { self.sentinels.lock().await.async_get_client().await };
+        tokio::time::timeout(self.connect_timeout, ask)
+            .await
+            .map_err(|_| {
+                Error::timeout("asking the sentinels for the master", self.connect_timeout)
+            })?
+            .map_err(|e| {
+                convert(
+                    &self.label,
+                    "ask the sentinels for the master",
+                    self.connect_timeout,
+                    e,
+                )
+            })
+    }
+
+    /// The connection to the master, made if there is none.
+    async fn master(&self) -> Result<ConnectionManager> {
+        if let Some(conn) = self
+            .master
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+        {
+            return Ok(conn);
+        }
+        let client = self.master_client().await?;
+        let Conn::Single(conn) =
+            open(&client, &self.label, self.connect_timeout, self.timeout).await?
+        else {
+            unreachable!("open makes one server's connection");
+        };
+        *self.master.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Whether `e` may mean the master changed.
+    fn after_failover(e: &RedisError) -> bool {
+        e.is_io_error()
+            || e.is_connection_refusal()
+            || e.is_connection_dropped()
+            || e.is_timeout()
+            || e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
+    }
+
+    fn forget_master(&self) {
+        *self.master.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    async fn run<T>(
+        &self,
+        send: impl AsyncFnOnce(&mut ConnectionManager) -> redis::RedisResult<T>,
+    ) -> redis::RedisResult<T> {
+        let mut conn = self.master().await.map_err(|e| {
+            RedisError::from((ErrorKind::Io, "no master from the sentinels", e.to_string()))
+        })?;
+        let out = send(&mut conn).await;
+        if let Err(e) = &out
+            && Self::after_failover(e)
+        {
+            self.forget_master();
+        }
+        out
+    }
 }

@@ -26,5 +26,12 @@ pub use backend::RedisBackend;
 pub const NAME: &str = "redis";
 
 /// The URL schemes this backend accepts (`rediss` is TLS; `redis+cluster`
-/// and `rediss+cluster` name a Redis Cluster by some of its nodes).
-pub const SCHEMES: &[&str] = &["redis", "rediss", "redis+cluster", "rediss+cluster"];
+/// and `rediss+cluster` name a Redis Cluster by some of its nodes;
+/// `redis+sentinel` names a master by its sentinels).
+pub const SCHEMES: &[&str] = &[
+    "redis",
+    "rediss",
+    "redis+cluster",
+    "rediss+cluster",
+    "redis+sentinel",
+];

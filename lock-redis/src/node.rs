@@ -2,6 +2,7 @@
 //! runs the same operations on each of its nodes.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::backend::millis;
@@ -9,8 +10,8 @@ use lock_core::{Error, FencingToken, LockName, OwnerToken, Result};
 use redis::cluster::ClusterClient;
 use redis::{Client, ErrorKind, RedisError, ScriptInvocation, ServerErrorKind, Value};
 
-use crate::config::NodeConfig;
-use crate::conn::{Conn, open, open_cluster};
+use crate::config::{NodeConfig, SentinelConfig};
+use crate::conn::{Conn, SentinelConn, open, open_cluster};
 use crate::error::{convert, unanswered};
 use crate::eviction::{self, Eviction, MemoryPolicy};
 use crate::scripts::{ACQUIRE_SCRIPT, HOLDER_SCRIPT, RELEASE, RELEASE_UNANNOUNCED, RENEW_SCRIPT};
@@ -114,14 +115,43 @@ impl Keys {
 #[derive(Clone)]
 pub struct Node {
     conn: Conn,
-    /// The one server's client, for more connections to it; `None` in a
-    /// cluster.
-    client: Option<Client>,
+    /// Where more connections to the same server come from.
+    source: Source,
     keys: Keys,
     label: String,
     timeout: Duration,
     connect_timeout: Duration,
     eviction: Eviction,
+}
+
+/// Where a node's connections come from.
+#[derive(Clone)]
+enum Source {
+    /// One server's client.
+    Single(Client),
+    /// A cluster: its one connection routes every command.
+    Cluster,
+    /// The master that these sentinels name.
+    Sentinel(Arc<SentinelConn>, SentinelConfig),
+}
+
+/// A client of the server that releases are announced on, for a
+/// subscription connection: one server's, or the master Sentinel names
+/// now.
+#[derive(Clone)]
+pub(crate) enum SubscribeTo {
+    Single(Client),
+    Sentinel(Arc<SentinelConn>),
+}
+
+impl SubscribeTo {
+    /// The client to subscribe through now.
+    pub(crate) async fn client(&self) -> Result<Client> {
+        match self {
+            SubscribeTo::Single(client) => Ok(client.clone()),
+            SubscribeTo::Sentinel(sentinel) => sentinel.master_client().await,
+        }
+    }
 }
 
 /// What [`Node::holder`] found.
@@ -163,15 +193,45 @@ impl Node {
         keys: Keys,
     ) -> Result<Self> {
         let conn = open(&client, &label, connect_timeout, timeout).await?;
-        let mut node = Self {
+        let node = Self {
             conn,
-            client: Some(client),
+            source: Source::Single(client),
             keys,
             label,
             timeout,
             connect_timeout,
             eviction: Eviction::Unknown,
         };
+        node.checked(allow_eviction).await
+    }
+
+    /// Connects to the master that the sentinels of `config` name, and
+    /// follows it across failovers (see [`SentinelConn`]); checked as
+    /// [`Node::connect`] checks its server.
+    pub(crate) async fn connect_sentinel(
+        config: &SentinelConfig,
+        timeout: Duration,
+        connect_timeout: Duration,
+        allow_eviction: bool,
+        keys: Keys,
+    ) -> Result<Self> {
+        let label = format!("sentinel {}", config.label());
+        let sentinel = SentinelConn::connect(config, &label, connect_timeout, timeout).await?;
+        let node = Self {
+            conn: Conn::Sentinel(sentinel.clone()),
+            source: Source::Sentinel(sentinel, config.clone()),
+            keys,
+            label,
+            timeout,
+            connect_timeout,
+            eviction: Eviction::Unknown,
+        };
+        node.checked(allow_eviction).await
+    }
+
+    /// The node once its server's version and memory policy passed.
+    async fn checked(mut self, allow_eviction: bool) -> Result<Self> {
+        let node = &mut self;
         // One `INFO` (its default sections include both) answers the
         // version and the memory policy.
         let info: Option<String> = node.unless_refused(redis::cmd("INFO")).await?;
@@ -181,7 +241,7 @@ impl Node {
             None => node.configured_policy().await?,
         };
         node.eviction = eviction::admit(&node.label, allow_eviction, policy.as_ref())?;
-        Ok(node)
+        Ok(self)
     }
 
     /// Connects to the Redis Cluster that `client` reaches through its seed
@@ -200,7 +260,7 @@ impl Node {
         let conn = open_cluster(client, &label, connect_timeout).await?;
         let mut node = Self {
             conn: Conn::Cluster(conn),
-            client: None,
+            source: Source::Cluster,
             keys,
             label,
             timeout,
@@ -288,10 +348,14 @@ impl Node {
         self.eviction
     }
 
-    /// The one server's client, for a subscription connection of its own;
-    /// `None` for a cluster.
-    pub fn client(&self) -> Option<&Client> {
-        self.client.as_ref()
+    /// Where a subscription to release notices connects; `None` for a
+    /// cluster, whose notices go by shard channel.
+    pub(crate) fn subscribe_to(&self) -> Option<SubscribeTo> {
+        match &self.source {
+            Source::Single(client) => Some(SubscribeTo::Single(client.clone())),
+            Source::Sentinel(sentinel, _) => Some(SubscribeTo::Sentinel(sentinel.clone())),
+            Source::Cluster => None,
+        }
     }
 
     /// The key layout.
@@ -414,19 +478,26 @@ impl Node {
     /// whose `WAIT` holds its connection until the replicas answer, and
     /// would hold up every renewal and release queued behind it.
     pub(crate) async fn with_own_connection(&self, extra: Duration) -> Result<Self> {
-        let Some(client) = &self.client else {
-            return Err(Error::Unsupported {
-                backend: crate::NAME,
-                operation: "a connection of its own to one node of a cluster",
-            });
+        let conn = match &self.source {
+            Source::Single(client) => {
+                open(
+                    client,
+                    &self.label,
+                    self.connect_timeout,
+                    self.timeout + extra,
+                )
+                .await?
+            }
+            Source::Sentinel(sentinel, config) => {
+                Conn::Sentinel(sentinel.again(config, self.timeout + extra).await?)
+            }
+            Source::Cluster => {
+                return Err(Error::Unsupported {
+                    backend: crate::NAME,
+                    operation: "a connection of its own to one node of a cluster",
+                });
+            }
         };
-        let conn = open(
-            client,
-            &self.label,
-            self.connect_timeout,
-            self.timeout + extra,
-        )
-        .await?;
         Ok(Self {
             conn,
             timeout: self.timeout + extra,

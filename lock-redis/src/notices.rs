@@ -11,11 +11,11 @@ use futures_util::StreamExt;
 use lock_core::LockName;
 use lock_core::backend::ReleaseSignals;
 use redis::cluster_async::ClusterConnection;
-use redis::{Client, PushInfo, PushKind};
+use redis::{PushInfo, PushKind};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::task::JoinHandle;
 
-use crate::node::Keys;
+use crate::node::{Keys, SubscribeTo};
 
 /// Pause before subscribing again after the connection was lost. Notices
 /// published meanwhile are lost; the waiters' safety-net polling covers them.
@@ -24,12 +24,21 @@ const RESUBSCRIBE_AFTER: Duration = Duration::from_millis(200);
 /// Forwards every notice on `channel` to `signals`, reconnecting for ever
 /// (the task is aborted with its backend).
 pub(crate) async fn forward(
-    client: Client,
+    to: SubscribeTo,
     channel: String,
     connect_timeout: Duration,
     signals: Arc<ReleaseSignals>,
 ) {
     loop {
+        // Asked again each time: under Sentinel, the master may have moved.
+        let client = match to.client().await {
+            Ok(client) => client,
+            Err(e) => {
+                tracing::debug!(%channel, error = %e, "no server to subscribe to releases on");
+                tokio::time::sleep(RESUBSCRIBE_AFTER).await;
+                continue;
+            }
+        };
         let subscribed = tokio::time::timeout(connect_timeout, async {
             let mut pubsub = client.get_async_pubsub().await?;
             pubsub.subscribe(&channel).await?;
