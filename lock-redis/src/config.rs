@@ -541,4 +541,61 @@ mod tests {
             ],
         );
     }
+
+    #[test]
+    fn cluster_urls_name_seed_nodes_with_shared_credentials() {
+        let c = RedisConfig::parse(
+            "redis+cluster://app:s3cret@10.0.0.1:7000,10.0.0.2:7001?prefix=svc:&timeout=300ms",
+        )
+        .unwrap();
+        assert!(c.is_cluster() && c.sentinel.is_none());
+        let labels: Vec<&str> = c.cluster.iter().map(|n| n.label.as_str()).collect();
+        assert_eq!(labels, ["10.0.0.1:7000", "10.0.0.2:7001"]);
+        assert_eq!(c.cluster[1].url(), "redis://app:s3cret@10.0.0.2:7001");
+        assert_eq!(c.common.timeout, Duration::from_millis(300));
+        assert!(!format!("{c:?}").contains("s3cret"));
+        let tls = RedisConfig::parse("rediss+cluster://h:1").unwrap();
+        assert_eq!(tls.cluster[0].url(), "rediss://h:1");
+        for (url, expected) in [
+            ("redis+cluster://h:1?wait_replicas=1", "WAIT"),
+            ("redis+cluster://h:1?prefix=a{b}", "prefix"),
+            ("redis+cluster://h:1/2", "database 0"),
+        ] {
+            let err = RedisConfig::parse(url).unwrap_err();
+            assert!(
+                err.is_invalid_input() && err.to_string().contains(expected),
+                "{url}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn sentinel_urls_name_the_sentinels_and_the_master() {
+        let c = RedisConfig::parse(
+            "redis+sentinel://app:s3cret@127.0.0.1:26379,127.0.0.2/mymaster?wait_replicas=1",
+        )
+        .unwrap();
+        let s = c.sentinel.as_ref().unwrap();
+        assert_eq!(
+            s.sentinels,
+            [
+                ("127.0.0.1".to_owned(), 26379),
+                ("127.0.0.2".to_owned(), 26379)
+            ]
+        );
+        assert_eq!(s.master, "mymaster");
+        assert_eq!(s.username.as_deref(), Some("app"));
+        assert_eq!(s.password.as_deref(), Some("s3cret"));
+        assert_eq!(c.wait.map(|w| w.replicas), Some(1));
+        assert!(!format!("{c:?}").contains("s3cret"));
+        for url in [
+            "redis+sentinel://127.0.0.1:26379",
+            "redis+sentinel://127.0.0.1:26379/",
+            "redis+sentinel://127.0.0.1:x/m",
+        ] {
+            let err = RedisConfig::parse(url).unwrap_err();
+            assert!(err.is_invalid_input(), "{url}: {err}");
+            assert!(!err.to_string().contains("s3cret"));
+        }
+    }
 }

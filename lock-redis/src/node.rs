@@ -140,7 +140,7 @@ enum Source {
 /// now.
 #[derive(Clone)]
 pub(crate) enum SubscribeTo {
-    Single(Client),
+    Single(Box<Client>),
     Sentinel(Arc<SentinelConn>),
 }
 
@@ -148,7 +148,7 @@ impl SubscribeTo {
     /// The client to subscribe through now.
     pub(crate) async fn client(&self) -> Result<Client> {
         match self {
-            SubscribeTo::Single(client) => Ok(client.clone()),
+            SubscribeTo::Single(client) => Ok((**client).clone()),
             SubscribeTo::Sentinel(sentinel) => sentinel.master_client().await,
         }
     }
@@ -352,7 +352,7 @@ impl Node {
     /// cluster, whose notices go by shard channel.
     pub(crate) fn subscribe_to(&self) -> Option<SubscribeTo> {
         match &self.source {
-            Source::Single(client) => Some(SubscribeTo::Single(client.clone())),
+            Source::Single(client) => Some(SubscribeTo::Single(Box::new(client.clone()))),
             Source::Sentinel(sentinel, _) => Some(SubscribeTo::Sentinel(sentinel.clone())),
             Source::Cluster => None,
         }
