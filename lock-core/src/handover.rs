@@ -16,6 +16,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use crate::options::WaitBudget;
 
 /// Waiters of one backend by the entry each watches. `W` is what a release
 /// needs to check the waiter's own entry; `G` is what a grant hands it.
@@ -30,6 +33,10 @@ struct Waiting<W, G> {
     id: u64,
     waiter: W,
     grant: oneshot::Sender<G>,
+    /// The waiter's wait: once cancelled (its caller went away), the
+    /// waiter is handed nothing, so the lock is not granted to an acquire
+    /// nobody waits for any more, only to be given back.
+    cancel: CancellationToken,
 }
 
 /// A waiter taken by the release that deletes the entry it watches.
@@ -64,14 +71,27 @@ impl<W, G> Handovers<W, G> {
         self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Registers `waiter` as waiting for the entry `watched` to go. A later
-    /// registration for the same entry replaces this one, which then reads
-    /// the queue as usual.
-    pub fn register(self: &Arc<Self>, watched: &str, waiter: W) -> Registration<W, G> {
+    /// Registers `waiter`, whose wait `budget` bounds, as waiting for the
+    /// entry `watched` to go. A later registration for the same entry
+    /// replaces this one, which then reads the queue as usual.
+    pub fn register(
+        self: &Arc<Self>,
+        watched: &str,
+        waiter: W,
+        budget: &WaitBudget,
+    ) -> Registration<W, G> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (grant, granted) = oneshot::channel();
-        self.waiting()
-            .insert(watched.to_owned(), Waiting { id, waiter, grant });
+        let cancel = budget.cancel_token().clone();
+        self.waiting().insert(
+            watched.to_owned(),
+            Waiting {
+                id,
+                waiter,
+                grant,
+                cancel,
+            },
+        );
         Registration {
             handovers: self.clone(),
             watched: watched.to_owned(),
@@ -83,8 +103,13 @@ impl<W, G> Handovers<W, G> {
     /// Takes the waiter of `watched`, if there is one: called by a release
     /// of the holder's entry `watched` before it sends the delete.
     pub fn take(&self, watched: &str) -> Option<Handover<W, G>> {
-        let Waiting { waiter, grant, .. } = self.waiting().remove(watched)?;
-        Some(Handover { waiter, grant })
+        let Waiting {
+            waiter,
+            grant,
+            cancel,
+            ..
+        } = self.waiting().remove(watched)?;
+        (!cancel.is_cancelled()).then_some(Handover { waiter, grant })
     }
 }
 
@@ -135,28 +160,37 @@ mod tests {
     #[tokio::test]
     async fn a_taken_registration_waits_for_the_release_and_an_untaken_one_does_not() {
         let handovers: Arc<Handovers<&str, u32>> = Arc::default();
-        let untaken = handovers.register("a", "waiter of a");
+        let forever = WaitBudget::forever();
+        let untaken = handovers.register("a", "waiter of a", &forever);
         assert_eq!(untaken.handed_over().await, None);
         assert!(handovers.take("a").is_none(), "withdrawn");
 
-        let taken = handovers.register("b", "waiter of b");
+        let taken = handovers.register("b", "waiter of b", &forever);
         let handover = handovers.take("b").expect("registered");
         assert_eq!(handover.waiter, "waiter of b");
         let granting = tokio::spawn(async move { handover.grant(7) });
         assert_eq!(taken.handed_over().await, Some(7));
         granting.await.unwrap();
 
-        let dropped = handovers.register("c", "waiter of c");
+        let dropped = handovers.register("c", "waiter of c", &forever);
         drop(handovers.take("c"));
         assert_eq!(dropped.handed_over().await, None, "not vouched for");
 
-        let replaced = handovers.register("d", "first");
-        let newer = handovers.register("d", "second");
+        let replaced = handovers.register("d", "first", &forever);
+        let newer = handovers.register("d", "second", &forever);
         assert_eq!(replaced.handed_over().await, None);
         drop(newer);
         assert!(
             handovers.take("d").is_none(),
             "dropped registrations leave nothing"
         );
+
+        // A waiter whose caller went away is handed nothing.
+        let cancel = CancellationToken::new();
+        let budget = WaitBudget::new(crate::Wait::Forever, cancel.clone());
+        let gone = handovers.register("e", "gone", &budget);
+        cancel.cancel();
+        assert!(handovers.take("e").is_none(), "a cancelled waiter");
+        drop(gone);
     }
 }

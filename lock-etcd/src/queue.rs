@@ -206,7 +206,7 @@ impl EtcdBackend {
                     revision: place.revision,
                     session: session.id,
                 };
-                self.handovers.register(&watched, waiter)
+                self.handovers.register(&watched, waiter, budget)
             });
             match budget.race(deleted(&mut stream)).await {
                 None => return Err(budget.exhausted(&req.name)),

@@ -378,7 +378,7 @@ impl ZkBackend {
                 path: format!("{parent}/{}", node.name),
                 czxid: node.czxid,
             };
-            let registration = self.inner.handovers.register(&before, waiter);
+            let registration = self.inner.handovers.register(&before, waiter, budget);
             let watcher = match self
                 .call("watch the predecessor", client.get_and_watch_data(&before))
                 .await?
