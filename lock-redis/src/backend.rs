@@ -19,6 +19,10 @@ use crate::eviction::Eviction;
 use crate::node::{Keys, Node};
 use crate::notices::{self, Sharded};
 
+/// A cluster backend's name, as its capabilities give it (for metrics and
+/// side-by-side benchmarks, where it is not one server).
+const CLUSTER_NAME: &str = "redis-cluster";
+
 /// With pub/sub wake-ups, polling is only a safety net.
 const POLL_CAP: Duration = Duration::from_millis(500);
 
@@ -115,7 +119,7 @@ impl RedisBackend {
         let signals = Arc::new(ReleaseSignals::new());
         let sharded = Sharded::new(conn, pushes, keys, common.timeout, signals.clone());
         Ok(Self {
-            capabilities: Self::capabilities_of(&node, true),
+            capabilities: Self::capabilities_of(CLUSTER_NAME, &node, true),
             node,
             confirm: None,
             signals,
@@ -123,14 +127,14 @@ impl RedisBackend {
         })
     }
 
-    fn capabilities_of(node: &Node, ordered: bool) -> Capabilities {
+    fn capabilities_of(name: &'static str, node: &Node, ordered: bool) -> Capabilities {
         // Tokens stay ordered while lock keys may be evicted, since the
         // counter has no TTL; not once the counter itself may go.
         let fencing = match node.eviction() {
             Eviction::AnyKey => Fencing::BestEffort,
             Eviction::Never | Eviction::KeysWithTtl | Eviction::Unknown => Fencing::Strict,
         };
-        Capabilities::new(crate::NAME, fencing)
+        Capabilities::new(name, fencing)
             .with_server_side_wait(true)
             .with_ordered_requests(ordered)
     }
@@ -192,7 +196,7 @@ impl RedisBackend {
         ));
         // With `WAIT`, grants go out on a connection of their own.
         Ok(Self {
-            capabilities: Self::capabilities_of(&node, confirm.is_none()),
+            capabilities: Self::capabilities_of(crate::NAME, &node, confirm.is_none()),
             node,
             confirm,
             signals,

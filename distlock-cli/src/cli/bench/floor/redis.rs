@@ -1,6 +1,8 @@
 //! The floor of `redis://`: `SET key owner NX PX ttl`, then `EVALSHA` of a
 //! compare-and-delete script, on one `ConnectionManager` configured as
-//! lock-redis configures its own. No fence counter, no pub/sub notice.
+//! lock-redis configures its own. No fence counter, no pub/sub notice. For
+//! `redis+cluster://`, the same two commands through redis-rs's cluster
+//! client.
 
 use std::time::Duration;
 
@@ -26,13 +28,30 @@ impl RedisFloor {
     /// Connects as lock-redis connects for the same URL (its timeouts).
     pub(super) async fn open(url: &str) -> Result<Self> {
         let config = RedisConfig::parse(&distlock::backend_url(url)?)?;
-        let node = RawNode::connect(
-            base_url(url),
-            &config.node.label,
-            config.node.timeout,
-            config.node.connect_timeout,
-        )
-        .await?;
+        if config.sentinel.is_some() {
+            return Err(Error::Unsupported {
+                backend: "redis",
+                operation: "a benchmark floor through Sentinel (measure the master with redis://HOST:PORT)",
+            });
+        }
+        let node = if config.is_cluster() {
+            let seeds = config.cluster.iter().map(|n| n.url().to_owned()).collect();
+            RawNode::connect_cluster(
+                seeds,
+                &config.node.label,
+                config.node.timeout,
+                config.node.connect_timeout,
+            )
+            .await?
+        } else {
+            RawNode::connect(
+                base_url(url),
+                &config.node.label,
+                config.node.timeout,
+                config.node.connect_timeout,
+            )
+            .await?
+        };
         Ok(Self { node })
     }
 }

@@ -6,16 +6,19 @@ use super::floor_error;
 use std::time::Duration;
 
 use distlock::{Error, Result};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 /// The smallest safe release: delete the key only if it still holds our
 /// value.
 const COMPARE_AND_DELETE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
 
-/// One server.
+/// One server, or a cluster through redis-rs's cluster client.
 #[derive(Clone)]
 pub(super) struct RawNode {
-    conn: ConnectionManager,
+    conn: RawConn,
     script: redis::Script,
     label: String,
 }
@@ -46,7 +49,35 @@ impl RawNode {
         })?
         .map_err(|e| convert(label, "connect", e))?;
         Ok(Self {
-            conn,
+            conn: RawConn::Single(conn),
+            script: redis::Script::new(COMPARE_AND_DELETE),
+            label: label.to_owned(),
+        })
+    }
+
+    /// A Redis Cluster through its seed nodes `urls`, with lock-redis's
+    /// timeouts: each command goes to the master of its key's slot.
+    pub(super) async fn connect_cluster(
+        urls: Vec<String>,
+        label: &str,
+        timeout: Duration,
+        connect_timeout: Duration,
+    ) -> Result<Self> {
+        let client = ClusterClient::builder(urls)
+            .connection_timeout(connect_timeout)
+            .response_timeout(timeout)
+            .retries(2)
+            .build()
+            .map_err(|e| convert(label, "connect", e))?;
+        let conn = tokio::time::timeout(connect_timeout, client.get_async_connection())
+            .await
+            .map_err(|_| Error::Timeout {
+                operation: "connecting to the redis cluster",
+                after: connect_timeout,
+            })?
+            .map_err(|e| convert(label, "connect", e))?;
+        Ok(Self {
+            conn: RawConn::Cluster(conn),
             script: redis::Script::new(COMPARE_AND_DELETE),
             label: label.to_owned(),
         })
@@ -86,4 +117,39 @@ fn convert(label: &str, operation: &str, e: redis::RedisError) -> Error {
     let transient =
         e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal();
     floor_error("redis", &format!("{operation} on {label}"), transient, e)
+}
+
+/// What a [`RawNode`] sends on.
+#[derive(Clone)]
+enum RawConn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for RawConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            RawConn::Single(c) => c.req_packed_command(cmd),
+            RawConn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            RawConn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            RawConn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            RawConn::Single(c) => c.get_db(),
+            RawConn::Cluster(c) => c.get_db(),
+        }
+    }
 }
