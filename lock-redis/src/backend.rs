@@ -9,12 +9,11 @@ use lock_core::backend::{
 };
 use lock_core::{Capabilities, Error, Fencing, FencingToken, LockName, Result};
 use redis::Client;
-use redis::cluster::ClusterClient;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::config::{CommonOptions, RedisConfig, RedisOptions, ReplicaWait};
-use crate::conn::open_cluster;
+use crate::conn::{cluster_client, open_cluster};
 use crate::eviction::Eviction;
 use crate::node::{Keys, Node};
 use crate::notices::{self, Sharded};
@@ -81,7 +80,7 @@ impl RedisBackend {
     /// cluster client, release notices on shard channels.
     async fn connect_cluster(config: &RedisConfig) -> Result<Self> {
         let common = &config.common;
-        let seeds: Vec<&str> = config.cluster.iter().map(|n| n.url()).collect();
+        let seeds: Vec<String> = config.cluster.iter().map(|n| n.url().to_owned()).collect();
         let label = format!(
             "cluster {}",
             config
@@ -92,12 +91,7 @@ impl RedisBackend {
                 .join(",")
         );
         let invalid = |e: redis::RedisError| config.node.invalid(e);
-        let builder = || {
-            ClusterClient::builder(seeds.clone())
-                .connection_timeout(common.connect_timeout)
-                .response_timeout(common.timeout)
-                .retries(2)
-        };
+        let builder = || cluster_client(seeds.clone(), common.timeout, common.connect_timeout);
         let keys = Keys::new(common.prefix.clone()).hash_tagged();
         let client = builder().build().map_err(invalid)?;
         let node = Node::connect_cluster(

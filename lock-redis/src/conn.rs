@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use lock_core::{Error, Result};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::ClusterClient;
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{
@@ -22,9 +22,12 @@ use crate::error::convert;
 /// One server's reconnecting connection, a cluster's, or the one to the
 /// master that Redis Sentinel names.
 #[derive(Clone)]
-pub(crate) enum Conn {
+pub enum Conn {
+    /// One server.
     Single(ConnectionManager),
+    /// A cluster.
     Cluster(ClusterConnection),
+    /// The master Sentinel names.
     Sentinel(Arc<SentinelConn>),
 }
 
@@ -63,7 +66,7 @@ impl ConnectionLike for Conn {
 
 /// A connection manager to `client`: reconnecting by itself, each command
 /// bounded by `timeout`.
-pub(crate) async fn open(
+pub async fn open(
     client: &Client,
     label: &str,
     connect_timeout: Duration,
@@ -81,9 +84,23 @@ pub(crate) async fn open(
     Ok(Conn::Single(conn))
 }
 
+/// A cluster client of the seed nodes `urls`, with lock-redis's timeouts:
+/// every command bounded by `timeout`, each connection by
+/// `connect_timeout`, and two retries (a `MOVED` or `ASK` costs one).
+pub fn cluster_client(
+    urls: Vec<String>,
+    timeout: Duration,
+    connect_timeout: Duration,
+) -> ClusterClientBuilder {
+    ClusterClient::builder(urls)
+        .connection_timeout(connect_timeout)
+        .response_timeout(timeout)
+        .retries(2)
+}
+
 /// A cluster connection through `client`, which learns the cluster's
 /// slots from whichever of its seed nodes answers first.
-pub(crate) async fn open_cluster(
+pub async fn open_cluster(
     client: &ClusterClient,
     label: &str,
     connect_timeout: Duration,
@@ -100,7 +117,7 @@ pub(crate) async fn open_cluster(
 /// and the next command asks the sentinels again. The failed command is
 /// not sent again: whether it was applied is unknown, which the caller
 /// handles as for any lost reply.
-pub(crate) struct SentinelConn {
+pub struct SentinelConn {
     sentinels: tokio::sync::Mutex<SentinelClient>,
     master: std::sync::Mutex<Option<ConnectionManager>>,
     label: String,

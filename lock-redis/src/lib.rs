@@ -4,6 +4,10 @@
 
 mod backend;
 pub mod config;
+#[cfg(feature = "raw")]
+pub mod conn;
+#[cfg(not(feature = "raw"))]
+#[allow(unreachable_pub)]
 mod conn;
 mod error;
 #[cfg(feature = "raw")]

@@ -193,16 +193,30 @@ impl Node {
         keys: Keys,
     ) -> Result<Self> {
         let conn = open(&client, &label, connect_timeout, timeout).await?;
-        let node = Self {
+        let times = (timeout, connect_timeout);
+        Self::unchecked(conn, Source::Single(client), keys, label, times)
+            .checked(allow_eviction)
+            .await
+    }
+
+    /// A node on `conn` whose server has not been checked yet; `times` is
+    /// the command timeout, then the connect timeout.
+    fn unchecked(
+        conn: Conn,
+        source: Source,
+        keys: Keys,
+        label: String,
+        (timeout, connect_timeout): (Duration, Duration),
+    ) -> Self {
+        Self {
             conn,
-            source: Source::Single(client),
+            source,
             keys,
             label,
             timeout,
             connect_timeout,
             eviction: Eviction::Unknown,
-        };
-        node.checked(allow_eviction).await
+        }
     }
 
     /// Connects to the master that the sentinels of `config` name, and
@@ -217,16 +231,11 @@ impl Node {
     ) -> Result<Self> {
         let label = format!("sentinel {}", config.label());
         let sentinel = SentinelConn::connect(config, &label, connect_timeout, timeout).await?;
-        let node = Self {
-            conn: Conn::Sentinel(sentinel.clone()),
-            source: Source::Sentinel(sentinel, config.clone()),
-            keys,
-            label,
-            timeout,
-            connect_timeout,
-            eviction: Eviction::Unknown,
-        };
-        node.checked(allow_eviction).await
+        let conn = Conn::Sentinel(sentinel.clone());
+        let source = Source::Sentinel(sentinel, config.clone());
+        Self::unchecked(conn, source, keys, label, (timeout, connect_timeout))
+            .checked(allow_eviction)
+            .await
     }
 
     /// The node once its server's version and memory policy passed.
@@ -258,15 +267,8 @@ impl Node {
         keys: Keys,
     ) -> Result<Self> {
         let conn = open_cluster(client, &label, connect_timeout).await?;
-        let mut node = Self {
-            conn: Conn::Cluster(conn),
-            source: Source::Cluster,
-            keys,
-            label,
-            timeout,
-            connect_timeout,
-            eviction: Eviction::Unknown,
-        };
+        let times = (timeout, connect_timeout);
+        let mut node = Self::unchecked(Conn::Cluster(conn), Source::Cluster, keys, label, times);
         // `INFO` goes to every node; the answer maps each to its text.
         let infos: Option<Value> = node.unless_refused(redis::cmd("INFO")).await?;
         let infos: Vec<String> = match infos {

@@ -1,15 +1,12 @@
 //! The two raw Redis commands the Redis and Redlock floors share: `SET key
 //! owner NX PX ttl`, and `EVALSHA` of a compare-and-delete script, on a
-//! `ConnectionManager` configured as lock-redis's `node.rs` configures it.
+//! connection lock-redis opens as it opens its own (`lock_redis::conn`).
 
 use super::floor_error;
 use std::time::Duration;
 
 use distlock::{Error, Result};
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::ClusterClient;
-use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use lock_redis::conn::{Conn, cluster_client, open, open_cluster};
 
 /// The smallest safe release: delete the key only if it still holds our
 /// value.
@@ -18,7 +15,7 @@ const COMPARE_AND_DELETE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then 
 /// One server, or a cluster through redis-rs's cluster client.
 #[derive(Clone)]
 pub(super) struct RawNode {
-    conn: RawConn,
+    conn: Conn,
     script: redis::Script,
     label: String,
 }
@@ -34,25 +31,8 @@ impl RawNode {
     ) -> Result<Self> {
         let client =
             redis::Client::open(url).map_err(|e| Error::invalid_url(url, e.to_string()))?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(connect_timeout))
-            .set_response_timeout(Some(timeout))
-            .set_number_of_retries(1);
-        let conn = tokio::time::timeout(
-            connect_timeout,
-            client.get_connection_manager_with_config(config),
-        )
-        .await
-        .map_err(|_| Error::Timeout {
-            operation: "connecting to redis",
-            after: connect_timeout,
-        })?
-        .map_err(|e| convert(label, "connect", e))?;
-        Ok(Self {
-            conn: RawConn::Single(conn),
-            script: redis::Script::new(COMPARE_AND_DELETE),
-            label: label.to_owned(),
-        })
+        let conn = open(&client, label, connect_timeout, timeout).await?;
+        Ok(Self::on(conn, label))
     }
 
     /// A Redis Cluster through its seed nodes `urls`, with lock-redis's
@@ -63,24 +43,19 @@ impl RawNode {
         timeout: Duration,
         connect_timeout: Duration,
     ) -> Result<Self> {
-        let client = ClusterClient::builder(urls)
-            .connection_timeout(connect_timeout)
-            .response_timeout(timeout)
-            .retries(2)
+        let client = cluster_client(urls, timeout, connect_timeout)
             .build()
             .map_err(|e| convert(label, "connect", e))?;
-        let conn = tokio::time::timeout(connect_timeout, client.get_async_connection())
-            .await
-            .map_err(|_| Error::Timeout {
-                operation: "connecting to the redis cluster",
-                after: connect_timeout,
-            })?
-            .map_err(|e| convert(label, "connect", e))?;
-        Ok(Self {
-            conn: RawConn::Cluster(conn),
+        let conn = open_cluster(&client, label, connect_timeout).await?;
+        Ok(Self::on(Conn::Cluster(conn), label))
+    }
+
+    fn on(conn: Conn, label: &str) -> Self {
+        Self {
+            conn,
             script: redis::Script::new(COMPARE_AND_DELETE),
             label: label.to_owned(),
-        })
+        }
     }
 
     /// `SET key owner NX PX ttl`: `true` if set.
@@ -117,39 +92,4 @@ fn convert(label: &str, operation: &str, e: redis::RedisError) -> Error {
     let transient =
         e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal();
     floor_error("redis", &format!("{operation} on {label}"), transient, e)
-}
-
-/// What a [`RawNode`] sends on.
-#[derive(Clone)]
-enum RawConn {
-    Single(ConnectionManager),
-    Cluster(ClusterConnection),
-}
-
-impl ConnectionLike for RawConn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            RawConn::Single(c) => c.req_packed_command(cmd),
-            RawConn::Cluster(c) => c.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            RawConn::Single(c) => c.req_packed_commands(pipeline, offset, count),
-            RawConn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            RawConn::Single(c) => c.get_db(),
-            RawConn::Cluster(c) => c.get_db(),
-        }
-    }
 }
