@@ -62,6 +62,7 @@ impl Keys {
     /// The same keys for a client that nobody wakes by pub/sub (Redlock
     /// waits by retrying): failed attempts set no waiting mark, so they
     /// write nothing and releases publish nothing.
+    #[cfg_attr(not(feature = "raw"), allow(dead_code))]
     pub fn without_waiting_mark(self) -> Self {
         Self {
             waiting_mark: Duration::ZERO,
@@ -401,6 +402,7 @@ impl Node {
     /// every key, but there is no counter to read it back from
     /// ([`Node::holder`]'s `counter` is not it), and the same owner asking
     /// again is refused like anybody else.
+    #[cfg_attr(not(feature = "raw"), allow(dead_code))]
     pub async fn acquire_stamped(
         &self,
         name: &LockName,

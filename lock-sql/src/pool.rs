@@ -104,6 +104,8 @@ impl SqlOptions {
 #[derive(Debug)]
 pub(crate) struct Checked {
     pub(crate) table: TableName,
+    /// Only PostgreSQL has schemas; the other dialects refuse one.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) schema: Option<TableName>,
     pub(crate) timeout: Duration,
 }
