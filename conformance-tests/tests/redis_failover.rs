@@ -89,8 +89,9 @@ async fn a_cluster_master_killed_mid_run() {
     let cluster = RedisCluster::start().await;
     let url = cluster.url(&format!("prefix={}:&timeout=500ms", fresh_table()));
     let (a, b) = (locker(&url).await, locker(&url).await);
-    // Held across the failover, with a TTL longer than it takes.
-    let ttl = Duration::from_secs(30);
+    // Held across the failover, with a TTL longer than it takes; renewed
+    // every 6.7 s, on the promoted replica once it serves.
+    let ttl = Duration::from_secs(20);
     let all = names("held", 24);
     let mut held: Vec<(String, LockGuard)> = Vec::new();
     for name in &all {
@@ -134,12 +135,12 @@ async fn a_cluster_master_killed_mid_run() {
             lost += 1;
         }
     }
-    let mut at_risk_or_lost = 0;
-    for (_, guard) in &held {
-        if guard.state() != LockState::Held {
-            at_risk_or_lost += 1;
-        }
-    }
+    // Long enough for every guard to renew since the failover.
+    sleep(ttl / 3 + Duration::from_secs(1)).await;
+    let at_risk_or_lost = held
+        .iter()
+        .filter(|(_, guard)| guard.state() != LockState::Held)
+        .count();
     eprintln!(
         "redis cluster failover: {failover:?} from the kill to the replica serving; {} of 24 held locks were on the killed master, {lost} of them granted again after the failover; {at_risk_or_lost} guards not Held",
         on_killed.len()
@@ -148,6 +149,7 @@ async fn a_cluster_master_killed_mid_run() {
     // A lock written seconds before the kill reached the replica:
     // replication is asynchronous, but not that slow.
     assert_eq!(lost, 0, "held locks lost in the failover");
+    assert_eq!(at_risk_or_lost, 0, "guards that could not renew after it");
     for (_, guard) in held {
         let _ = guard.release().await;
     }
@@ -162,8 +164,8 @@ async fn after_a_sentinel_failover_new_acquires_succeed() {
         .lock_with("before", opts(Duration::from_secs(30)))
         .await
         .expect("free");
-    let old = sentinel.kill_master().await;
     let killed_at = Instant::now();
+    let old = sentinel.kill_master().await;
     sentinel.wait_for_failover(old).await;
     let failover = killed_at.elapsed();
     let after = eventually("acquire after the failover", async || {
@@ -234,8 +236,8 @@ async fn without_wait_a_failover_can_grant_a_held_lock_twice() {
     })
     .await;
     let overlap = taken.is_some();
-    // The first holder's lease still runs: two owners at once.
-    let still_believed = holder.lease().remaining() > Duration::ZERO;
+    // The first holder still holds it as far as it can tell: two owners.
+    let still_believed = holder.state() == LockState::Held;
     eprintln!(
         "redis sentinel without WAIT: the promoted replica lacked the holder's key; second owner granted: {}, while the first's lease had {:?} left",
         overlap,

@@ -291,9 +291,22 @@ impl LockGuard {
             });
         }
         let lease = self.lease();
+        // A shorter TTL may be applied even when its answer is lost (or
+        // this future dropped): the local deadline moves to it first, so it
+        // never outlasts the server's.
+        let shortened = lease.renewed(ttl, Instant::now());
+        if shortened.deadline() < lease.deadline() {
+            *self.handle.lease.lock().unwrap_or_else(|p| p.into_inner()) = shortened.clone();
+            self.replan_renewals(&shortened);
+        }
         let span =
             tracing::info_span!("extend", lock = %lease.name(), token = %lease.token(), ttl = ?ttl);
         match self.backend.renew(&lease, ttl).instrument(span).await {
+            // Lost meanwhile (the lease ran out while the request was on its
+            // way): nothing renews it any more.
+            Ok(_) if self.handle.lost.is_cancelled() => Err(Error::Lost {
+                name: self.name().to_string(),
+            }),
             Ok(renewed) => {
                 *self.handle.lease.lock().unwrap_or_else(|p| p.into_inner()) = renewed.clone();
                 renewing.signal.set(LockState::Held);
@@ -457,6 +470,7 @@ impl Drop for LockGuard {
         let backend = self.backend.clone();
         let lease = self.handle.lease.clone();
         let renewing = self.renewing.clone();
+        let lost = self.handle.lost.clone();
         let held_for = self.granted_at.elapsed();
         let span =
             tracing::info_span!("release_on_drop", lock = %self.name(), token = %self.token());
@@ -467,7 +481,8 @@ impl Drop for LockGuard {
                 if let Err(e) = &released {
                     tracing::debug!(error = %e, "best-effort release of a dropped guard failed");
                 }
-                let found_gone = matches!(released, Err(Error::NotHeld { .. }));
+                let found_gone =
+                    lost.is_cancelled() || matches!(released, Err(Error::NotHeld { .. }));
                 metrics::released(renewing.signal.labels(), held_for, found_gone);
             }
             .instrument(span),

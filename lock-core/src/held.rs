@@ -5,7 +5,10 @@
 //! Other tasks sharing the locker still wait for the name as usual: one
 //! locker shared by many tasks is how an application serialises them. A
 //! guard moved to another task still counts for the task that took it; that
-//! task gets `AlreadyHeld` until the guard is gone.
+//! task gets `AlreadyHeld` until the guard is gone. Futures run together
+//! inside one task (`join!`, `select!`, `FuturesUnordered`) are one task
+//! here: the second to lock a name the first holds gets `AlreadyHeld` —
+//! spawn them as tasks to have them take turns.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};

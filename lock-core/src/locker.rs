@@ -115,8 +115,9 @@ impl Locker {
     /// If `opts` would wait, fails at once with [`Error::AlreadyHeld`] when
     /// the calling task holds `name` through a guard of this locker (or a
     /// clone of it): locks are not reentrant, and the wait would wait on
-    /// itself. Other tasks wait for the name as usual. Without a wait
-    /// ([`Wait::No`]) the answer is [`Error::Busy`], as for any holder.
+    /// itself. Other tasks wait for the name as usual; futures joined in
+    /// one task are one task. Without a wait ([`Wait::No`]) the answer is
+    /// [`Error::Busy`], as for any holder.
     pub async fn lock_with(
         &self,
         name: impl AsRef<str>,

@@ -164,9 +164,10 @@ impl KeepAlive {
             };
             match outcome {
                 Ok(renewed) => {
+                    // The backend's TTL, which a session may set.
+                    next = (sent + renewed.ttl() / RENEW_FRACTION).min(renewed.deadline());
                     *self.lease.lock().unwrap_or_else(|p| p.into_inner()) = renewed;
                     signal.set(LockState::Held);
-                    next = sent + ttl / RENEW_FRACTION;
                 }
                 Err(Error::NotHeld { .. }) => {
                     return signal.lost(

@@ -702,3 +702,27 @@ async fn a_task_waiting_for_a_name_it_holds_fails_at_once() {
     // Released, the name may be taken again by the task that held it.
     locker.lock("a").await.unwrap().release().await.unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn extend_to_a_shorter_ttl_moves_the_deadline_before_the_answer() {
+    let backend = Flaky::default();
+    let locker = Locker::new(backend.clone());
+    let mut guard = locker.lock_with("a", opts(30_000)).await.unwrap();
+    let handle = guard.handle();
+    // The server may apply the shorter TTL although its answer never comes.
+    backend.set(HANGING);
+    let extending = tokio::spawn(async move {
+        let outcome = guard.extend(Duration::from_secs(1)).await;
+        (outcome, guard)
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(
+        handle.lease().remaining() <= Duration::from_secs(1),
+        "the local deadline already follows the shorter TTL: {:?}",
+        handle.lease().remaining()
+    );
+    tokio::time::timeout(Duration::from_secs(2), handle.lost())
+        .await
+        .expect("lost at the shorter deadline");
+    extending.abort();
+}

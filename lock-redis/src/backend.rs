@@ -273,7 +273,7 @@ impl LockBackend for RedisBackend {
             return Err(budget.exhausted(&req.name));
         }
         budget.waiting();
-        let _watching = sharded.watch(&req.name).await;
+        let _watching = sharded.watch(&req.name, budget).await;
         poll_acquire_signalled(self, req, budget, &self.signals, POLL_CAP).await
     }
 

@@ -119,7 +119,12 @@ pub async fn open_cluster(
 /// handles as for any lost reply.
 pub struct SentinelConn {
     sentinels: tokio::sync::Mutex<SentinelClient>,
-    master: std::sync::Mutex<Option<ConnectionManager>>,
+    /// The connection to the master, with the number of the look-up that
+    /// found it.
+    master: std::sync::Mutex<Option<(u64, ConnectionManager)>>,
+    /// Held while the sentinels are asked, so that commands failing
+    /// together make one look-up.
+    resolving: tokio::sync::Mutex<u64>,
     label: String,
     connect_timeout: Duration,
     timeout: Duration,
@@ -151,6 +156,7 @@ impl SentinelConn {
         let conn = Arc::new(Self {
             sentinels: tokio::sync::Mutex::new(sentinels),
             master: std::sync::Mutex::new(None),
+            resolving: tokio::sync::Mutex::new(0),
             label: label.to_owned(),
             connect_timeout,
             timeout,
@@ -187,15 +193,23 @@ impl SentinelConn {
             })
     }
 
-    /// The connection to the master, made if there is none.
-    async fn master(&self) -> Result<ConnectionManager> {
-        if let Some(conn) = self
-            .master
+    fn current(&self) -> Option<(u64, ConnectionManager)> {
+        self.master
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
-        {
-            return Ok(conn);
+    }
+
+    /// The connection to the master, made if there is none, with its
+    /// look-up's number.
+    async fn master(&self) -> Result<(u64, ConnectionManager)> {
+        if let Some(current) = self.current() {
+            return Ok(current);
+        }
+        let mut lookups = self.resolving.lock().await;
+        // Another command may have looked while this one waited.
+        if let Some(current) = self.current() {
+            return Ok(current);
         }
         let client = self.master_client().await?;
         let Conn::Single(conn) =
@@ -203,8 +217,10 @@ impl SentinelConn {
         else {
             unreachable!("open makes one server's connection");
         };
-        *self.master.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn.clone());
-        Ok(conn)
+        *lookups += 1;
+        let current = (*lookups, conn);
+        *self.master.lock().unwrap_or_else(|p| p.into_inner()) = Some(current.clone());
+        Ok(current)
     }
 
     /// Whether `e` may mean the master changed.
@@ -216,22 +232,27 @@ impl SentinelConn {
             || e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
     }
 
-    fn forget_master(&self) {
-        *self.master.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    /// Drops the connection of look-up `lookup`, unless a later look-up
+    /// replaced it already.
+    fn forget_master(&self, lookup: u64) {
+        let mut master = self.master.lock().unwrap_or_else(|p| p.into_inner());
+        if master.as_ref().is_some_and(|(n, _)| *n == lookup) {
+            *master = None;
+        }
     }
 
     async fn run<T>(
         &self,
         send: impl AsyncFnOnce(&mut ConnectionManager) -> redis::RedisResult<T>,
     ) -> redis::RedisResult<T> {
-        let mut conn = self.master().await.map_err(|e| {
+        let (lookup, mut conn) = self.master().await.map_err(|e| {
             RedisError::from((ErrorKind::Io, "no master from the sentinels", e.to_string()))
         })?;
         let out = send(&mut conn).await;
         if let Err(e) = &out
             && Self::after_failover(e)
         {
-            self.forget_master();
+            self.forget_master(lookup);
         }
         out
     }

@@ -4,12 +4,12 @@
 //! waits.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use lock_core::LockName;
-use lock_core::backend::ReleaseSignals;
+use lock_core::backend::{ReleaseSignals, WaitBudget};
 use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind};
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -75,13 +75,23 @@ pub(crate) async fn forward(
 /// or a failover; the pushes come back on one channel.
 pub(crate) struct Sharded {
     conn: ClusterConnection,
-    /// Local waiters per subscribed name. Changed, and the subscriptions
-    /// with it, under this lock, so that a subscription dropped by the last
-    /// waiter and made again by the next go to the server in that order.
-    waiters: tokio::sync::Mutex<HashMap<LockName, usize>>,
+    /// Local waiters per name, and whether the name's channel is
+    /// subscribed. Counted at once, before any request, so that a watch
+    /// dropped half-way is uncounted by its [`Watching`].
+    waiters: Mutex<HashMap<LockName, Waiters>>,
+    /// Held while a subscription is made or dropped, so that the last
+    /// waiter's unsubscribe and the next waiter's subscribe reach the server
+    /// in that order.
+    commands: tokio::sync::Mutex<()>,
     keys: Keys,
     timeout: Duration,
     reader: JoinHandle<()>,
+}
+
+#[derive(Default)]
+struct Waiters {
+    count: usize,
+    subscribed: bool,
 }
 
 impl Sharded {
@@ -111,46 +121,66 @@ impl Sharded {
         });
         Self {
             conn,
-            waiters: tokio::sync::Mutex::new(HashMap::new()),
+            waiters: Mutex::new(HashMap::new()),
+            commands: tokio::sync::Mutex::new(()),
             keys,
             timeout,
             reader,
         }
     }
 
-    /// Subscribes to `name`'s releases until the result is dropped. The
-    /// subscription is confirmed when this returns; a failure only costs
-    /// the waiter its wake-ups (it still polls), so it is logged, not
-    /// returned.
-    pub(crate) async fn watch(self: &Arc<Self>, name: &LockName) -> Watching {
-        let mut waiters = self.waiters.lock().await;
-        let count = waiters.entry(name.clone()).or_insert(0);
-        *count += 1;
-        if *count == 1 {
+    fn waiters(&self) -> std::sync::MutexGuard<'_, HashMap<LockName, Waiters>> {
+        self.waiters.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Subscribes to `name`'s releases until the result is dropped; the
+    /// subscription is confirmed when this returns, unless `budget` ran out
+    /// first. A failure only costs the waiter its wake-ups (it still
+    /// polls), so it is logged, not returned, and the next watch of the
+    /// name tries again.
+    pub(crate) async fn watch(self: &Arc<Self>, name: &LockName, budget: &WaitBudget) -> Watching {
+        self.waiters().entry(name.clone()).or_default().count += 1;
+        let watching = Watching {
+            sharded: self.clone(),
+            name: Some(name.clone()),
+        };
+        let subscribe = async {
+            let _commands = self.commands.lock().await;
+            if self.waiters().get(name).is_none_or(|w| w.subscribed) {
+                return;
+            }
             let (channel, _) = self.keys.release_channel(name);
             let mut conn = self.conn.clone();
             match tokio::time::timeout(self.timeout, conn.ssubscribe(&channel)).await {
-                Ok(Ok(())) => {}
+                Ok(Ok(())) => {
+                    if let Some(w) = self.waiters().get_mut(name) {
+                        w.subscribed = true;
+                    }
+                }
                 Ok(Err(e)) => tracing::debug!(%channel, error = %e, "cannot subscribe to releases"),
                 Err(_) => tracing::debug!(%channel, "subscribing to releases timed out"),
             }
-        }
-        Watching {
-            sharded: self.clone(),
-            name: Some(name.clone()),
-        }
+        };
+        budget.race(subscribe).await;
+        watching
     }
 
     async fn unwatch(&self, name: LockName) {
-        let mut waiters = self.waiters.lock().await;
-        let Some(count) = waiters.get_mut(&name) else {
-            return;
+        let _commands = self.commands.lock().await;
+        let subscribed = {
+            let mut waiters = self.waiters();
+            let Some(w) = waiters.get_mut(&name) else {
+                return;
+            };
+            w.count -= 1;
+            if w.count > 0 {
+                return;
+            }
+            waiters.remove(&name).is_some_and(|w| w.subscribed)
         };
-        *count -= 1;
-        if *count > 0 {
+        if !subscribed {
             return;
         }
-        waiters.remove(&name);
         let (channel, _) = self.keys.release_channel(&name);
         let mut conn = self.conn.clone();
         if let Ok(Err(e)) = tokio::time::timeout(self.timeout, conn.sunsubscribe(&channel)).await {
