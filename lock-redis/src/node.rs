@@ -239,18 +239,37 @@ impl Node {
             .await
     }
 
-    /// The node once its server's version and memory policy passed.
+    /// The node once its server's version and memory policy passed; in a
+    /// cluster, every master's (the most evicting one decides, since a
+    /// lock may land on any).
     async fn checked(mut self, allow_eviction: bool) -> Result<Self> {
-        let node = &mut self;
         // One `INFO` (its default sections include both) answers the
-        // version and the memory policy.
-        let info: Option<String> = node.unless_refused(redis::cmd("INFO")).await?;
-        node.check_version(info.as_deref())?;
-        let policy = match info.as_deref().and_then(MemoryPolicy::from_info) {
-            Some(policy) => Some(policy),
-            None => node.configured_policy().await?,
+        // version and the memory policy; in a cluster it goes to every
+        // master, and the answer maps each to its text.
+        let infos: Vec<String> = match self.unless_refused(redis::cmd("INFO")).await? {
+            Some(Value::Map(pairs)) => pairs
+                .into_iter()
+                .filter_map(|(_, info)| redis::from_redis_value(info).ok())
+                .collect(),
+            Some(other) => redis::from_redis_value::<String>(other)
+                .into_iter()
+                .collect(),
+            None => Vec::new(),
         };
-        node.eviction = eviction::admit(&node.label, allow_eviction, policy.as_ref())?;
+        // A server that refused `INFO` is checked as one without it.
+        let answers: Vec<Option<&str>> = match infos.as_slice() {
+            [] => vec![None],
+            infos => infos.iter().map(|i| Some(i.as_str())).collect(),
+        };
+        for info in answers {
+            self.check_version(info)?;
+            let policy = match info.and_then(MemoryPolicy::from_info) {
+                Some(policy) => Some(policy),
+                None => self.configured_policy().await?,
+            };
+            let found = eviction::admit(&self.label, allow_eviction, policy.as_ref())?;
+            self.eviction = self.eviction.max_with(found);
+        }
         Ok(self)
     }
 
@@ -269,35 +288,9 @@ impl Node {
     ) -> Result<Self> {
         let conn = open_cluster(client, &label, connect_timeout).await?;
         let times = (timeout, connect_timeout);
-        let mut node = Self::unchecked(Conn::Cluster(conn), Source::Cluster, keys, label, times);
-        // `INFO` goes to every node; the answer maps each to its text.
-        let infos: Option<Value> = node.unless_refused(redis::cmd("INFO")).await?;
-        let infos: Vec<String> = match infos {
-            Some(Value::Map(pairs)) => pairs
-                .into_iter()
-                .filter_map(|(_, info)| redis::from_redis_value(info).ok())
-                .collect(),
-            Some(other) => redis::from_redis_value::<String>(other)
-                .into_iter()
-                .collect(),
-            None => Vec::new(),
-        };
-        let mut worst = Eviction::Unknown;
-        for info in &infos {
-            node.check_version(Some(info))?;
-            let found = eviction::admit(
-                &node.label,
-                allow_eviction,
-                MemoryPolicy::from_info(info).as_ref(),
-            )?;
-            worst = worst.max_with(found);
-        }
-        node.eviction = if infos.is_empty() {
-            eviction::admit(&node.label, allow_eviction, None)?
-        } else {
-            worst
-        };
-        Ok(node)
+        Self::unchecked(Conn::Cluster(conn), Source::Cluster, keys, label, times)
+            .checked(allow_eviction)
+            .await
     }
 
     /// How messages name the server `client` reaches: `host:port`, or the
