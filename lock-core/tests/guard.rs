@@ -32,6 +32,8 @@ struct Flaky {
     release_hangs_once: Arc<AtomicBool>,
     /// The TTL of every renewal that reached the store.
     renewed_with: Arc<Mutex<Vec<Duration>>>,
+    /// How long a renewal's reply takes to come back, in ms.
+    renew_delay_ms: Arc<AtomicU64>,
 }
 
 impl Flaky {
@@ -78,6 +80,8 @@ impl LockBackend for Flaky {
             }),
             _ => {
                 let renewed = self.inner.renew(lease, ttl).await;
+                let delay = self.renew_delay_ms.load(Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(delay)).await;
                 self.renewed_with.lock().unwrap().push(ttl);
                 renewed
             }
@@ -725,4 +729,17 @@ async fn extend_to_a_shorter_ttl_moves_the_deadline_before_the_answer() {
         .await
         .expect("lost at the shorter deadline");
     extending.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn extend_answered_after_the_lease_ran_out_reports_it_lost() {
+    let backend = Flaky::default();
+    let locker = Locker::new(backend.clone());
+    let mut guard = locker.lock_with("a", opts(300)).await.unwrap();
+    // The renewal is applied, but its answer comes after the lease ran out
+    // and the lost signal fired: nothing renews the lock any more.
+    backend.renew_delay_ms.store(1_000, Ordering::SeqCst);
+    let extended = guard.extend(Duration::from_secs(10)).await;
+    assert!(matches!(extended, Err(Error::Lost { .. })), "{extended:?}");
+    assert_eq!(guard.state(), LockState::Lost);
 }
