@@ -8,9 +8,15 @@
 
 mod fifo;
 mod processes;
+mod shared;
 
 pub use fifo::fifo_one_wake_up_per_release;
-pub use processes::multi_process;
+pub use processes::{multi_process, multi_process_semaphore};
+pub use shared::{
+    a_writer_that_gives_up_lets_readers_in, crashed_permit_returns_after_ttl,
+    permits_wake_few_waiters, readers_share_writer_excludes, semaphore_admits_at_most_n,
+    waiting_writer_is_not_starved,
+};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -51,6 +57,13 @@ fn assert_not_held<T: std::fmt::Debug>(what: &str, r: lock_core::Result<T>) {
         Err(Error::NotHeld { .. }) => {}
         other => panic!("{what}: expected NotHeld, got {other:?}"),
     }
+}
+
+/// `lease` as a stranger would forge it: the same name, kind and token,
+/// another owner.
+fn forged(lease: &Lease) -> Lease {
+    let req = AcquireRequest::new(lease.name().clone(), lease.ttl()).with_kind(lease.kind());
+    Lease::granted(&req, lease.token(), Instant::now())
 }
 
 fn assert_increasing(tokens: &[u64]) {
@@ -248,13 +261,7 @@ pub async fn renew_extends_only_for_the_owner(t: &dyn Target) -> Verdict {
         b.try_lock(&name).await.expect("try_lock").is_none(),
         "still held past the first lease thanks to the renewal"
     );
-    let forged = Lease::new(
-        lease.name().clone(),
-        OwnerToken::random(),
-        lease.token(),
-        ttl,
-        Instant::now(),
-    );
+    let forged = forged(&lease);
     assert_not_held(
         "renew by a non-owner",
         b.backend().renew(&forged, ttl).await,
@@ -318,13 +325,7 @@ pub async fn is_held_asks_the_server(t: &dyn Target) -> Verdict {
         asks(a.backend().is_held(&stale).await),
         "the holder's lease"
     );
-    let forged = Lease::new(
-        stale.name().clone(),
-        OwnerToken::random(),
-        stale.token(),
-        ttl,
-        Instant::now(),
-    );
+    let forged = forged(&stale);
     assert!(
         !asks(b.backend().is_held(&forged).await),
         "a stranger's lease"

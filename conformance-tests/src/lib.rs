@@ -90,6 +90,12 @@ macro_rules! conformance_suite {
                 lost_signal_fires,
                 cancel_safety,
                 bad_input_rejected,
+                semaphore_admits_at_most_n,
+                crashed_permit_returns_after_ttl,
+                permits_wake_few_waiters,
+                readers_share_writer_excludes,
+                waiting_writer_is_not_starved,
+                a_writer_that_gives_up_lets_readers_in,
             );
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -105,6 +111,17 @@ macro_rules! conformance_suite {
                 let verdict =
                     $crate::cases::multi_process(&target, env!("CARGO_BIN_EXE_contender")).await;
                 $crate::report(&target, "multi_process", verdict);
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn multi_process_semaphore() {
+                let target = $target.await;
+                let verdict = $crate::cases::multi_process_semaphore(
+                    &target,
+                    env!("CARGO_BIN_EXE_contender"),
+                )
+                .await;
+                $crate::report(&target, "multi_process_semaphore", verdict);
             }
         }
     };

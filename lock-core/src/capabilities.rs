@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::kind::{Family, LockKind};
+
 /// How far a backend's fencing tokens can be trusted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -52,6 +54,11 @@ pub struct Capabilities {
     /// Whether clients in different processes (or hosts) exclude each other.
     /// Only the in-memory backend says no.
     pub shared_across_processes: bool,
+    /// Whether the backend keeps semaphores ([`LockKind::Permit`]).
+    pub semaphores: bool,
+    /// Whether the backend keeps read-write locks ([`LockKind::Read`],
+    /// [`LockKind::Write`]).
+    pub read_write: bool,
     /// The shortest TTL the backend can keep.
     pub min_ttl: Duration,
     /// The longest TTL the backend accepts.
@@ -79,6 +86,8 @@ impl Capabilities {
             ordered_requests: false,
             survives_node_loss: false,
             shared_across_processes: true,
+            semaphores: false,
+            read_write: false,
             min_ttl: Self::DEFAULT_MIN_TTL,
             max_ttl: Self::DEFAULT_MAX_TTL,
         }
@@ -118,6 +127,41 @@ impl Capabilities {
     pub const fn with_shared_across_processes(mut self, yes: bool) -> Self {
         self.shared_across_processes = yes;
         self
+    }
+
+    /// Sets [`Capabilities::semaphores`].
+    pub const fn with_semaphores(mut self, yes: bool) -> Self {
+        self.semaphores = yes;
+        self
+    }
+
+    /// Sets [`Capabilities::read_write`].
+    pub const fn with_read_write(mut self, yes: bool) -> Self {
+        self.read_write = yes;
+        self
+    }
+
+    /// Whether the backend keeps locks of `kind`'s family.
+    pub const fn supports(&self, kind: LockKind) -> bool {
+        match kind.family() {
+            Family::Mutex => true,
+            Family::Semaphore => self.semaphores,
+            Family::ReadWrite => self.read_write,
+        }
+    }
+
+    /// Checks that the backend keeps locks of `kind`'s family and that the
+    /// kind's own parameters are sound: [`Error::Unsupported`](crate::Error::Unsupported)
+    /// or [`Error::InvalidPermits`](crate::Error::InvalidPermits) before any I/O.
+    pub fn check_kind(&self, kind: LockKind) -> crate::Result<()> {
+        kind.check()?;
+        if !self.supports(kind) {
+            return Err(crate::Error::Unsupported {
+                backend: self.backend,
+                operation: kind.family().operation(),
+            });
+        }
+        Ok(())
     }
 
     /// A lock queue kept by a consensus service (etcd, ZooKeeper): strict

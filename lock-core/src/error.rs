@@ -39,6 +39,16 @@ pub enum Error {
         backend: &'static str,
     },
 
+    /// A semaphore asked for with no permits, or with more than
+    /// [`LockKind::MAX_PERMITS`](crate::LockKind::MAX_PERMITS).
+    #[error("invalid permit count {permits}: a semaphore has 1 to {max} permits")]
+    InvalidPermits {
+        /// The rejected count.
+        permits: u32,
+        /// The most a semaphore may have.
+        max: u32,
+    },
+
     /// A connection URL or one of its options is malformed.
     #[error("invalid URL {url}: {reason}")]
     InvalidUrl {
@@ -187,6 +197,7 @@ impl Error {
             self,
             Error::InvalidName { .. }
                 | Error::InvalidTtl { .. }
+                | Error::InvalidPermits { .. }
                 | Error::InvalidUrl { .. }
                 | Error::UnknownScheme { .. }
                 | Error::FeatureDisabled { .. }

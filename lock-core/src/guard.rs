@@ -13,6 +13,7 @@ use tracing::Instrument;
 use crate::backend::LockBackend;
 use crate::error::{Error, Result};
 use crate::held::HeldMark;
+use crate::kind::LockKind;
 use crate::lease::Lease;
 use crate::metrics::{self, Labels};
 use crate::name::LockName;
@@ -41,6 +42,7 @@ pub enum LockState {
 #[derive(Clone)]
 pub struct LockHandle {
     name: LockName,
+    kind: LockKind,
     token: FencingToken,
     lease: Arc<Mutex<Lease>>,
     state: watch::Receiver<LockState>,
@@ -56,6 +58,11 @@ impl LockHandle {
     /// The fencing token of this grant; pass it to the protected resource.
     pub fn token(&self) -> FencingToken {
         self.token
+    }
+
+    /// What is held: the lock, a permit, or a side of a read-write lock.
+    pub fn kind(&self) -> LockKind {
+        self.kind
     }
 
     /// The lease as last renewed: how long the lock is still ours is
@@ -175,6 +182,7 @@ impl LockGuard {
         let shared = Arc::new(Mutex::new(lease.clone()));
         let handle = LockHandle {
             name: lease.name().clone(),
+            kind: lease.kind(),
             token: lease.token(),
             lease: shared,
             state: state_rx,
@@ -216,6 +224,11 @@ impl LockGuard {
     /// The fencing token of this grant.
     pub fn token(&self) -> FencingToken {
         self.handle.token()
+    }
+
+    /// What is held: the lock, a permit, or a side of a read-write lock.
+    pub fn kind(&self) -> LockKind {
+        self.handle.kind()
     }
 
     /// The lease as last renewed.

@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::kind::LockKind;
 use crate::name::LockName;
+use crate::options::AcquireRequest;
 use crate::token::{FencingToken, OwnerToken};
 
 /// One grant of a lock, as plain data.
@@ -23,6 +25,7 @@ pub struct Lease {
     sent_at: Instant,
     deadline: Instant,
     version: Option<u64>,
+    kind: LockKind,
 }
 
 impl Lease {
@@ -48,6 +51,17 @@ impl Lease {
             ttl,
             sent_at,
             version: None,
+            kind: LockKind::Exclusive,
+        }
+    }
+
+    /// The lease `req` asked for, granted with `token` by a request sent at
+    /// `sent_at`: its name, owner, TTL and [kind](Self::kind) are the
+    /// request's.
+    pub fn granted(req: &AcquireRequest, token: FencingToken, sent_at: Instant) -> Self {
+        Self {
+            kind: req.kind,
+            ..Self::new(req.name.clone(), req.owner, token, req.ttl, sent_at)
         }
     }
 
@@ -77,6 +91,11 @@ impl Lease {
     fn deadline_for(ttl: Duration, sent_at: Instant) -> Instant {
         let drift = ttl.mul_f64(Self::DRIFT_FACTOR) + Self::DRIFT_FLOOR;
         sent_at + ttl.saturating_sub(drift)
+    }
+
+    /// What was granted: the lock, a permit, or a side of a read-write lock.
+    pub fn kind(&self) -> LockKind {
+        self.kind
     }
 
     /// The lock this lease is for.

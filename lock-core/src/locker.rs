@@ -15,6 +15,7 @@ use crate::capabilities::Capabilities;
 use crate::error::{Error, Result};
 use crate::guard::{LockGuard, LockHandle};
 use crate::held::HeldNames;
+use crate::kind::LockKind;
 use crate::lease::Lease;
 use crate::metrics::{self, Labels, Outcome};
 use crate::name::LockName;
@@ -124,9 +125,11 @@ impl Locker {
         opts: AcquireOptions,
     ) -> Result<LockGuard> {
         let (lease, queue, labels) = self.acquire(name, opts).await?;
-        let mark = self.held.mark(lease.name());
-        let guard =
-            LockGuard::start(self.backend.clone(), lease, &self.renewals, labels).held_by(mark);
+        let mut guard = LockGuard::start(self.backend.clone(), lease, &self.renewals, labels);
+        if guard.kind() == LockKind::Exclusive {
+            let mark = self.held.mark(guard.name());
+            guard = guard.held_by(mark);
+        }
         Ok(match queue {
             Some(queue) => guard.held_locally(queue.hold()),
             None => guard,
@@ -222,6 +225,131 @@ impl Locker {
         }
     }
 
+    /// Acquires one of `permits` permits of the semaphore `name` with the
+    /// default TTL and wait, and keeps it renewed. Every user of the name
+    /// must ask with the same `permits`.
+    ///
+    /// Fails at once with [`Error::Unsupported`] on a backend that keeps no
+    /// semaphores (see [`Capabilities::semaphores`]), and with
+    /// [`Error::InvalidPermits`] for 0 or more than
+    /// [`LockKind::MAX_PERMITS`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
+    /// use lock_core::{Locker, MemoryBackend};
+    ///
+    /// let locker = Locker::new(MemoryBackend::new());
+    /// let a = locker.acquire_permit("encoders", 2).await?;
+    /// let b = locker.acquire_permit("encoders", 2).await?;
+    /// assert!(locker.try_acquire_permit("encoders", 2).await?.is_none());
+    /// a.release().await?;
+    /// b.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire_permit(&self, name: impl AsRef<str>, permits: u32) -> Result<LockGuard> {
+        self.lock_with(name, self.defaults.kind(LockKind::permit(permits)))
+            .await
+    }
+
+    /// One attempt at a permit of the semaphore `name`; `Ok(None)` if all
+    /// `permits` are held.
+    pub async fn try_acquire_permit(
+        &self,
+        name: impl AsRef<str>,
+        permits: u32,
+    ) -> Result<Option<LockGuard>> {
+        self.try_kind(name, LockKind::permit(permits)).await
+    }
+
+    /// Acquires the read side of the read-write lock `name` (shared with
+    /// other readers) with the default TTL and wait, and keeps it renewed.
+    /// A reader is not let in while a writer waits.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
+    /// use lock_core::{Locker, MemoryBackend};
+    ///
+    /// let locker = Locker::new(MemoryBackend::new());
+    /// let r1 = locker.read_lock("catalog").await?;
+    /// let r2 = locker.read_lock("catalog").await?;
+    /// assert!(locker.try_write_lock("catalog").await?.is_none());
+    /// r1.release().await?;
+    /// r2.release().await?;
+    /// let w = locker.write_lock("catalog").await?;
+    /// assert!(locker.try_read_lock("catalog").await?.is_none());
+    /// w.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn read_lock(&self, name: impl AsRef<str>) -> Result<LockGuard> {
+        self.lock_with(name, self.defaults.kind(LockKind::Read))
+            .await
+    }
+
+    /// Acquires the write side of the read-write lock `name` (no readers,
+    /// no other writer) with the default TTL and wait, and keeps it renewed.
+    /// While it waits, arriving readers wait behind it.
+    pub async fn write_lock(&self, name: impl AsRef<str>) -> Result<LockGuard> {
+        self.lock_with(name, self.defaults.kind(LockKind::Write))
+            .await
+    }
+
+    /// One attempt at the read side of `name`; `Ok(None)` if a writer holds
+    /// it or waits for it.
+    pub async fn try_read_lock(&self, name: impl AsRef<str>) -> Result<Option<LockGuard>> {
+        self.try_kind(name, LockKind::Read).await
+    }
+
+    /// One attempt at the write side of `name`; `Ok(None)` if anybody holds
+    /// it.
+    pub async fn try_write_lock(&self, name: impl AsRef<str>) -> Result<Option<LockGuard>> {
+        self.try_kind(name, LockKind::Write).await
+    }
+
+    /// Runs `section` while holding one of `permits` permits of `name`, as
+    /// [`Locker::with_lock`] does for the lock.
+    pub async fn with_permit<F, Fut, T>(
+        &self,
+        name: impl AsRef<str>,
+        permits: u32,
+        section: F,
+    ) -> Result<T>
+    where
+        F: FnOnce(LockHandle) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let opts = self.defaults.kind(LockKind::permit(permits));
+        self.with_lock_options(name, opts, section).await
+    }
+
+    /// Runs `section` while holding the read side of `name`.
+    pub async fn with_read_lock<F, Fut, T>(&self, name: impl AsRef<str>, section: F) -> Result<T>
+    where
+        F: FnOnce(LockHandle) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let opts = self.defaults.kind(LockKind::Read);
+        self.with_lock_options(name, opts, section).await
+    }
+
+    /// Runs `section` while holding the write side of `name`.
+    pub async fn with_write_lock<F, Fut, T>(&self, name: impl AsRef<str>, section: F) -> Result<T>
+    where
+        F: FnOnce(LockHandle) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let opts = self.defaults.kind(LockKind::Write);
+        self.with_lock_options(name, opts, section).await
+    }
+
+    async fn try_kind(&self, name: impl AsRef<str>, kind: LockKind) -> Result<Option<LockGuard>> {
+        let opts = self.defaults.wait(Wait::No).kind(kind);
+        match self.lock_with(name, opts).await {
+            Ok(guard) => Ok(Some(guard)),
+            Err(Error::Busy { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Acquires a bare [`Lease`] with no renewal: the caller renews and
     /// releases it through [`Locker::backend`].
     ///
@@ -245,10 +373,14 @@ impl Locker {
         opts: AcquireOptions,
     ) -> Result<(Lease, Option<Arc<Queue>>, Labels)> {
         let name = LockName::new(name)?;
-        if opts.wait != Wait::No {
+        let capabilities = self.backend.capabilities();
+        capabilities.check_kind(opts.kind)?;
+        // Only a mutex is sure to wait on itself: a second permit or a
+        // second read may well be granted.
+        let exclusive = opts.kind == LockKind::Exclusive;
+        if exclusive && opts.wait != Wait::No {
             self.held.check(&name)?;
         }
-        let capabilities = self.backend.capabilities();
         capabilities.check_ttl(opts.ttl)?;
         let started = Instant::now();
         let labels = Labels::new(capabilities.backend, &name, self.name_labels);
@@ -258,18 +390,20 @@ impl Locker {
             backend = capabilities.backend,
             ttl = ?opts.ttl,
             wait = ?opts.wait,
+            kind = %opts.kind,
             token = tracing::field::Empty,
             outcome = tracing::field::Empty,
             attempts = tracing::field::Empty,
         );
-        let req = AcquireRequest::new(name, opts.ttl);
+        let req = AcquireRequest::new(name, opts.ttl).with_kind(opts.kind);
         let cancel = CancellationToken::new();
         let budget = WaitBudget::new(opts.wait, cancel.clone());
         // Waiters of one name in this locker go to the backend one at a time,
         // oldest first; on a store that writes serially, or whose requests
         // are ordered, only once any local holder lets go (see `turns.rs`).
-        // The turn is held until the attempt ends.
-        let (turn, queue) = match (capabilities.fifo, opts.wait) {
+        // The turn is held until the attempt ends. Semaphores and read-write
+        // locks skip the turns: a local holder does not keep a waiter out.
+        let (turn, queue) = match (capabilities.fifo || !exclusive, opts.wait) {
             (true, _) => (None, None),
             (false, Wait::No) => (None, Some(self.turns.queue(&req.name))),
             (false, _) => {
@@ -298,9 +432,10 @@ impl Locker {
                 Ok(lease) => {
                     tracing::Span::current().record("token", lease.token().get());
                 }
-                Err(e) if outcome_unknown(e) => {
+                Err(e) if outcome_unknown(e) || !exclusive => {
                     // The last request may have been applied even though
-                    // its reply never came.
+                    // its reply never came; and a writer that gave up must
+                    // not be left marked as waiting, holding readers back.
                     if let Err(cleanup) = backend.abandon(&req).await {
                         tracing::debug!(error = %cleanup, "could not undo a failed acquire; its TTL will");
                     }

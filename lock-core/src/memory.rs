@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use crate::backend::{BackendStats, Holder, LockBackend};
 use crate::capabilities::{Capabilities, Fencing};
 use crate::error::{Error, Result};
+use crate::kind::{Family, LockKind};
 use crate::lease::Lease;
 use crate::name::LockName;
 use crate::options::{AcquireRequest, WaitBudget};
@@ -29,7 +30,72 @@ pub struct MemoryBackend {
 #[derive(Debug, Default)]
 struct Inner {
     slots: Mutex<HashMap<LockName, Slot>>,
+    /// Semaphores and read-write locks, by family and name.
+    groups: Mutex<HashMap<(Family, LockName), Group>>,
     signals: ReleaseSignals,
+}
+
+/// The holders of one semaphore or read-write lock, and the writers waiting
+/// for it (so that arriving readers hold back). Tokens count grants of the
+/// group, so every holder's differs and later grants get larger ones.
+#[derive(Debug, Default)]
+struct Group {
+    granted: u64,
+    holders: Vec<Member>,
+    writers_waiting: Vec<(OwnerToken, Instant)>,
+}
+
+#[derive(Debug)]
+struct Member {
+    owner: OwnerToken,
+    token: u64,
+    kind: LockKind,
+    expires: Instant,
+}
+
+impl Group {
+    fn prune(&mut self, now: Instant) {
+        self.holders.retain(|m| m.expires > now);
+        self.writers_waiting.retain(|(_, until)| *until > now);
+    }
+
+    fn live(&mut self, owner: OwnerToken, token: FencingToken) -> Option<&mut Member> {
+        self.holders
+            .iter_mut()
+            .find(|m| m.owner == owner && m.token == token.get())
+    }
+
+    /// Admits `req` if its kind's rule allows, returning its token; a
+    /// refused writer is remembered as waiting until its TTL from now.
+    fn admit(&mut self, req: &AcquireRequest, now: Instant) -> Option<u64> {
+        self.prune(now);
+        if let Some(m) = self.holders.iter_mut().find(|m| m.owner == req.owner) {
+            m.expires = now + req.ttl;
+            return Some(m.token);
+        }
+        let others_wait = self.writers_waiting.iter().any(|(o, _)| *o != req.owner);
+        let free = match req.kind {
+            LockKind::Permit { permits } => self.holders.len() < permits as usize,
+            LockKind::Read => !others_wait && self.holders.iter().all(|m| m.kind == LockKind::Read),
+            _ => self.holders.is_empty(),
+        };
+        if !free {
+            if req.kind == LockKind::Write {
+                self.writers_waiting.retain(|(o, _)| *o != req.owner);
+                self.writers_waiting.push((req.owner, now + req.ttl));
+            }
+            return None;
+        }
+        self.writers_waiting.retain(|(o, _)| *o != req.owner);
+        self.granted += 1;
+        self.holders.push(Member {
+            owner: req.owner,
+            token: self.granted,
+            kind: req.kind,
+            expires: now + req.ttl,
+        });
+        Some(self.granted)
+    }
 }
 
 /// One name's row: like the SQL backend's, it stays after release so the
@@ -56,11 +122,30 @@ impl MemoryBackend {
     fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<LockName, Slot>> {
         self.inner.slots.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    fn groups(&self) -> std::sync::MutexGuard<'_, HashMap<(Family, LockName), Group>> {
+        self.inner.groups.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `f` on the group of `lease`'s family and name, if there is one.
+    fn with_group<T>(&self, lease: &Lease, f: impl FnOnce(&mut Group) -> T) -> Option<T> {
+        let key = (lease.kind().family(), lease.name().clone());
+        self.groups().get_mut(&key).map(f)
+    }
+
+    fn try_join(&self, req: &AcquireRequest) -> Option<Lease> {
+        let now = Instant::now();
+        let key = (req.kind.family(), req.name.clone());
+        let token = self.groups().entry(key).or_default().admit(req, now)?;
+        Some(Lease::granted(req, FencingToken::new(token), now))
+    }
 }
 
 const CAPABILITIES: Capabilities = Capabilities::new("memory", Fencing::Strict)
     .with_server_side_wait(true)
     .with_shared_across_processes(false)
+    .with_semaphores(true)
+    .with_read_write(true)
     .with_ttl_range(Duration::from_millis(1), Capabilities::DEFAULT_MAX_TTL);
 
 #[async_trait]
@@ -75,6 +160,9 @@ impl LockBackend for MemoryBackend {
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {
+        if req.kind != LockKind::Exclusive {
+            return Ok(self.try_join(req));
+        }
         let now = Instant::now();
         let mut slots = self.slots();
         let slot = slots.entry(req.name.clone()).or_insert(Slot {
@@ -107,6 +195,17 @@ impl LockBackend for MemoryBackend {
 
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         let now = Instant::now();
+        if lease.kind() != LockKind::Exclusive {
+            let renewed = self.with_group(lease, |g| {
+                g.prune(now);
+                let m = g.live(lease.owner(), lease.token())?;
+                m.expires = now + ttl;
+                Some(lease.renewed(ttl, now))
+            });
+            return renewed
+                .flatten()
+                .ok_or_else(|| Error::not_held(lease.name()));
+        }
         let mut slots = self.slots();
         match slots.get_mut(lease.name()) {
             Some(slot) if slot.held_by(lease.owner(), lease.token()) && slot.expires > now => {
@@ -121,6 +220,13 @@ impl LockBackend for MemoryBackend {
 
     async fn is_held(&self, lease: &Lease) -> Result<bool> {
         let now = Instant::now();
+        if lease.kind() != LockKind::Exclusive {
+            let held = self.with_group(lease, |g| {
+                g.prune(now);
+                g.live(lease.owner(), lease.token()).is_some()
+            });
+            return Ok(held == Some(true));
+        }
         Ok(self
             .slots()
             .get(lease.name())
@@ -129,7 +235,15 @@ impl LockBackend for MemoryBackend {
 
     async fn release(&self, lease: &Lease) -> Result<()> {
         let now = Instant::now();
-        let was_live = {
+        let was_live = if lease.kind() != LockKind::Exclusive {
+            self.with_group(lease, |g| {
+                g.prune(now);
+                let before = g.holders.len();
+                g.holders
+                    .retain(|m| !(m.owner == lease.owner() && m.token == lease.token().get()));
+                g.holders.len() < before
+            }) == Some(true)
+        } else {
             let mut slots = self.slots();
             match slots.get_mut(lease.name()) {
                 Some(slot) if slot.held_by(lease.owner(), lease.token()) => {
@@ -139,7 +253,10 @@ impl LockBackend for MemoryBackend {
                 _ => false,
             }
         };
-        self.inner.signals.notify(lease.name());
+        match lease.kind().family() {
+            Family::ReadWrite => self.inner.signals.notify_all(lease.name()),
+            _ => self.inner.signals.notify(lease.name()),
+        }
         if was_live {
             Ok(())
         } else {
@@ -150,6 +267,15 @@ impl LockBackend for MemoryBackend {
     }
 
     async fn abandon(&self, req: &AcquireRequest) -> Result<()> {
+        if req.kind != LockKind::Exclusive {
+            let key = (req.kind.family(), req.name.clone());
+            if let Some(g) = self.groups().get_mut(&key) {
+                g.holders.retain(|m| m.owner != req.owner);
+                g.writers_waiting.retain(|(o, _)| *o != req.owner);
+            }
+            self.inner.signals.notify_all(&req.name);
+            return Ok(());
+        }
         let mut slots = self.slots();
         if let Some(slot) = slots
             .get_mut(&req.name)

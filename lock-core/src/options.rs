@@ -7,6 +7,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
+use crate::kind::LockKind;
 use crate::name::LockName;
 use crate::token::OwnerToken;
 
@@ -32,6 +33,9 @@ pub struct AcquireOptions {
     pub ttl: Duration,
     /// How long to wait for a held lock.
     pub wait: Wait,
+    /// What to acquire: the lock (the default), a permit of a semaphore, or
+    /// a side of a read-write lock.
+    pub kind: LockKind,
 }
 
 impl AcquireOptions {
@@ -44,12 +48,19 @@ impl AcquireOptions {
         Self {
             ttl,
             wait: Wait::default(),
+            kind: LockKind::Exclusive,
         }
     }
 
     /// The same options with another wait.
     pub fn wait(mut self, wait: Wait) -> Self {
         self.wait = wait;
+        self
+    }
+
+    /// The same options for another kind of lock.
+    pub fn kind(mut self, kind: LockKind) -> Self {
+        self.kind = kind;
         self
     }
 }
@@ -76,16 +87,27 @@ pub struct AcquireRequest {
     pub owner: OwnerToken,
     /// The lease length to ask for.
     pub ttl: Duration,
+    /// What is asked for (checked against the backend's
+    /// [`Capabilities`](crate::Capabilities) before it gets here).
+    pub kind: LockKind,
 }
 
 impl AcquireRequest {
-    /// A request with a fresh random owner token.
+    /// A request for the lock ([`LockKind::Exclusive`]) with a fresh random
+    /// owner token.
     pub fn new(name: LockName, ttl: Duration) -> Self {
         Self {
             name,
             owner: OwnerToken::random(),
             ttl,
+            kind: LockKind::Exclusive,
         }
+    }
+
+    /// The same request for another kind of lock.
+    pub fn with_kind(mut self, kind: LockKind) -> Self {
+        self.kind = kind;
+        self
     }
 }
 

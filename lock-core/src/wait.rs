@@ -240,6 +240,16 @@ impl ReleaseSignals {
         }
     }
 
+    /// Wakes every local waiter of `name`: for a release that may let
+    /// several of them in at once (a writer's, which readers wait for).
+    /// Counts one wake-up per release, as [`notify`](Self::notify) does.
+    pub fn notify_all(&self, name: &LockName) {
+        if let Some(notify) = self.waiters.get(name) {
+            self.wakeups.fetch_add(1, Ordering::Relaxed);
+            notify.notify_waiters();
+        }
+    }
+
     /// How many wake-ups were sent so far: what a backend feeding these
     /// signals reports as [`BackendStats::wakeups`](crate::BackendStats::wakeups).
     pub fn wakeups(&self) -> u64 {
