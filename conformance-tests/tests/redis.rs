@@ -188,3 +188,119 @@ async fn errors_and_debug_never_show_the_password() {
         .expect("connect");
     assert!(!format!("{backend:?}").contains(server.password()));
 }
+
+/// A semaphore's permits and a read-write lock's sides are sorted sets a
+/// plain client can read: one member per holder (its owner token), scored
+/// by its expiry on the server's clock, beside a hash of their tokens; a
+/// writer refused by a reader waits in its own set, and a member written
+/// by hand with a far expiry counts as a holder, as a crashed client's
+/// would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphores_and_read_write_locks_are_sorted_sets_of_holders() {
+    let server = Redis::shared().await;
+    let prefix = prefix();
+    let l = locker(&server.url(&format!("prefix={prefix}"))).await;
+    let mut plain = plain(server).await;
+    let counter = plain.clone();
+    let zcard = |key: String| {
+        let mut c = counter.clone();
+        async move {
+            redis::cmd("ZCARD")
+                .arg(key)
+                .query_async::<u64>(&mut c)
+                .await
+                .expect("ZCARD")
+        }
+    };
+    let a = l.acquire_permit("jobs", 2).await.expect("a permit");
+    let b = l.acquire_permit("jobs", 2).await.expect("a permit");
+    let permits = format!("{prefix}jobs#sem");
+    assert_eq!(zcard(permits.clone()).await, 2);
+    let token: String = redis::cmd("HGET")
+        .arg(format!("{permits}#tokens"))
+        .arg(a.lease().owner().to_hex())
+        .query_async(&mut plain)
+        .await
+        .expect("HGET");
+    assert_eq!(token, a.token().get().to_string());
+    let score: f64 = redis::cmd("ZSCORE")
+        .arg(&permits)
+        .arg(b.lease().owner().to_hex())
+        .query_async(&mut plain)
+        .await
+        .expect("ZSCORE");
+    let (secs, _): (u64, u64) = redis::cmd("TIME")
+        .query_async(&mut plain)
+        .await
+        .expect("TIME");
+    let left = score - (secs * 1000) as f64;
+    assert!(left > 20_000.0 && left <= 31_000.0, "expiry {left} ms away");
+    a.release().await.expect("release");
+    assert_eq!(
+        zcard(permits.clone()).await,
+        1,
+        "a release removes its member"
+    );
+    // A holder that another client wrote (or that crashed) holds a permit
+    // until its score passes.
+    let far = (secs + 60) * 1000;
+    let _: () = redis::cmd("ZADD")
+        .arg(&permits)
+        .arg(far)
+        .arg("crashed-client")
+        .query_async(&mut plain)
+        .await
+        .expect("ZADD");
+    assert!(
+        l.try_acquire_permit("jobs", 2)
+            .await
+            .expect("try")
+            .is_none(),
+        "a member written by hand holds a permit"
+    );
+    let _: () = redis::cmd("ZREM")
+        .arg(&permits)
+        .arg("crashed-client")
+        .query_async(&mut plain)
+        .await
+        .expect("ZREM");
+    let c = l
+        .try_acquire_permit("jobs", 2)
+        .await
+        .expect("try")
+        .expect("free again");
+    b.release().await.expect("release");
+    c.release().await.expect("release");
+
+    let rw = format!("{prefix}doc#rw");
+    let reader = l.read_lock("doc").await.expect("read");
+    assert_eq!(zcard(rw.clone()).await, 1, "readers");
+    let other = locker(&server.url(&format!("prefix={prefix}"))).await;
+    let writer = tokio::spawn(async move {
+        other
+            .lock_with(
+                "doc",
+                opts(Duration::from_secs(10), Wait::For(Duration::from_secs(30)))
+                    .kind(lock_core::LockKind::Write),
+            )
+            .await
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while zcard(format!("{rw}#writers-waiting")).await == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the writer never marked itself waiting"
+        );
+        sleep(Duration::from_millis(20)).await;
+    }
+    reader.release().await.expect("release");
+    let w = writer.await.expect("task").expect("the writer gets in");
+    assert_eq!(zcard(format!("{rw}#writers")).await, 1);
+    assert_eq!(
+        zcard(format!("{rw}#writers-waiting")).await,
+        0,
+        "granted, no longer waiting"
+    );
+    w.release().await.expect("release");
+    assert_eq!(zcard(format!("{rw}#writers")).await, 0);
+}

@@ -7,7 +7,7 @@ use lock_core::backend::{
     AcquireRequest, BackendStats, Holder, Lease, LockBackend, ReleaseSignals, WaitBudget,
     async_trait, poll_acquire_signalled,
 };
-use lock_core::{Capabilities, Error, Fencing, FencingToken, LockName, Result};
+use lock_core::{Capabilities, Error, Fencing, FencingToken, LockKind, LockName, Result};
 use redis::Client;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -131,6 +131,8 @@ impl RedisBackend {
         Capabilities::new(name, fencing)
             .with_server_side_wait(true)
             .with_ordered_requests(ordered)
+            .with_semaphores(true)
+            .with_read_write(true)
     }
 
     /// A backend on the server a `redis::Client` of the application's
@@ -208,7 +210,7 @@ impl RedisBackend {
         wait: ReplicaWait,
     ) -> Result<Option<FencingToken>> {
         let outcome = node
-            .acquire_confirmed(&req.name, req.owner, req.ttl, wait.replicas, wait.timeout)
+            .acquire_confirmed(req, wait.replicas, wait.timeout)
             .await;
         let error = match outcome {
             Ok((token, confirmed)) if token.is_none() || confirmed >= wait.replicas => {
@@ -224,7 +226,7 @@ impl RedisBackend {
             },
             Err(e) => e,
         };
-        let _ = self.node.release(&req.name, req.owner).await;
+        let _ = self.abandon(req).await;
         Err(error)
     }
 }
@@ -252,9 +254,9 @@ impl LockBackend for RedisBackend {
         let sent = Instant::now();
         let token = match &self.confirm {
             Some((node, wait)) => self.acquire_confirmed(node, req, *wait).await?,
-            None => self.node.acquire(&req.name, req.owner, req.ttl).await?,
+            None => self.node.grant(req).await?,
         };
-        Ok(token.map(|token| Lease::new(req.name.clone(), req.owner, token, req.ttl, sent)))
+        Ok(token.map(|token| Lease::granted(req, token, sent)))
     }
 
     async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
@@ -279,7 +281,11 @@ impl LockBackend for RedisBackend {
 
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         let sent = Instant::now();
-        if self.node.renew(lease.name(), lease.owner(), ttl).await? {
+        let renewed = match lease.kind() {
+            LockKind::Exclusive => self.node.renew(lease.name(), lease.owner(), ttl).await?,
+            _ => self.node.renew_member(lease, ttl).await?,
+        };
+        if renewed {
             Ok(lease.renewed(ttl, sent))
         } else {
             Err(Error::not_held(lease.name()))
@@ -287,11 +293,23 @@ impl LockBackend for RedisBackend {
     }
 
     async fn is_held(&self, lease: &Lease) -> Result<bool> {
-        self.node.holds(lease.name(), lease.owner()).await
+        match lease.kind() {
+            LockKind::Exclusive => self.node.holds(lease.name(), lease.owner()).await,
+            _ => self.node.holds_member(lease).await,
+        }
     }
 
     async fn release(&self, lease: &Lease) -> Result<()> {
-        if self.node.release(lease.name(), lease.owner()).await? {
+        let (name, owner) = (lease.name(), lease.owner());
+        let released = match lease.kind() {
+            LockKind::Exclusive => self.node.release(name, owner).await?,
+            kind => {
+                self.node
+                    .leave(name, kind, owner, Some(lease.token()))
+                    .await?
+            }
+        };
+        if released {
             Ok(())
         } else {
             Err(Error::not_held(lease.name()))
@@ -299,7 +317,11 @@ impl LockBackend for RedisBackend {
     }
 
     async fn abandon(&self, req: &AcquireRequest) -> Result<()> {
-        self.node.release(&req.name, req.owner).await.map(|_| ())
+        match req.kind {
+            LockKind::Exclusive => self.node.release(&req.name, req.owner).await?,
+            kind => self.node.leave(&req.name, kind, req.owner, None).await?,
+        };
+        Ok(())
     }
 
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {

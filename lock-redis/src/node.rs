@@ -5,8 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::backend::millis;
-use lock_core::{Error, FencingToken, LockName, OwnerToken, Result};
+use lock_core::backend::{AcquireRequest, millis};
+use lock_core::{Error, FencingToken, LockKind, LockName, OwnerToken, Result};
 use redis::cluster::ClusterClient;
 use redis::{Client, ErrorKind, RedisError, ScriptInvocation, ServerErrorKind, Value};
 
@@ -14,7 +14,9 @@ use crate::config::{NodeConfig, SentinelConfig};
 use crate::conn::{Conn, SentinelConn, open, open_cluster};
 use crate::error::{convert, unanswered};
 use crate::eviction::{self, Eviction, MemoryPolicy};
-use crate::scripts::{ACQUIRE_SCRIPT, HOLDER_SCRIPT, RELEASE, RELEASE_UNANNOUNCED, RENEW_SCRIPT};
+use crate::scripts::{
+    ACQUIRE_SCRIPT, HOLDER_SCRIPT, JOIN_SCRIPT, RELEASE, RELEASE_UNANNOUNCED, RENEW_SCRIPT,
+};
 
 /// The keys of one lock name under a prefix.
 #[derive(Clone, Debug)]
@@ -91,6 +93,12 @@ impl Keys {
     /// How long one failed attempt marks a name as waited on: longer than a
     /// waiter's longest pause between attempts, which renews it.
     pub const WAITING_MARK: Duration = Duration::from_secs(2);
+
+    /// How long a failed attempt marks a name as waited on here (zero: no
+    /// mark, see [`Keys::without_waiting_mark`]).
+    pub fn waiting_mark(&self) -> Duration {
+        self.waiting_mark
+    }
 
     /// The pub/sub channel on which releases are announced, name as payload.
     pub fn channel(&self) -> String {
@@ -374,10 +382,8 @@ impl Node {
         ttl: Duration,
     ) -> Result<Option<FencingToken>> {
         let token: u64 = self
-            .acquire_invocation(name, owner, ttl)
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| self.fail("acquire", e))?;
+            .run(self.acquire_invocation(name, owner, ttl), "acquire")
+            .await?;
         Ok((token > 0).then_some(FencingToken::new(token)))
     }
 
@@ -417,6 +423,33 @@ impl Node {
         Ok(set.map(|_| FencingToken::new(seconds * 1_000_000 + micros)))
     }
 
+    /// Grants `req` of any kind if it is free (or already `req.owner`'s):
+    /// the lock's token, or `None` if it is held.
+    pub(crate) async fn grant(&self, req: &AcquireRequest) -> Result<Option<FencingToken>> {
+        let token: u64 = self.run(self.grant_invocation(req), "acquire").await?;
+        Ok((token > 0).then_some(FencingToken::new(token)))
+    }
+
+    /// The script that grants `req`: the mutex's, or a group's.
+    fn grant_invocation(&self, req: &AcquireRequest) -> ScriptInvocation<'static> {
+        match req.kind {
+            LockKind::Exclusive => self.acquire_invocation(&req.name, req.owner, req.ttl),
+            _ => self.join_invocation(req),
+        }
+    }
+
+    /// Runs a script on this node's connection.
+    pub(crate) async fn run<T: redis::FromRedisValue>(
+        &self,
+        invocation: ScriptInvocation<'_>,
+        operation: &'static str,
+    ) -> Result<T> {
+        invocation
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| self.fail(operation, e))
+    }
+
     fn acquire_invocation(
         &self,
         name: &LockName,
@@ -443,13 +476,11 @@ impl Node {
     /// and how many replicas confirmed.
     pub(crate) async fn acquire_confirmed(
         &self,
-        name: &LockName,
-        owner: OwnerToken,
-        ttl: Duration,
+        req: &AcquireRequest,
         replicas: u32,
         timeout: Duration,
     ) -> Result<(Option<FencingToken>, u32)> {
-        let invocation = self.acquire_invocation(name, owner, ttl);
+        let invocation = self.grant_invocation(req);
         let mut pipe = redis::pipe();
         pipe.invoke_script(&invocation)
             .cmd("WAIT")
@@ -460,7 +491,11 @@ impl Node {
         if matches!(&sent, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
             // A restarted server forgot the script; the failed `EVALSHA`
             // wrote nothing.
-            ACQUIRE_SCRIPT
+            let script = match req.kind {
+                LockKind::Exclusive => &*ACQUIRE_SCRIPT,
+                _ => &*JOIN_SCRIPT,
+            };
+            script
                 .load_async(&mut conn)
                 .await
                 .map_err(|e| self.fail("acquire", e))?;

@@ -49,12 +49,8 @@ pub(crate) async fn forward(
             Ok(Ok(mut pubsub)) => {
                 let mut messages = pubsub.on_message();
                 while let Some(message) = messages.next().await {
-                    if let Some(name) = message
-                        .get_payload::<String>()
-                        .ok()
-                        .and_then(|n| LockName::new(n).ok())
-                    {
-                        signals.notify(&name);
+                    if let Ok(notice) = message.get_payload::<String>() {
+                        deliver(&signals, &notice);
                     }
                 }
                 tracing::debug!(%channel, "release subscription ended; subscribing again");
@@ -63,6 +59,24 @@ pub(crate) async fn forward(
             Err(_) => tracing::debug!(%channel, "subscribing to releases timed out"),
         }
         tokio::time::sleep(RESUBSCRIBE_AFTER).await;
+    }
+}
+
+/// Wakes the local waiters a release notice names: one waiter of `name`,
+/// or every waiter of it for `*name` (a read-write lock's release, which may
+/// admit many readers). Anything else is ignored.
+fn deliver(signals: &ReleaseSignals, notice: &str) {
+    let (all, name) = match notice.strip_prefix('*') {
+        Some(name) => (true, name),
+        None => (false, notice),
+    };
+    let Ok(name) = LockName::new(name) else {
+        return;
+    };
+    if all {
+        signals.notify_all(&name);
+    } else {
+        signals.notify(&name);
     }
 }
 
@@ -109,13 +123,12 @@ impl Sharded {
                 if push.kind != PushKind::SMessage {
                     continue;
                 }
-                let name = push
+                let notice = push
                     .data
                     .get(1)
-                    .and_then(|payload| redis::from_redis_value_ref::<String>(payload).ok())
-                    .and_then(|n| LockName::new(n).ok());
-                if let Some(name) = name {
-                    signals.notify(&name);
+                    .and_then(|payload| redis::from_redis_value_ref::<String>(payload).ok());
+                if let Some(notice) = notice {
+                    deliver(&signals, &notice);
                 }
             }
         });

@@ -97,3 +97,150 @@ return {owner, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]) or '0'}
 pub(crate) static ACQUIRE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE));
 pub(crate) static RENEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW));
 pub(crate) static HOLDER_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(HOLDER));
+
+/// The shared prologue of the group scripts (semaphores and read-write
+/// locks): the server's time in ms, expired members dropped from the three
+/// member sets, and `keep`, which makes a key outlive its latest member
+/// (never shortening it) so that an abandoned name's keys go away.
+///
+/// `KEYS` of every group script: 1 the holders (a semaphore's permits, a
+/// read-write lock's readers), 2 the writers, 3 the waiting writers — sorted
+/// sets of owner tokens scored by expiry in server ms — 4 the tokens (a
+/// hash, owner → fencing token), 5 the fence counter, 6 the waiting mark.
+const GROUP_PROLOGUE: &str = r"
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+for i = 1, 3 do
+    local gone = redis.call('ZRANGEBYSCORE', KEYS[i], '-inf', now)
+    if #gone > 0 then
+        redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
+        if i < 3 then
+            redis.call('HDEL', KEYS[4], unpack(gone))
+        end
+    end
+end
+local function keep(key, at)
+    if redis.call('PEXPIRETIME', key) < at then
+        redis.call('PEXPIREAT', key, at)
+    end
+end
+";
+
+/// `ARGV`: owner, TTL ms, mode (`p` permit, `r` read, `w` write), permits,
+/// waiting mark ms (0 for none), how long a refused writer stays marked as
+/// waiting (ms). Returns the fencing token, or 0 if refused.
+///
+/// A permit is free while fewer than `permits` hold one. A reader gets in
+/// while no writer holds and none waits; a writer, while nobody holds. A
+/// refused writer is added to the waiting writers, which keeps new readers
+/// out until it gets in, gives up (abandon) or stops asking. The same owner
+/// asking again gets its grant back, renewed. Tokens follow the mutex's
+/// rule (see [`ACQUIRE`]): the counter, floored by the server's clock in
+/// µs, so they grow across restarts that lose the counter.
+const JOIN: &str = r"
+local owner, ttl, mode = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local mine = KEYS[1]
+if mode == 'w' then
+    mine = KEYS[2]
+end
+local expires = now + ttl
+if redis.call('ZSCORE', mine, owner) then
+    redis.call('ZADD', mine, expires, owner)
+    keep(mine, expires)
+    keep(KEYS[4], expires)
+    return tonumber(redis.call('HGET', KEYS[4], owner))
+end
+local free
+if mode == 'p' then
+    free = redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[4])
+elseif mode == 'r' then
+    free = redis.call('ZCARD', KEYS[2]) == 0 and redis.call('ZCARD', KEYS[3]) == 0
+else
+    free = redis.call('ZCARD', KEYS[1]) == 0 and redis.call('ZCARD', KEYS[2]) == 0
+end
+if not free then
+    if mode == 'w' then
+        local waits = now + tonumber(ARGV[6])
+        redis.call('ZADD', KEYS[3], waits, owner)
+        keep(KEYS[3], waits)
+    end
+    if ARGV[5] ~= '0' then
+        redis.call('SET', KEYS[6], '1', 'PX', ARGV[5])
+    end
+    return 0
+end
+if mode == 'w' then
+    redis.call('ZREM', KEYS[3], owner)
+end
+local token = redis.call('INCR', KEYS[5])
+if token < now * 1000 then
+    token = now * 1000
+    redis.call('SET', KEYS[5], string.format('%d', token))
+end
+redis.call('ZADD', mine, expires, owner)
+redis.call('HSET', KEYS[4], owner, string.format('%d', token))
+keep(mine, expires)
+keep(KEYS[4], expires)
+return token
+";
+
+/// `ARGV`: owner, token, mode, TTL ms. Extends the member's expiry if it is
+/// still there, unexpired, with this token. Returns 1 if extended.
+const GROUP_RENEW: &str = r"
+local mine = KEYS[1]
+if ARGV[3] == 'w' then
+    mine = KEYS[2]
+end
+if not redis.call('ZSCORE', mine, ARGV[1]) or redis.call('HGET', KEYS[4], ARGV[1]) ~= ARGV[2] then
+    return 0
+end
+local expires = now + tonumber(ARGV[4])
+redis.call('ZADD', mine, expires, ARGV[1])
+keep(mine, expires)
+keep(KEYS[4], expires)
+return 1
+";
+
+/// `ARGV`: owner, token, mode. Returns 1 if the member is there, unexpired,
+/// with this token. Reads only, apart from dropping expired members.
+const GROUP_HELD: &str = r"
+local mine = KEYS[1]
+if ARGV[3] == 'w' then
+    mine = KEYS[2]
+end
+if redis.call('ZSCORE', mine, ARGV[1]) and redis.call('HGET', KEYS[4], ARGV[1]) == ARGV[2] then
+    return 1
+end
+return 0
+";
+
+/// `ARGV`: owner, token (empty: any — an abandon), channel, notice,
+/// `PUBLISH` or `SPUBLISH`. Removes the owner's grant (with this token) or,
+/// without a token, everything the owner has in the group, waiting writer
+/// included; announces it if anybody waits. Returns 1 if a live grant was
+/// removed.
+const LEAVE: &str = r"
+local owner = ARGV[1]
+if ARGV[2] ~= '' and redis.call('HGET', KEYS[4], owner) ~= ARGV[2] then
+    return 0
+end
+local removed = 0
+for i = 1, 3 do
+    removed = removed + redis.call('ZREM', KEYS[i], owner)
+end
+redis.call('HDEL', KEYS[4], owner)
+if removed > 0 and redis.call('EXISTS', KEYS[6]) == 1 then
+    redis.call(ARGV[5], ARGV[3], ARGV[4])
+end
+return math.min(removed, 1)
+";
+
+/// The group scripts with their prologue.
+fn group(body: &str) -> Script {
+    Script::new(&format!("{GROUP_PROLOGUE}{body}"))
+}
+
+pub(crate) static JOIN_SCRIPT: LazyLock<Script> = LazyLock::new(|| group(JOIN));
+pub(crate) static GROUP_RENEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| group(GROUP_RENEW));
+pub(crate) static GROUP_HELD_SCRIPT: LazyLock<Script> = LazyLock::new(|| group(GROUP_HELD));
+pub(crate) static LEAVE_SCRIPT: LazyLock<Script> = LazyLock::new(|| group(LEAVE));

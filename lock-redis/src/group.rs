@@ -1,0 +1,133 @@
+//! Semaphores and read-write locks on one Redis server: the members of a
+//! name's group in sorted sets scored by expiry, changed only by the group
+//! scripts in `scripts.rs`.
+
+use std::time::Duration;
+
+use lock_core::backend::{AcquireRequest, Lease, millis};
+use lock_core::{Family, FencingToken, LockKind, LockName, Result};
+use redis::ScriptInvocation;
+
+use crate::node::{Keys, Node};
+use crate::scripts::{GROUP_HELD_SCRIPT, GROUP_RENEW_SCRIPT, JOIN_SCRIPT, LEAVE_SCRIPT};
+
+impl Keys {
+    /// The six keys of `name`'s group of `family` in the order the group
+    /// scripts take them: holders, writers, waiting writers, tokens, fence,
+    /// waiting mark — `prefix` `name` `#sem` (or `#rw`) and a suffix, so a
+    /// semaphore, a read-write lock and the mutex of one name never share a
+    /// key. In a cluster the name is the hash tag of every one.
+    pub fn group(&self, name: &LockName, family: Family) -> [String; 6] {
+        let base = format!("{}#{}", self.lock(name), family.tag());
+        [
+            base.clone(),
+            format!("{base}#writers"),
+            format!("{base}#writers-waiting"),
+            format!("{base}#tokens"),
+            format!("{base}#fence"),
+            format!("{base}#waiting"),
+        ]
+    }
+}
+
+/// The mode argument of the group scripts.
+fn mode(kind: LockKind) -> &'static str {
+    match kind {
+        LockKind::Read => "r",
+        LockKind::Write => "w",
+        _ => "p",
+    }
+}
+
+/// What a release of the group announces: the name, which wakes one local
+/// waiter (a freed permit admits one), or `*name`, which wakes them all (a
+/// read-write lock's release may admit every reader).
+fn notice(name: &LockName, family: Family) -> String {
+    match family {
+        Family::ReadWrite => format!("*{name}"),
+        _ => name.to_string(),
+    }
+}
+
+impl Node {
+    fn group_invocation(
+        &self,
+        script: &'static redis::Script,
+        name: &LockName,
+        family: Family,
+    ) -> ScriptInvocation<'static> {
+        let mut invocation = script.prepare_invoke();
+        for key in self.keys().group(name, family) {
+            invocation.key(key);
+        }
+        invocation
+    }
+
+    /// The join script for `req`, for [`Node::acquire`]'s pipeline.
+    pub(crate) fn join_invocation(&self, req: &AcquireRequest) -> ScriptInvocation<'static> {
+        let permits = match req.kind {
+            LockKind::Permit { permits } => permits,
+            _ => 0,
+        };
+        // A waiting writer must stay marked between its attempts, however
+        // short its TTL, or readers slip in while it naps.
+        let marked = req.ttl.max(Keys::WAITING_MARK);
+        let mut invocation = self.group_invocation(&JOIN_SCRIPT, &req.name, req.kind.family());
+        invocation
+            .arg(req.owner.to_hex())
+            .arg(millis(req.ttl))
+            .arg(mode(req.kind))
+            .arg(permits)
+            .arg(millis(self.keys().waiting_mark()))
+            .arg(millis(marked));
+        invocation
+    }
+
+    /// Extends a member's grant if it is still there with its token.
+    pub(crate) async fn renew_member(&self, lease: &Lease, ttl: Duration) -> Result<bool> {
+        let mut invocation =
+            self.group_invocation(&GROUP_RENEW_SCRIPT, lease.name(), lease.kind().family());
+        invocation
+            .arg(lease.owner().to_hex())
+            .arg(lease.token().get())
+            .arg(mode(lease.kind()))
+            .arg(millis(ttl));
+        let done: i64 = self.run(invocation, "renew").await?;
+        Ok(done == 1)
+    }
+
+    /// Whether a member's grant is still there, unexpired, with its token.
+    pub(crate) async fn holds_member(&self, lease: &Lease) -> Result<bool> {
+        let mut invocation =
+            self.group_invocation(&GROUP_HELD_SCRIPT, lease.name(), lease.kind().family());
+        invocation
+            .arg(lease.owner().to_hex())
+            .arg(lease.token().get())
+            .arg(mode(lease.kind()));
+        let held: i64 = self.run(invocation, "check the owner").await?;
+        Ok(held == 1)
+    }
+
+    /// Removes `owner`'s grant with `token`, or with no token everything
+    /// `owner` has in the group (its grant, its waiting-writer mark), and
+    /// announces it to waiters. `true` if a live grant was removed.
+    pub(crate) async fn leave(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        owner: lock_core::OwnerToken,
+        token: Option<FencingToken>,
+    ) -> Result<bool> {
+        let family = kind.family();
+        let (channel, publish) = self.keys().release_channel(name);
+        let mut invocation = self.group_invocation(&LEAVE_SCRIPT, name, family);
+        invocation
+            .arg(owner.to_hex())
+            .arg(token.map(|t| t.get().to_string()).unwrap_or_default())
+            .arg(channel)
+            .arg(notice(name, family))
+            .arg(publish);
+        let done: i64 = self.run(invocation, "release").await?;
+        Ok(done == 1)
+    }
+}
