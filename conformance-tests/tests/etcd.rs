@@ -742,3 +742,50 @@ async fn a_permit_release_wakes_about_one_waiter() {
         "wake-ups per release: {woken:?} (a herd wakes every waiter)"
     );
 }
+
+/// Cancel safety: a semaphore waiter dropped while it holds the internal
+/// lock and waits for a permit leaves neither of its keys behind, and the
+/// next in line takes the internal lock over and gets the permit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_permit_waiter_leaves_no_key() {
+    let etcd = Etcd::shared().await;
+    let prefix = fresh_table();
+    let l = Locker::from_arc(backend(&etcd.url(&prefix, "")).await);
+    let (locks, leases) = (
+        format!("{prefix}/drop#sem/locks/"),
+        format!("{prefix}/drop#sem/leases/"),
+    );
+    let holder = l
+        .lock_with("drop", permit_opts(1, Wait::No))
+        .await
+        .expect("a free permit");
+    let spawn_waiter = || {
+        let l = l.clone();
+        tokio::spawn(async move { l.lock_with("drop", permit_opts(1, PATIENCE)).await })
+    };
+    let dropped = spawn_waiter();
+    wait_for_queues(etcd, &[(&locks, 1), (&leases, 2)]).await;
+    let id = keys_by_age(etcd, &locks)[0]
+        .rsplit('/')
+        .next()
+        .expect("an ID")
+        .to_owned();
+    let next = spawn_waiter();
+    wait_for_queue(etcd, &locks, 2).await;
+    dropped.abort();
+    // The next waiter holds the internal lock now, with its own lease key.
+    wait_for_queues(etcd, &[(&locks, 1), (&leases, 2)]).await;
+    for dir in [&locks, &leases] {
+        assert!(
+            !keys_by_age(etcd, dir).iter().any(|k| k.ends_with(&id)),
+            "a key of the dropped waiter is left under {dir}"
+        );
+    }
+    holder.release().await.expect("release");
+    let g = timeout(Duration::from_secs(20), next)
+        .await
+        .expect("the next waiter gets the permit")
+        .expect("task")
+        .expect("granted");
+    g.release().await.expect("release");
+}
