@@ -1,7 +1,8 @@
 //! etcd beyond the conformance suite: `etcdctl lock` interoperability, FIFO
 //! order with one wake-up per release, cleanup, the Jepsen check, session
-//! leases shared per TTL and lost together, the minimum TTL, and leader loss
-//! in a three-member cluster.
+//! leases shared per TTL and lost together, the minimum TTL, leader loss
+//! in a three-member cluster, and the keys, wake-ups and waits of
+//! semaphores and read-write locks.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,7 +13,7 @@ use conformance_tests::servers::etcd::{Etcd, etcdctl};
 use conformance_tests::targets::fresh_table;
 use distlock::lock_etcd::EtcdBackend;
 use lock_core::backend::LockBackend;
-use lock_core::{AcquireOptions, Error, LockState, Locker, Wait};
+use lock_core::{AcquireOptions, Error, LockKind, LockState, Locker, Wait};
 use tokio::time::{Instant, sleep, timeout};
 
 fn opts(ttl: Duration, wait: Wait) -> AcquireOptions {
@@ -465,4 +466,326 @@ async fn a_hand_over_needs_the_next_key_still_there() {
         );
     }
     theirs.release().await.expect("release");
+}
+
+/// Keys under `dir`, oldest first, as etcdctl sees them.
+fn keys_by_age(etcd: &Etcd, dir: &str) -> Vec<String> {
+    etcd.members[0]
+        .ctl(&[
+            "get",
+            "--prefix",
+            dir,
+            "--keys-only",
+            "--sort-by",
+            "CREATE",
+            "--order",
+            "ASCEND",
+        ])
+        .expect("etcdctl get")
+        .lines()
+        .filter(|k| !k.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Waits until `dir` holds `len` keys (see [`wait_for_queue`]) for each
+/// `(dir, len)`.
+async fn wait_for_queues(etcd: &Etcd, queues: &[(&str, usize)]) {
+    for (dir, len) in queues {
+        wait_for_queue(etcd, dir, *len).await;
+    }
+}
+
+/// A key's create revision and value, as etcdctl reports them.
+fn created_with(etcd: &Etcd, key: &str) -> (u64, String) {
+    let json = etcd.members[0]
+        .ctl(&["get", key, "-w", "json"])
+        .expect("etcdctl get -w json");
+    let parsed: serde_json::Value = serde_json::from_str(&json).expect("etcdctl's JSON");
+    let revision = parsed["kvs"][0]["create_revision"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no key {key}: {json}"));
+    let value = etcd.members[0]
+        .ctl(&["get", key, "--print-value-only"])
+        .expect("etcdctl get")
+        .trim()
+        .to_owned();
+    (revision, value)
+}
+
+fn permit_opts(permits: u32, wait: Wait) -> AcquireOptions {
+    AcquireOptions::with_ttl(TTL)
+        .wait(wait)
+        .kind(LockKind::permit(permits))
+}
+
+/// A semaphore's keys: its internal lock's line under `{name}#sem/locks/`,
+/// one lease key per permit under `{name}#sem/leases/`, each named after
+/// the owner token, valued with it, on a session lease, and created at the
+/// grant's token; a read-write lock's `{name}#rw/read/` and `.../write/`
+/// keys, in one order by create revision. The mutex's range of the same
+/// name stays empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_and_read_write_keys_are_laid_out_as_documented() {
+    let etcd = Etcd::shared().await;
+    let prefix = fresh_table();
+    let l = Locker::from_arc(backend(&etcd.url(&prefix, "")).await);
+    let (locks, leases) = (
+        format!("{prefix}/pool#sem/locks/"),
+        format!("{prefix}/pool#sem/leases/"),
+    );
+
+    let holder = l
+        .lock_with("pool", permit_opts(1, Wait::No))
+        .await
+        .expect("a free permit");
+    let held = format!("{leases}{:x}", key_id(&holder));
+    assert_eq!(keys_by_age(etcd, &leases), std::slice::from_ref(&held));
+    assert!(
+        keys_by_age(etcd, &locks).is_empty(),
+        "the internal lock was passed on"
+    );
+    let (revision, value) = created_with(etcd, &held);
+    assert_eq!(
+        revision,
+        holder.token().get(),
+        "the token is the key's create revision"
+    );
+    assert_eq!(value, holder.lease().owner().to_hex());
+    assert_ne!(lease_of(etcd, &held), 0, "on a session lease");
+
+    let waiter = {
+        let l = l.clone();
+        tokio::spawn(async move { l.lock_with("pool", permit_opts(1, PATIENCE)).await })
+    };
+    // The waiter holds the internal lock and has put its lease key: the
+    // second oldest of two, with one permit.
+    wait_for_queues(etcd, &[(&locks, 1), (&leases, 2)]).await;
+    let waiting = keys_by_age(etcd, &leases)[1].clone();
+    let in_line = keys_by_age(etcd, &locks)[0].clone();
+    assert_eq!(
+        waiting.rsplit('/').next(),
+        in_line.rsplit('/').next(),
+        "one owner's keys share its ID"
+    );
+    assert_eq!(
+        queued(etcd, &format!("{prefix}/pool/")),
+        0,
+        "the mutex's range"
+    );
+    holder.release().await.expect("release");
+    let granted = timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("the waiter gets the permit")
+        .expect("task")
+        .expect("granted");
+    assert_eq!(keys_by_age(etcd, &leases), std::slice::from_ref(&waiting));
+    assert_eq!(created_with(etcd, &waiting).0, granted.token().get());
+    wait_for_queue(etcd, &locks, 0).await;
+    granted.release().await.expect("release");
+    assert!(keys_by_age(etcd, &leases).is_empty());
+
+    let rw = format!("{prefix}/doc#rw/");
+    let read = AcquireOptions::with_ttl(TTL).kind(LockKind::Read);
+    let write = AcquireOptions::with_ttl(TTL).kind(LockKind::Write);
+    let r1 = l.lock_with("doc", read.wait(Wait::No)).await.expect("read");
+    let writer = {
+        let l = l.clone();
+        tokio::spawn(async move { l.lock_with("doc", write.wait(PATIENCE)).await })
+    };
+    wait_for_queue(etcd, &rw, 2).await;
+    let r2 = {
+        let l = l.clone();
+        tokio::spawn(async move { l.lock_with("doc", read.wait(PATIENCE)).await })
+    };
+    wait_for_queue(etcd, &rw, 3).await;
+    let keys = keys_by_age(etcd, &rw);
+    assert_eq!(keys[0], format!("{rw}read/{:x}", key_id(&r1)));
+    assert!(keys[1].starts_with(&format!("{rw}write/")), "{keys:?}");
+    assert!(
+        keys[2].starts_with(&format!("{rw}read/")),
+        "a reader after a waiting writer queues behind it: {keys:?}"
+    );
+    assert_eq!(created_with(etcd, &keys[0]).0, r1.token().get());
+    assert_eq!(
+        queued(etcd, &format!("{prefix}/doc/")),
+        0,
+        "the mutex's range"
+    );
+    r1.release().await.expect("release");
+    let w = timeout(Duration::from_secs(20), writer)
+        .await
+        .expect("the writer gets in")
+        .expect("task")
+        .expect("write lock");
+    assert_eq!(created_with(etcd, &keys[1]).0, w.token().get());
+    assert!(!r2.is_finished(), "a reader beside the writer");
+    w.release().await.expect("release");
+    let r2 = timeout(Duration::from_secs(20), r2)
+        .await
+        .expect("the second reader gets in")
+        .expect("task")
+        .expect("read lock");
+    assert_eq!(created_with(etcd, &keys[2]).0, r2.token().get());
+    r2.release().await.expect("release");
+    wait_for_queue(etcd, &rw, 0).await;
+}
+
+/// The grant a scheme "the waiter at p watches the key at p − N" misses:
+/// with 2 permits held by A and B, and C and D waiting, B leaves. The
+/// waiter that now fits must be woken although A, not B, is the key N
+/// places before it; and when A leaves too, the other one. The TTL is long,
+/// so no expiry comes to the rescue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_freed_by_any_holder_wakes_a_waiter() {
+    let etcd = Etcd::shared().await;
+    let prefix = fresh_table();
+    let l = Locker::from_arc(backend(&etcd.url(&prefix, "")).await);
+    let locks = format!("{prefix}/any#sem/locks/");
+    let ttl = Duration::from_secs(30);
+    let opts = AcquireOptions::with_ttl(ttl).kind(LockKind::permit(2));
+    let a = l.lock_with("any", opts.wait(Wait::No)).await.expect("A");
+    let b = l.lock_with("any", opts.wait(Wait::No)).await.expect("B");
+    let (tx, mut granted) = tokio::sync::mpsc::unbounded_channel();
+    let mut waiters = Vec::new();
+    for (who, in_line) in [("C", 1), ("D", 2)] {
+        let (l, tx) = (l.clone(), tx.clone());
+        waiters.push(tokio::spawn(async move {
+            let g = l
+                .lock_with("any", opts.wait(Wait::For(Duration::from_secs(60))))
+                .await
+                .expect("a permit in turn");
+            tx.send((who, g)).expect("the test listens");
+        }));
+        wait_for_queue(etcd, &locks, in_line).await;
+    }
+    sleep(Duration::from_millis(300)).await;
+    assert!(granted.try_recv().is_err(), "granted beyond 2 permits");
+
+    let b_token = b.token();
+    b.release().await.expect("B leaves");
+    let (first, g1) = timeout(Duration::from_secs(5), granted.recv())
+        .await
+        .expect("a waiter is woken when B's permit is free")
+        .expect("grant");
+    assert_eq!(first, "C", "waiters are served in order");
+    sleep(Duration::from_millis(300)).await;
+    assert!(granted.try_recv().is_err(), "granted beyond 2 permits");
+
+    a.release().await.expect("A leaves");
+    let (second, g2) = timeout(Duration::from_secs(5), granted.recv())
+        .await
+        .expect("the other waiter is woken when A's permit is free")
+        .expect("grant");
+    assert_eq!(second, "D");
+    assert!(g2.token() > g1.token() && g1.token() > b_token);
+    for g in [g1, g2] {
+        g.release().await.expect("release");
+    }
+    for w in waiters {
+        w.await.expect("waiter");
+    }
+}
+
+/// No herd: many waiters of a semaphore on one client, and each release
+/// wakes about one of them. A release wakes the one waiter holding the
+/// semaphore's internal lock (it watches the lease keys), which takes the
+/// permit and passes that lock to the next in line (a second wake-up); the
+/// others, each watching its predecessor in line, sleep on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_release_wakes_about_one_waiter() {
+    const WAITERS: usize = 8;
+    let etcd = Etcd::shared().await;
+    let prefix = fresh_table();
+    let url = etcd.url(&prefix, "");
+    let (locks, leases) = (
+        format!("{prefix}/herd#sem/locks/"),
+        format!("{prefix}/herd#sem/leases/"),
+    );
+    let holder = Locker::from_arc(backend(&url).await);
+    let mut current = holder
+        .lock_with("herd", permit_opts(1, Wait::No))
+        .await
+        .expect("a free permit");
+    let l = Locker::from_arc(backend(&url).await);
+    let (tx, mut granted) = tokio::sync::mpsc::unbounded_channel();
+    for _ in 0..WAITERS {
+        let (l, tx) = (l.clone(), tx.clone());
+        tokio::spawn(async move {
+            let g = l
+                .lock_with("herd", permit_opts(1, Wait::For(Duration::from_secs(90))))
+                .await;
+            let _ = tx.send(g);
+        });
+    }
+    wait_for_queues(etcd, &[(&locks, WAITERS), (&leases, 2)]).await;
+    sleep(Duration::from_millis(300)).await;
+    let mut woken = Vec::new();
+    for left in (0..WAITERS).rev() {
+        let before = l.stats().wakeups;
+        current.release().await.expect("release");
+        current = timeout(Duration::from_secs(20), granted.recv())
+            .await
+            .expect("the next waiter is granted")
+            .expect("grant")
+            .expect("a permit in turn");
+        // Settled: the next in line holds the internal lock and waits with
+        // its lease key put.
+        let pending = usize::from(left > 0);
+        wait_for_queues(etcd, &[(&locks, left), (&leases, 1 + pending)]).await;
+        sleep(Duration::from_millis(100)).await;
+        woken.push(l.stats().wakeups - before);
+    }
+    current.release().await.expect("release");
+    assert!(
+        woken.iter().all(|&w| (1..=2).contains(&w)),
+        "wake-ups per release: {woken:?} (a herd wakes every waiter)"
+    );
+}
+
+/// Cancel safety: a semaphore waiter dropped while it holds the internal
+/// lock and waits for a permit leaves neither of its keys behind, and the
+/// next in line takes the internal lock over and gets the permit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_permit_waiter_leaves_no_key() {
+    let etcd = Etcd::shared().await;
+    let prefix = fresh_table();
+    let l = Locker::from_arc(backend(&etcd.url(&prefix, "")).await);
+    let (locks, leases) = (
+        format!("{prefix}/drop#sem/locks/"),
+        format!("{prefix}/drop#sem/leases/"),
+    );
+    let holder = l
+        .lock_with("drop", permit_opts(1, Wait::No))
+        .await
+        .expect("a free permit");
+    let spawn_waiter = || {
+        let l = l.clone();
+        tokio::spawn(async move { l.lock_with("drop", permit_opts(1, PATIENCE)).await })
+    };
+    let dropped = spawn_waiter();
+    wait_for_queues(etcd, &[(&locks, 1), (&leases, 2)]).await;
+    let id = keys_by_age(etcd, &locks)[0]
+        .rsplit('/')
+        .next()
+        .expect("an ID")
+        .to_owned();
+    let next = spawn_waiter();
+    wait_for_queue(etcd, &locks, 2).await;
+    dropped.abort();
+    // The next waiter holds the internal lock now, with its own lease key.
+    wait_for_queues(etcd, &[(&locks, 1), (&leases, 2)]).await;
+    for dir in [&locks, &leases] {
+        assert!(
+            !keys_by_age(etcd, dir).iter().any(|k| k.ends_with(&id)),
+            "a key of the dropped waiter is left under {dir}"
+        );
+    }
+    holder.release().await.expect("release");
+    let g = timeout(Duration::from_secs(20), next)
+        .await
+        .expect("the next waiter gets the permit")
+        .expect("task")
+        .expect("granted");
+    g.release().await.expect("release");
 }

@@ -1,21 +1,23 @@
 //! [`EtcdBackend`]: the [`LockBackend`] impl over the queue protocol in
-//! `queue.rs`.
+//! `queue.rs`, for every kind of lock: the mutex and the read-write lock
+//! are lines of that queue; a semaphore adds the permit step of
+//! `semaphore.rs` once its internal lock is ours.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions, GetOptions, SortOrder, SortTarget};
+use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, SortOrder, SortTarget};
 use lock_core::backend::{
     AcquireRequest, BackendStats, Backoff, Holder, Lease, LockBackend, Retry, WaitBudget,
     async_trait,
 };
-use lock_core::{Capabilities, Error, FencingToken, LockName, Result};
+use lock_core::{Capabilities, Error, FencingToken, LockKind, LockName, Result};
 
 use crate::config::{EtcdConfig, EtcdOptions};
 use crate::error::convert;
 use crate::handover::EtcdHandovers;
-use crate::queue::{Ahead, Place, Requeue};
+use crate::queue::{Ahead, Line, Place, Requeue};
 use crate::session::{Session, Sessions};
 
 /// etcd grants leases in whole seconds and never shorter than its minimum,
@@ -23,7 +25,9 @@ use crate::session::{Session, Sessions};
 /// timeout. Shorter TTLs are refused rather than silently lengthened.
 pub const MIN_TTL: Duration = Duration::from_secs(2);
 
-const CAPABILITIES: Capabilities = Capabilities::consensus_queue(crate::NAME, MIN_TTL);
+const CAPABILITIES: Capabilities = Capabilities::consensus_queue(crate::NAME, MIN_TTL)
+    .with_semaphores(true)
+    .with_read_write(true);
 
 /// A lock backend on an etcd cluster (see the crate docs).
 #[derive(Clone)]
@@ -115,20 +119,29 @@ impl LockBackend for EtcdBackend {
     }
 
     /// `wakeups`: watch events that woke a waiter: one per release with FIFO
-    /// waiters, since each waiter watches only its predecessor.
+    /// waiters, since each waiter watches only its predecessor; about one
+    /// per release of a permit, which wakes the holder of the semaphore's
+    /// internal lock, plus one when that lock passes on.
     fn stats(&self) -> BackendStats {
         BackendStats::default().with_wakeups(self.wakeups.load(Ordering::Relaxed))
     }
 
+    /// One attempt: first in line is a grant, except that a semaphore's
+    /// internal lock also needs a free permit. Anybody else in line (for a
+    /// semaphore: somebody holding its internal lock, who may be about to
+    /// take the last permit) makes it `None`.
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {
+        let line = self.line(req);
         let mut queued = Queued::new(self, req);
-        let Some((place, session)) = self.join_queue(req, &mut queued).await? else {
+        let Some((place, session)) = self.join_queue(req, &line, &mut queued).await? else {
             queued.leave().await;
             return Err(session_lost());
         };
-        if matches!(place.ahead, Ahead::Nobody) {
+        if matches!(place.ahead, Ahead::Nobody)
+            && let Some(lease) = self.grant(req, &line, &place, &session, None).await?
+        {
             queued.armed = false;
-            return Ok(Some(self.lease_for(req, &place, &session)));
+            return Ok(Some(lease));
         }
         queued.leave().await;
         Ok(None)
@@ -170,7 +183,7 @@ impl LockBackend for EtcdBackend {
         let session = self
             .session_of(lease)
             .ok_or_else(|| Error::not_held(lease.name()))?;
-        let key = self.key(lease.name(), lease.owner());
+        let key = self.held_key(lease.name(), lease.owner(), lease.kind());
         let key_of_lease = key.clone();
         let (alive, mine) = tokio::join!(
             self.prove_alive(&session, session.renew_after() / 2),
@@ -199,7 +212,7 @@ impl LockBackend for EtcdBackend {
     /// expired it. The read is linearizable, so a cut-off member cannot
     /// answer it from its stale state.
     async fn is_held(&self, lease: &Lease) -> Result<bool> {
-        let key = self.key(lease.name(), lease.owner());
+        let key = self.held_key(lease.name(), lease.owner(), lease.kind());
         let found = self
             .call(
                 "check our key",
@@ -218,10 +231,19 @@ impl LockBackend for EtcdBackend {
     /// next holder's key is never touched, and the session's lease, shared
     /// with this client's other locks, is left alone. A key that is gone
     /// (expired with the session, or deleted) is [`Error::NotHeld`].
+    ///
+    /// Only the mutex and a writer hand over (`handover.rs`): theirs was
+    /// the oldest key. A reader's was not (older readers may hold), nor a
+    /// permit's lease key (nobody watches it alone).
     async fn release(&self, lease: &Lease) -> Result<()> {
-        let key = self.key(lease.name(), lease.owner());
+        let key = self.held_key(lease.name(), lease.owner(), lease.kind());
         let token = lease.token().to_i64();
-        let deleted = self.release_and_hand_over(&key, token).await?;
+        let deleted = if lease.kind().is_exclusive() {
+            self.release_and_hand_over(&key, token).await?
+        } else {
+            let compare = Compare::create_revision(key.as_str(), CompareOp::Equal, token);
+            self.delete_if(&key, compare).await?
+        };
         if let Some(session) = self.session_of(lease) {
             session.forget(&key);
         }
@@ -232,9 +254,12 @@ impl LockBackend for EtcdBackend {
         }
     }
 
+    /// Deletes every key of `req`'s owner in `req`'s family (a semaphore's
+    /// key in its internal lock's line and its lease key; a read-write
+    /// lock's keys of both sides), each only if its value is still the
+    /// owner's token.
     async fn abandon(&self, req: &AcquireRequest) -> Result<()> {
-        let key = self.key(&req.name, req.owner);
-        self.leave_or_orphan(&key, &req.owner.to_hex(), req.ttl)
+        self.leave_or_orphan(&self.family_keys(req), &req.owner.to_hex(), req.ttl)
             .await
     }
 
@@ -281,7 +306,8 @@ impl EtcdBackend {
 
     /// One attempt of `acquire`: queue on a current session (again, at most
     /// [`REQUEUES`] times, if it turns out gone), then wait for our turn,
-    /// keeping the session alive meanwhile.
+    /// keeping the session alive meanwhile (for a permit, also while it
+    /// waits for a lease key to go).
     async fn attempt(
         &self,
         req: &AcquireRequest,
@@ -289,32 +315,76 @@ impl EtcdBackend {
         queued: &mut Queued,
     ) -> Result<Lease> {
         budget.attempted();
-        let Some((place, session)) = self.join_queue(req, queued).await? else {
+        let line = self.line(req);
+        let Some((place, session)) = self.join_queue(req, &line, queued).await? else {
             return Err(session_lost());
         };
-        if !matches!(place.ahead, Ahead::Nobody) {
+        let first = matches!(place.ahead, Ahead::Nobody);
+        let permit = matches!(req.kind, LockKind::Permit { .. });
+        let _keeper = (!first || permit).then(|| self.keep_queued(&session));
+        if !first {
             if budget.is_over() {
                 return Err(budget.exhausted(&req.name));
             }
             budget.waiting();
-            let _keeper = self.keep_queued(&session);
-            self.wait_for_turn(req, &place, &session, budget).await?;
+            self.wait_for_turn(req, &line, &place, &session, budget)
+                .await?;
         }
-        Ok(self.lease_for(req, &place, &session))
+        self.grant(req, &line, &place, &session, Some(budget))
+            .await?
+            .ok_or_else(|| budget.exhausted(&req.name))
     }
 
-    /// Puts our key in the queue on a live session: the session for the
+    /// The grant to `place`, first in `line`. A permit is taken by the
+    /// holder of the semaphore's internal lock (waiting within `budget` if
+    /// it is given one), which then passes that lock on.
+    async fn grant(
+        &self,
+        req: &AcquireRequest,
+        line: &Line,
+        place: &Place,
+        session: &Session,
+        budget: Option<&WaitBudget>,
+    ) -> Result<Option<Lease>> {
+        let LockKind::Permit { permits } = req.kind else {
+            return Ok(Some(self.lease_for(
+                req,
+                &line.key,
+                place.revision,
+                session,
+            )));
+        };
+        let lease = self.take_permit(req, permits, session, budget).await?;
+        if lease.is_some() {
+            self.pass_turn(req, line, place).await;
+        }
+        Ok(lease)
+    }
+
+    /// Releases a semaphore's internal lock once the permit is ours,
+    /// handing it to the next contender of this backend if it waits. The
+    /// permit is held whatever happens here: a key the server could not be
+    /// told to delete is left to the session's next keep-alive.
+    async fn pass_turn(&self, req: &AcquireRequest, line: &Line, place: &Place) {
+        if let Err(e) = self.release_and_hand_over(&line.key, place.revision).await {
+            tracing::debug!(error = %e, "could not pass a semaphore's internal lock on; the next keep-alive will");
+            self.orphan(&line.key, &req.owner.to_hex(), req.ttl);
+        }
+    }
+
+    /// Puts our key in `line` on a live session: the session for the
     /// TTL, then the queue `Txn`, on a new session when that one turned out
     /// dead, up to [`REQUEUES`] sessions. `None` when every one was dead.
     async fn join_queue(
         &self,
         req: &AcquireRequest,
+        line: &Line,
         queued: &mut Queued,
     ) -> Result<Option<(Place, Arc<Session>)>> {
         for _ in 0..REQUEUES {
             let session = self.session(req.ttl).await?;
             queued.session = Some(session.clone());
-            match self.enqueue(req, &session).await? {
+            match self.enqueue(req, line, &session).await? {
                 Ok(place) => return Ok(Some((place, session))),
                 Err(Requeue) => continue,
             }
@@ -334,14 +404,14 @@ fn session_lost() -> Error {
     }
 }
 
-/// An acquisition's key in the queue until it is granted or has left. If
-/// the acquire's future is dropped before either (a caller of the backend
-/// that does not go through `Locker`), the key is deleted in the
-/// background: on a session lease other locks keep alive, nothing else
-/// would ever delete it.
+/// An acquisition's keys (in line, and a permit's lease key) until it is
+/// granted or has left. If the acquire's future is dropped before either (a
+/// caller of the backend that does not go through `Locker`), the keys are
+/// deleted in the background: on a session lease other locks keep alive,
+/// nothing else would ever delete them.
 struct Queued {
     backend: EtcdBackend,
-    key: String,
+    keys: Vec<String>,
     owner: String,
     ttl: Duration,
     session: Option<Arc<Session>>,
@@ -352,7 +422,7 @@ impl Queued {
     fn new(backend: &EtcdBackend, req: &AcquireRequest) -> Self {
         Self {
             backend: backend.clone(),
-            key: backend.key(&req.name, req.owner),
+            keys: backend.keys_of(req),
             owner: req.owner.to_hex(),
             ttl: req.ttl,
             session: None,
@@ -366,7 +436,7 @@ impl Queued {
         if self.session.is_some()
             && let Err(e) = self
                 .backend
-                .leave_or_orphan(&self.key, &self.owner, self.ttl)
+                .leave_or_orphan(&self.keys, &self.owner, self.ttl)
                 .await
         {
             tracing::debug!(error = %e, "could not leave the queue; the next keep-alive will");
@@ -383,14 +453,14 @@ impl Drop for Queued {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return; // no runtime: the session's lease expires with the process
         };
-        let (backend, key, owner, ttl) = (
+        let (backend, keys, owner, ttl) = (
             self.backend.clone(),
-            std::mem::take(&mut self.key),
+            std::mem::take(&mut self.keys),
             std::mem::take(&mut self.owner),
             self.ttl,
         );
         runtime.spawn(async move {
-            let _ = backend.leave_or_orphan(&key, &owner, ttl).await;
+            let _ = backend.leave_or_orphan(&keys, &owner, ttl).await;
         });
     }
 }

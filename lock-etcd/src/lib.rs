@@ -6,7 +6,9 @@ mod backend;
 pub mod config;
 mod error;
 mod handover;
+mod layout;
 mod queue;
+mod semaphore;
 mod session;
 
 pub use backend::{EtcdBackend, MIN_TTL};

@@ -2,6 +2,10 @@
 //! client's `concurrency.Mutex`): a key per contender under the lock's
 //! prefix, attached to its client's session lease; the lowest create
 //! revision holds, every other watches the key just before its own.
+//!
+//! The same code serves every [`Line`]: the mutex, the semaphore's internal
+//! lock, and both sides of a read-write lock. A line names our key and the
+//! range of keys that keep us waiting while one older than ours is there.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -9,15 +13,25 @@ use std::sync::atomic::Ordering;
 
 use etcd_client::{
     Client, Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
-    TxnOpResponse, TxnResponse, WatchStream,
+    TxnOpResponse, TxnResponse, WatchOptions, WatchStream,
 };
 use lock_core::backend::{AcquireRequest, Lease, WaitBudget};
-use lock_core::{Error, FencingToken, LockName, OwnerToken, Result};
+use lock_core::{Error, FencingToken, Result};
 
 use crate::backend::EtcdBackend;
 use crate::error::{convert, lease_not_found};
 use crate::handover::Waiter;
 use crate::session::Session;
+
+/// One contender's key and what it waits for: it holds once no key of
+/// `blockers` is older than `key`.
+#[derive(Clone, Debug)]
+pub(crate) struct Line {
+    pub(crate) key: String,
+    /// A key prefix; `key` may be in it (a mutex, a writer) or not (a reader
+    /// waits for older writers only).
+    pub(crate) blockers: String,
+}
 
 /// Where one contender stands in a lock's queue.
 pub(crate) struct Place {
@@ -51,32 +65,21 @@ impl EtcdBackend {
             .map_err(|e| convert(operation, e))
     }
 
-    /// The key range of one lock: `{prefix}{name}/`, as etcd's Mutex uses.
-    pub(crate) fn dir(&self, name: &LockName) -> String {
-        format!("{}{name}/", self.options.prefix)
-    }
-
-    /// One key per acquisition, derived from its owner token, so a retried
-    /// request finds the key it may already have put, and the owner can
-    /// delete it without knowing which session it went on.
-    pub(crate) fn key(&self, name: &LockName, owner: OwnerToken) -> String {
-        format!("{}{:x}", self.dir(name), key_id(owner))
-    }
-
-    /// Joins the queue of `req.name` on `session`: one `Txn` that puts our
-    /// key unless it is there already, and reads the keys just ahead of it.
-    /// A session found stale gets a keep-alive sent at the same time, so the
+    /// Joins `line` for `req` on `session`: one `Txn` that puts our key
+    /// unless it is there already, and reads the keys just ahead of it. A
+    /// session found stale gets a keep-alive sent at the same time, so the
     /// grant can count on a proof as recent as the `Txn`.
     pub(crate) async fn enqueue(
         &self,
         req: &AcquireRequest,
+        line: &Line,
         session: &Session,
     ) -> Result<std::result::Result<Place, Requeue>> {
-        let key = self.key(&req.name, req.owner);
-        let dir = self.dir(&req.name);
+        let key = line.key.clone();
+        let dir = line.blockers.clone();
         let owner = req.owner.to_hex();
-        // Put in the same transaction, our key is the newest under the
-        // lock: the second newest is the one ahead of us.
+        // Put in the same transaction, our key is the newest of all: the
+        // newest blocker other than ours is the one ahead of us.
         let newest = GetOptions::new()
             .with_prefix()
             .with_sort(SortTarget::Create, SortOrder::Descend)
@@ -138,10 +141,10 @@ impl EtcdBackend {
                 return Ok(Err(Requeue));
             }
             let revision = kv.create_revision();
-            let holder = head.kvs().first().map(|kv| kv.create_revision());
+            let oldest = head.kvs().first().map(|kv| kv.create_revision());
             Place {
                 revision,
-                ahead: if holder == Some(revision) {
+                ahead: if oldest.is_none_or(|oldest| oldest >= revision) {
                     Ahead::Nobody
                 } else {
                     Ahead::Unknown
@@ -154,9 +157,9 @@ impl EtcdBackend {
         Ok(Ok(place))
     }
 
-    /// Waits until every key created before ours is gone, watching only the
-    /// one just before ours each time, and checks with the read that finds
-    /// nobody ahead any more that our own key survived the wait.
+    /// Waits until every blocker created before our key is gone, watching
+    /// only the one just before ours each time, and checks with the read
+    /// that finds nobody ahead any more that our own key survived the wait.
     ///
     /// Each watch starts from the present: etcd serves a watch that starts
     /// at a past revision from its catch-up loop, which runs every 100 ms,
@@ -167,6 +170,7 @@ impl EtcdBackend {
     pub(crate) async fn wait_for_turn(
         &self,
         req: &AcquireRequest,
+        line: &Line,
         place: &Place,
         session: &Session,
         budget: &WaitBudget,
@@ -179,16 +183,17 @@ impl EtcdBackend {
         loop {
             let watching = match to_watch.take() {
                 Some((key, known_at)) => {
-                    let (stream, created_at) = self.watch_from_now(key.clone()).await?;
+                    let (stream, created_at) = self.watch_from_now(key.clone(), None).await?;
                     if created_at == known_at {
                         Some((key, stream))
                     } else {
-                        self.recheck(req, place, session, Some((key, stream)), &mut to_watch)
+                        let watching = Some((key, stream));
+                        self.recheck(req, line, place, session, watching, &mut to_watch)
                             .await?
                     }
                 }
                 None => {
-                    self.recheck(req, place, session, None, &mut to_watch)
+                    self.recheck(req, line, place, session, None, &mut to_watch)
                         .await?
                 }
             };
@@ -202,13 +207,13 @@ impl EtcdBackend {
             // `handover.rs`); a key that is not UTF-8 is none of ours.
             let registration = String::from_utf8(watched).ok().map(|watched| {
                 let waiter = Waiter {
-                    key: self.key(&req.name, req.owner),
+                    key: line.key.clone(),
                     revision: place.revision,
                     session: session.id,
                 };
                 self.handovers.register(&watched, waiter, budget)
             });
-            match budget.race(deleted(&mut stream)).await {
+            match budget.race(deleted(&mut stream, 0)).await {
                 None => return Err(budget.exhausted(&req.name)),
                 Some(Err(e)) if e.is_retryable() && !budget.is_over() => {
                     tracing::debug!(error = %e, "watch failed; looking for the predecessor again");
@@ -235,12 +240,13 @@ impl EtcdBackend {
     async fn recheck(
         &self,
         req: &AcquireRequest,
+        line: &Line,
         place: &Place,
         session: &Session,
         watching: Option<(Vec<u8>, WatchStream)>,
         to_watch: &mut Option<(Vec<u8>, i64)>,
     ) -> Result<Option<(Vec<u8>, WatchStream)>> {
-        match self.look_ahead(req, place, session).await? {
+        match self.look_ahead(req, line, place, session).await? {
             Ahead::Key(key, known_at) => match watching {
                 Some((watched, stream)) if watched == key => Ok(Some((watched, stream))),
                 _ => {
@@ -252,13 +258,14 @@ impl EtcdBackend {
         }
     }
 
-    /// One `Txn` reading the key just before ours and our own key: Jepsen
+    /// One `Txn` reading the blocker just before ours and our own key: Jepsen
     /// found etcd 3.4.3's lock granting waiters whose lease had expired
     /// while they waited, so ours must still be there, on our session. A
     /// keep-alive goes with it if the session's proof is getting old.
     async fn look_ahead(
         &self,
         req: &AcquireRequest,
+        line: &Line,
         place: &Place,
         session: &Session,
     ) -> Result<Ahead> {
@@ -268,10 +275,9 @@ impl EtcdBackend {
             .with_sort(SortTarget::Create, SortOrder::Descend)
             .with_limit(1)
             .with_keys_only();
-        let key = self.key(&req.name, req.owner);
         let txn = Txn::new().and_then([
-            TxnOp::get(self.dir(&req.name), Some(before_us)),
-            TxnOp::get(key, None),
+            TxnOp::get(line.blockers.as_str(), Some(before_us)),
+            TxnOp::get(line.key.as_str(), None),
         ]);
         let keep_alive = self.prove_if_stale(session);
         let read = self.call("look ahead", |mut c| async move { c.txn(txn).await });
@@ -296,11 +302,15 @@ impl EtcdBackend {
         })
     }
 
-    /// A watch of `key` from the next revision on, once etcd has confirmed
-    /// it, and the store's revision when it did.
-    async fn watch_from_now(&self, key: Vec<u8>) -> Result<(WatchStream, i64)> {
+    /// A watch of `key` (with `options`) from the next revision on, once
+    /// etcd has confirmed it, and the store's revision when it did.
+    pub(crate) async fn watch_from_now(
+        &self,
+        key: Vec<u8>,
+        options: Option<WatchOptions>,
+    ) -> Result<(WatchStream, i64)> {
         self.call("watch the predecessor", |mut c| async move {
-            let mut stream = c.watch(key, None).await?;
+            let mut stream = c.watch(key, options).await?;
             loop {
                 match stream.message().await? {
                     Some(m) if m.canceled() => {
@@ -365,28 +375,20 @@ impl EtcdBackend {
         .await
     }
 
-    /// The grant: its deadline counts from the session's proof, and it
-    /// carries the session's lease ID for its renewals.
+    /// The grant of our `key`, whose create `revision` is its fencing
+    /// token: its deadline counts from the session's proof, and it carries
+    /// the session's lease ID for its renewals.
     pub(crate) fn lease_for(
         &self,
         req: &AcquireRequest,
-        place: &Place,
+        key: &str,
+        revision: i64,
         session: &Session,
     ) -> Lease {
-        let token = FencingToken::from_i64(place.revision);
-        let lease = Lease::new(
-            req.name.clone(),
-            req.owner,
-            token,
-            req.ttl,
-            session.proven(),
-        )
-        .with_version(session.id.unsigned_abs());
-        session.hold(
-            &self.key(&req.name, req.owner),
-            place.revision,
-            lease.deadline(),
-        );
+        let token = FencingToken::from_i64(revision);
+        let lease =
+            Lease::granted(req, token, session.proven()).with_version(session.id.unsigned_abs());
+        session.hold(key, revision, lease.deadline());
         lease
     }
 }
@@ -400,8 +402,8 @@ impl Drop for Keeper {
     }
 }
 
-/// Our place from the `Txn` that put our key: the newest key is ours, the
-/// one after it (if any) is just ahead of us.
+/// Our place from the `Txn` that put our key: it is the newest key of
+/// all, so the newest blocker other than ours (if any) is just ahead of us.
 fn put_place(response: &TxnResponse, key: &str) -> Result<Place> {
     let ops = response.op_responses();
     let (Some(TxnOpResponse::Put(put)), Some(TxnOpResponse::Get(newest))) =
@@ -411,27 +413,29 @@ fn put_place(response: &TxnResponse, key: &str) -> Result<Place> {
     };
     let revision = put.header().map_or(0, |h| h.revision());
     let kvs = newest.kvs();
-    match kvs.first() {
-        Some(kv) if kv.key() == key.as_bytes() && kv.create_revision() == revision => {}
-        _ => return Err(unexpected()),
+    if kvs.iter().any(|kv| {
+        kv.create_revision() > revision
+            || (kv.create_revision() == revision) != (kv.key() == key.as_bytes())
+    }) {
+        return Err(unexpected());
     }
     Ok(Place {
         revision,
-        ahead: match kvs.get(1) {
+        ahead: match kvs.iter().find(|kv| kv.create_revision() < revision) {
             Some(kv) => Ahead::Key(kv.key().to_vec(), revision),
             None => Ahead::Nobody,
         },
     })
 }
 
-/// Completes when the watched key is deleted.
-async fn deleted(stream: &mut WatchStream) -> Result<()> {
+/// Completes when a watched key is deleted at a revision after `after`:
+/// deletions a read at `after` already saw wake nobody.
+pub(crate) async fn deleted(stream: &mut WatchStream, after: i64) -> Result<()> {
     while let Some(message) = stream.message().await.map_err(|e| convert("watch", e))? {
-        if message
-            .events()
-            .iter()
-            .any(|e| e.event_type() == etcd_client::EventType::Delete)
-        {
+        if message.events().iter().any(|e| {
+            e.event_type() == etcd_client::EventType::Delete
+                && e.kv().is_none_or(|kv| kv.mod_revision() > after)
+        }) {
             return Ok(());
         }
         if message.canceled() {
@@ -453,13 +457,6 @@ fn revision(response: &TxnResponse) -> i64 {
     response.header().map_or(0, |h| h.revision())
 }
 
-fn unexpected() -> Error {
+pub(crate) fn unexpected() -> Error {
     Error::backend("etcd answered a queue transaction without the expected keys")
-}
-
-/// The key ID for an owner: 63 bits of its token (the key's value holds all
-/// of it).
-pub(crate) fn key_id(owner: OwnerToken) -> i64 {
-    let bits = (owner.to_u128() as u64) >> 1;
-    i64::try_from(bits).unwrap_or(i64::MAX).max(1)
 }

@@ -372,25 +372,54 @@ impl EtcdBackend {
             .map(|r| r.succeeded())
     }
 
-    /// Leaves the queue for an acquire that is given up; if the server
-    /// cannot be reached, the key is left to the next keep-alive of every
-    /// session it may be on (or to the lease's expiry).
+    /// Deletes each of `keys` whose value is still `owner`: one `Txn`, its
+    /// deletes nested so that each key is compared on its own (a missing
+    /// one stops none of the others).
+    async fn leave_all(&self, keys: &[String], owner: &str) -> Result<()> {
+        if let [key] = keys {
+            return self.leave(key, owner).await;
+        }
+        let deletes = keys.iter().map(|key| {
+            TxnOp::txn(
+                Txn::new()
+                    .when([Compare::value(key.as_str(), CompareOp::Equal, owner)])
+                    .and_then([TxnOp::delete(key.as_str(), None)]),
+            )
+        });
+        let txn = Txn::new().and_then(deletes.collect::<Vec<_>>());
+        self.call("delete our keys", |mut c| async move { c.txn(txn).await })
+            .await
+            .map(|_| ())
+    }
+
+    /// Leaves the queue for an acquire that is given up, deleting every one
+    /// of `keys` that is still `owner`'s; if the server cannot be reached,
+    /// the keys are left to the next keep-alive of every session they may
+    /// be on (or to the lease's expiry).
     pub(crate) async fn leave_or_orphan(
         &self,
-        key: &str,
+        keys: &[String],
         owner: &str,
         ttl: Duration,
     ) -> Result<()> {
-        let left = self.leave(key, owner).await;
+        let left = self.leave_all(keys, owner).await;
         if left.is_err() {
-            let orphan = Orphan {
-                key: key.to_owned(),
-                mark: Mark::Owner(owner.to_owned()),
-            };
-            for session in self.sessions.all_of(ttl) {
-                session.add_orphan(orphan.clone());
+            for key in keys {
+                self.orphan(key, owner, ttl);
             }
         }
         left
+    }
+
+    /// Leaves `key` (still `owner`'s) to the next keep-alive of every
+    /// session of `ttl` it may be on.
+    pub(crate) fn orphan(&self, key: &str, owner: &str, ttl: Duration) {
+        let orphan = Orphan {
+            key: key.to_owned(),
+            mark: Mark::Owner(owner.to_owned()),
+        };
+        for session in self.sessions.all_of(ttl) {
+            session.add_orphan(orphan.clone());
+        }
     }
 }

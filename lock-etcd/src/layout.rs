@@ -1,0 +1,114 @@
+//! Where each family's keys go. Every key is named after the acquire's
+//! owner token, so a retried request finds the key it may already have
+//! put, and the owner can delete it without knowing its session.
+//!
+//! - the mutex: `{prefix}{name}/{id}`, as etcd's own `concurrency.Mutex`;
+//! - a semaphore: `{prefix}{name}#sem/locks/{id}` (its internal lock) and
+//!   `{prefix}{name}#sem/leases/{id}` (one per permit taken or asked for);
+//! - a read-write lock: `{prefix}{name}#rw/read/{id}` and
+//!   `{prefix}{name}#rw/write/{id}`, ordered together by create revision.
+//!
+//! `#` is not allowed in a lock name, so no mutex's range `{prefix}{name}/`
+//! holds a key of another family, and no other family's range holds a
+//! mutex's key or another name's.
+
+use lock_core::backend::AcquireRequest;
+use lock_core::{Family, LockKind, LockName, OwnerToken};
+
+use crate::backend::EtcdBackend;
+use crate::queue::Line;
+
+impl EtcdBackend {
+    /// The key range of one lock: `{prefix}{name}/`, as etcd's Mutex uses.
+    pub(crate) fn dir(&self, name: &LockName) -> String {
+        format!("{}{name}/", self.options.prefix)
+    }
+
+    /// One key per acquisition of the mutex.
+    pub(crate) fn key(&self, name: &LockName, owner: OwnerToken) -> String {
+        format!("{}{:x}", self.dir(name), key_id(owner))
+    }
+
+    /// The key range of a semaphore or read-write lock: its family's tag
+    /// after the name.
+    fn family_dir(&self, name: &LockName, family: Family) -> String {
+        match family {
+            Family::Mutex => self.dir(name),
+            _ => format!("{}{name}#{}/", self.options.prefix, family.tag()),
+        }
+    }
+
+    /// `{family_dir}{part}/`: one part of a family's range.
+    fn part(&self, name: &LockName, family: Family, part: &str) -> String {
+        format!("{}{part}/", self.family_dir(name, family))
+    }
+
+    /// The range of a semaphore's lease keys, one per permit taken (or
+    /// asked for by the holder of its internal lock).
+    pub(crate) fn leases_dir(&self, name: &LockName) -> String {
+        self.part(name, Family::Semaphore, "leases")
+    }
+
+    /// The line an acquire queues in: the mutex's own; a semaphore's
+    /// internal lock; a writer behind every older key of the read-write
+    /// lock, a reader behind older writers only.
+    pub(crate) fn line(&self, req: &AcquireRequest) -> Line {
+        let id = key_id(req.owner);
+        let (name, family) = (&req.name, req.kind.family());
+        let (part, blockers) = match req.kind {
+            LockKind::Permit { .. } => ("locks", self.part(name, family, "locks")),
+            LockKind::Read => ("read", self.part(name, family, "write")),
+            LockKind::Write => ("write", self.family_dir(name, family)),
+            _ => {
+                return Line {
+                    key: self.key(name, req.owner),
+                    blockers: self.dir(name),
+                };
+            }
+        };
+        Line {
+            key: format!("{}{id:x}", self.part(name, family, part)),
+            blockers,
+        }
+    }
+
+    /// The key a grant of `kind` holds by, whose create revision is its
+    /// fencing token.
+    pub(crate) fn held_key(&self, name: &LockName, owner: OwnerToken, kind: LockKind) -> String {
+        let id = key_id(owner);
+        match kind {
+            LockKind::Permit { .. } => format!("{}{id:x}", self.leases_dir(name)),
+            LockKind::Read => format!("{}{id:x}", self.part(name, kind.family(), "read")),
+            LockKind::Write => format!("{}{id:x}", self.part(name, kind.family(), "write")),
+            _ => self.key(name, owner),
+        }
+    }
+
+    /// Every key an acquire of `req` may have put: its line's and, for a
+    /// permit, its lease key.
+    pub(crate) fn keys_of(&self, req: &AcquireRequest) -> Vec<String> {
+        let mut keys = vec![self.line(req).key];
+        if let LockKind::Permit { .. } = req.kind {
+            keys.push(self.held_key(&req.name, req.owner, req.kind));
+        }
+        keys
+    }
+
+    /// Every key `req`'s owner may have in `req`'s family: what an
+    /// abandoned acquire leaves to delete.
+    pub(crate) fn family_keys(&self, req: &AcquireRequest) -> Vec<String> {
+        match req.kind {
+            LockKind::Read | LockKind::Write => [LockKind::Read, LockKind::Write]
+                .map(|kind| self.held_key(&req.name, req.owner, kind))
+                .into(),
+            _ => self.keys_of(req),
+        }
+    }
+}
+
+/// The key ID for an owner: 63 bits of its token (the key's value holds all
+/// of it).
+pub(crate) fn key_id(owner: OwnerToken) -> i64 {
+    let bits = (owner.to_u128() as u64) >> 1;
+    i64::try_from(bits).unwrap_or(i64::MAX).max(1)
+}
