@@ -183,8 +183,18 @@ fn bad_input_gets_one_clear_line_and_a_usage_status() {
     let file = d.join("a-file");
     std::fs::write(&file, "").unwrap();
     let under_file = format!("sqlite://{}/l.db", file.display());
-    let cases: [(&[&str], i32, &str); 7] = [
+    let cases: [(&[&str], i32, &str); 9] = [
         (&["--name", ""], 64, "must not be empty"),
+        (
+            &["--name", "x", "--permits", "0"],
+            64,
+            "invalid permit count 0",
+        ),
+        (
+            &["--name", "x", "--permits", "2", "--write"],
+            64,
+            "cannot be used with",
+        ),
         (&["--name", &long], 64, "at most 128 bytes"),
         (&["--name", "x", "--ttl", "0s"], 64, "invalid TTL"),
         (
@@ -260,4 +270,61 @@ fn verbose_shows_acquire_and_release_spans() {
         .unwrap();
     let err = stderr(&out);
     assert!(err.contains("acquire") && err.contains("release"), "{err}");
+}
+
+/// Starts `distlock run` holding `name` as `how` says, with a command that
+/// marks `mark` and then waits until `stop` exists.
+fn holder(d: &std::path::Path, name: &str, how: &[&str], mark: &str) -> std::process::Child {
+    distlock(d)
+        .args(["run", "--url", &url(d), "--name", name])
+        .args(how)
+        .args(["--", "sh", "-c"])
+        .arg(format!(
+            "touch {mark}; i=0; while [ ! -f stop ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done"
+        ))
+        .spawn()
+        .unwrap()
+}
+
+/// A run with `--no-wait`: its exit status.
+fn no_wait(d: &std::path::Path, name: &str, how: &[&str]) -> Option<i32> {
+    let out = distlock(d)
+        .args(["run", "--url", &url(d), "--name", name, "--no-wait"])
+        .args(how)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    out.status.code()
+}
+
+#[test]
+fn permits_let_n_commands_run_at_once_and_read_write_share_or_exclude() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let two = ["--permits", "2"];
+    let mut a = holder(d, "encoders", &two, "a");
+    let mut b = holder(d, "encoders", &two, "b");
+    eventually("two commands hold permits", || {
+        d.join("a").exists() && d.join("b").exists()
+    });
+    assert_eq!(no_wait(d, "encoders", &two), Some(75), "a third permit");
+    assert_eq!(
+        no_wait(d, "encoders", &[]),
+        Some(0),
+        "the lock of the same name is another lock"
+    );
+    let mut r = holder(d, "catalog", &["--read"], "r");
+    eventually("a reader holds", || d.join("r").exists());
+    assert_eq!(no_wait(d, "catalog", &["--read"]), Some(0), "readers share");
+    assert_eq!(
+        no_wait(d, "catalog", &["--write"]),
+        Some(75),
+        "a writer waits"
+    );
+    std::fs::write(d.join("stop"), "").unwrap();
+    for child in [&mut a, &mut b, &mut r] {
+        assert!(child.wait().unwrap().success());
+    }
+    assert_eq!(no_wait(d, "catalog", &["--write"]), Some(0), "free again");
+    assert_eq!(no_wait(d, "encoders", &two), Some(0), "free again");
 }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use distlock::LockKind;
 
 const DEFAULT_URL: &str = "sqlite://distlock.db";
 
@@ -122,6 +123,23 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     pub(crate) no_wait: bool,
 
+    /// Hold one of N permits of the semaphore --name instead of the lock:
+    /// at most N commands run at once. Every caller of the name must pass
+    /// the same N. The semaphore is not the lock of the same name.
+    #[arg(long, value_name = "N", conflicts_with_all = ["read", "write"])]
+    pub(crate) permits: Option<u32>,
+
+    /// Hold the read side of the read-write lock --name: shared with other
+    /// --read commands, never with a --write one; a reader does not start
+    /// while a writer waits.
+    #[arg(long, conflicts_with = "write")]
+    pub(crate) read: bool,
+
+    /// Hold the write side of the read-write lock --name: no reader and no
+    /// other writer runs with it.
+    #[arg(long)]
+    pub(crate) write: bool,
+
     /// How long before the lease runs out the command gets SIGTERM when
     /// renewal keeps failing (at most a third of the lease granted); SIGKILL
     /// follows when the lease runs out. Must be shorter than --ttl [default:
@@ -135,6 +153,17 @@ pub(crate) struct RunArgs {
 }
 
 impl RunArgs {
+    /// What `--permits`, `--read` or `--write` ask for; the lock without
+    /// them.
+    pub(crate) fn kind(&self) -> LockKind {
+        match (self.permits, self.read, self.write) {
+            (Some(permits), _, _) => LockKind::permit(permits),
+            (None, true, _) => LockKind::Read,
+            (None, false, true) => LockKind::Write,
+            (None, false, false) => LockKind::Exclusive,
+        }
+    }
+
     /// `--grace`, or its default for this `--ttl`.
     pub(crate) fn grace(&self) -> Duration {
         self.grace

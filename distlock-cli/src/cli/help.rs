@@ -52,6 +52,13 @@ distlock run --name dump -- sh -c 'pg_dump app | gzip > app.sql.gz'
 # The lock `etcdctl lock deploy` takes, with a 10 s lease
 distlock run --url etcd://10.0.0.1:2379 --name deploy --ttl 10s -- ./deploy.sh
 
+# At most 4 encoders at once, on any host
+distlock run --url postgres://db/app --name encoders --permits 4 -- ./encode.sh
+
+# Many readers of a catalog together, or one writer alone
+distlock run --url redis://cache:6379 --name catalog --read -- ./serve-catalog
+distlock run --url redis://cache:6379 --name catalog --write -- ./rebuild-catalog
+
 # Pass the fencing token on, so the storage can refuse a stale holder
 distlock run --url redis://cache:6379 --name report -- \\
     sh -c 'exec ./report --fence \"$DISTLOCK_TOKEN\"'",

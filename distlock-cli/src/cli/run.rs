@@ -5,7 +5,9 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use distlock::{AcquireOptions, Error, LockGuard, LockName, LockState, Locker, Result, Wait};
+use distlock::{
+    AcquireOptions, Error, LockGuard, LockKind, LockName, LockState, Locker, Result, Wait,
+};
 use tokio::process::{Child, Command};
 
 use super::args::RunArgs;
@@ -61,7 +63,7 @@ async fn run_locked(
         (false, Some(d)) => Wait::For(d),
         (false, None) => Wait::Forever,
     };
-    let opts = AcquireOptions::with_ttl(args.ttl);
+    let opts = AcquireOptions::with_ttl(args.ttl).kind(args.kind());
     // A signal while waiting ends the wait; the acquire is cancel-safe.
     let guard = tokio::select! {
         guard = acquire(&locker, name, opts, wait) => guard?,
@@ -124,8 +126,9 @@ async fn acquire(
         Err(Error::Busy { .. }) if wait != Wait::No => {}
         other => return other,
     }
+    // Only the lock has one holder to name.
     let holder = match locker.holder(name).await {
-        Ok(Some(h)) => match h.token {
+        Ok(Some(h)) if opts.kind == LockKind::Exclusive => match h.token {
             Some(token) => format!(" (held by owner {}…, fencing token {token})", h.owner),
             None => format!(" (held by owner {}…)", h.owner),
         },
@@ -135,7 +138,11 @@ async fn acquire(
         Wait::For(d) => format!(" for up to {}", human(d)),
         _ => String::new(),
     };
-    eprintln!("distlock: waiting{limit} for lock \"{name}\"{holder}");
+    let what = match opts.kind {
+        LockKind::Exclusive => "lock".to_owned(),
+        kind => format!("a {kind} of"),
+    };
+    eprintln!("distlock: waiting{limit} for {what} \"{name}\"{holder}");
     locker.lock_with(name, opts.wait(wait)).await
 }
 
