@@ -192,7 +192,10 @@ async fn a_semaphore_shares_its_permits_with_curator_leases() {
         children(&client, leases).await.is_empty(),
         "a lease was made without the semaphore's mutex"
     );
-    assert_eq!(children(&client, mutex).await, std::slice::from_ref(&theirs));
+    assert_eq!(
+        children(&client, mutex).await,
+        std::slice::from_ref(&theirs)
+    );
     client
         .delete(&format!("{mutex}/{theirs}"), None)
         .await
@@ -429,6 +432,54 @@ async fn waiters_that_give_up_or_are_cancelled_leave_no_node() {
     wait_for_children(&client, "/locks/leave", 1).await;
     holder.release().await.expect("release");
     assert!(children(&client, "/locks/leave").await.is_empty());
+}
+
+/// A semaphore waiter or a reader whose acquire is dropped while it waits
+/// leaves none of its nodes (the lease and the semaphore's mutex, the read
+/// node), and the semaphore's mutex is free for the next acquirer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_waits_for_permits_and_read_locks_leave_no_node() {
+    let zk = ZooKeeper::shared().await;
+    let chroot = fresh_table();
+    let url = zk.url(&chroot, "");
+    let (a, b) = (locker(&url).await, locker(&url).await);
+    let client = plain(zk, &chroot).await;
+    let (mutex, leases) = ("/semaphores/drop/locks", "/semaphores/drop/leases");
+    let permit = |wait| opts(TTL, wait).kind(LockKind::permit(1));
+    let held = a.lock_with("drop", permit(Wait::No)).await.expect("free");
+    let waiting = {
+        let b = b.clone();
+        tokio::spawn(async move { b.lock_with("drop", permit(Wait::Forever)).await })
+    };
+    wait_for_children(&client, leases, 2).await;
+    wait_for_children(&client, mutex, 1).await;
+    waiting.abort();
+    wait_for_children(&client, leases, 1).await;
+    wait_for_children(&client, mutex, 0).await;
+    held.release().await.expect("release");
+    let next = b
+        .lock_with("drop", permit(Wait::For(Duration::from_secs(5))))
+        .await
+        .expect("the semaphore's mutex was let go");
+    next.release().await.expect("release");
+
+    let parent = "/rwlocks/drop";
+    let writer = a
+        .lock_with("drop", opts(TTL, Wait::No).kind(LockKind::Write))
+        .await
+        .expect("free");
+    let waiting = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            b.lock_with("drop", opts(TTL, Wait::Forever).kind(LockKind::Read))
+                .await
+        })
+    };
+    wait_for_children(&client, parent, 2).await;
+    waiting.abort();
+    wait_for_children(&client, parent, 1).await;
+    writer.release().await.expect("release");
+    assert!(children(&client, parent).await.is_empty());
 }
 
 /// Lock parents are container nodes, which the server deletes once empty;
