@@ -1,5 +1,8 @@
 //! ZooKeeper beyond the conformance suite, on a healthy server: Curator's
-//! node layout (and exclusion with a Curator-style locker), FIFO with one
+//! node layouts (exclusion with a Curator-style locker; semaphores and
+//! read-write locks sharing with nodes made by hand in Curator's layouts,
+//! as its `InterProcessSemaphoreV2` and `InterProcessReadWriteLock` make
+//! them), FIFO with one
 //! wake-up per release, a create whose reply is lost, cleanup of waiters
 //! that give up and of empty parents, czxid fencing across a recreated
 //! parent, digest ACLs and redaction. Sessions cut off, servers lost and
@@ -21,7 +24,7 @@ use conformance_tests::targets::fresh_table;
 use distlock::lock_zk::ZkBackend;
 use distlock::lock_zk::config::ZkConfig;
 use lock_core::backend::LockBackend;
-use lock_core::{Error, Locker, Wait};
+use lock_core::{Error, LockKind, Locker, OwnerToken, Wait};
 use tokio::time::{sleep, timeout};
 use zookeeper_client as zk;
 
@@ -30,6 +33,53 @@ const PATIENCE: Wait = Wait::For(Duration::from_secs(30));
 async fn czxid(client: &zk::Client, path: &str) -> u64 {
     let (_, stat) = client.get_data(path).await.expect("read a node");
     u64::try_from(stat.czxid).expect("czxid")
+}
+
+/// An owner token in the 8-4-4-4-12 form Curator gives its uuids.
+fn curator_uuid(owner: OwnerToken) -> String {
+    let hex = owner.to_hex();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
+}
+
+/// The one node of `nodes` named `_c_<uuid>-<marker><10 digits>`, as
+/// Curator names the nodes of the owner with that uuid.
+fn named_by_curator<'a>(nodes: &'a [String], uuid: &str, marker: &str) -> &'a String {
+    let head = format!("_c_{uuid}-{marker}");
+    let mine: Vec<&String> = nodes.iter().filter(|n| n.starts_with(&head)).collect();
+    assert_eq!(mine.len(), 1, "one node named {head}…: {nodes:?}");
+    let digits = &mine[0][head.len()..];
+    assert!(
+        digits.len() == 10 && digits.chars().all(|c| c.is_ascii_digit()),
+        "{nodes:?}"
+    );
+    mine[0]
+}
+
+/// A node made by hand as a Curator recipe makes it: ephemeral-sequential
+/// `<parent>/_c_<uuid>-<marker><sequence>` on the plain client's session.
+/// Returns its name.
+async fn curator_node(client: &zk::Client, parent: &str, marker: &str) -> String {
+    client
+        .mkdir(
+            parent,
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+        )
+        .await
+        .expect("make the parent");
+    let prefix = format!("_c_{}-{marker}", curator_uuid(OwnerToken::random()));
+    let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+    let (_, sequence) = client
+        .create(&format!("{parent}/{prefix}"), b"", &options)
+        .await
+        .expect("a Curator-style node");
+    format!("{prefix}{sequence}")
 }
 
 /// distlock's nodes are Curator's (`_c_<uuid>-lock-<sequence>`, the uuid
@@ -49,18 +99,7 @@ async fn curator_layout_and_mutual_exclusion_with_a_curator_style_locker() {
     let client = plain(zk, &chroot).await;
     let nodes = children(&client, "/locks/interop").await;
     assert_eq!(nodes.len(), 1, "{nodes:?}");
-    let hex = guard.lease().owner().to_hex();
-    let uuid = format!(
-        "{}-{}-{}-{}-{}",
-        &hex[..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..]
-    );
-    let (head, sequence) = nodes[0].split_at(nodes[0].len() - 10);
-    assert_eq!(head, format!("_c_{uuid}-lock-"), "{nodes:?}");
-    assert!(sequence.chars().all(|c| c.is_ascii_digit()), "{nodes:?}");
+    named_by_curator(&nodes, &curator_uuid(guard.lease().owner()), "lock-");
     assert_eq!(
         guard.token().get(),
         czxid(&client, &format!("/locks/interop/{}", nodes[0])).await,
@@ -121,6 +160,181 @@ async fn curator_layout_and_mutual_exclusion_with_a_curator_style_locker() {
         .expect("granted after the other let go");
     assert!(curator.is_finished() || timeout(Duration::from_secs(5), curator).await.is_ok());
     ours.release().await.expect("release");
+}
+
+/// A semaphore is Curator's `InterProcessSemaphoreV2` at
+/// `/semaphores/<name>`: a Curator acquirer holding its mutex (`locks`)
+/// keeps distlock out; Curator leases (`leases`) that fill the permits make
+/// distlock wait, holding the mutex, until one goes; and distlock's nodes
+/// are named as Curator names them, its lease counting for Curator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_shares_its_permits_with_curator_leases() {
+    const PERMITS: u32 = 2;
+    let zk = ZooKeeper::shared().await;
+    let chroot = fresh_table();
+    let l = locker(&zk.url(&chroot, "")).await;
+    let client = plain(zk, &chroot).await;
+    let (mutex, leases) = (
+        "/semaphores/sem-interop/locks",
+        "/semaphores/sem-interop/leases",
+    );
+    let permit = |wait| opts(TTL, wait).kind(LockKind::permit(PERMITS));
+
+    let theirs = curator_node(&client, mutex, "lock-").await;
+    match l
+        .lock_with("sem-interop", permit(Wait::For(Duration::from_millis(300))))
+        .await
+    {
+        Err(Error::WaitTimeout { .. }) => {}
+        other => panic!("behind a Curator holder of the semaphore's mutex: {other:?}"),
+    }
+    assert!(
+        children(&client, leases).await.is_empty(),
+        "a lease was made without the semaphore's mutex"
+    );
+    assert_eq!(
+        children(&client, mutex).await,
+        std::slice::from_ref(&theirs)
+    );
+    client
+        .delete(&format!("{mutex}/{theirs}"), None)
+        .await
+        .expect("the Curator acquirer lets go of the mutex");
+
+    let mut full = Vec::new();
+    for _ in 0..PERMITS {
+        full.push(curator_node(&client, leases, "lease-").await);
+    }
+    let ours = {
+        let l = l.clone();
+        tokio::spawn(async move { l.lock_with("sem-interop", permit(PATIENCE)).await })
+    };
+    wait_for_children(&client, leases, PERMITS as usize + 1).await;
+    sleep(Duration::from_millis(300)).await;
+    assert!(
+        !ours.is_finished(),
+        "distlock took a permit of a semaphore that Curator leases fill"
+    );
+    let waited_in = children(&client, mutex).await;
+    assert_eq!(waited_in.len(), 1, "distlock waits holding the mutex");
+    client
+        .delete(&format!("{leases}/{}", full.pop().expect("a lease")), None)
+        .await
+        .expect("a Curator lease is returned");
+    let g = timeout(Duration::from_secs(10), ours)
+        .await
+        .expect("distlock gets the permit a Curator lease returned")
+        .expect("task")
+        .expect("permit");
+    let uuid = curator_uuid(g.lease().owner());
+    named_by_curator(&waited_in, &uuid, "lock-");
+    let nodes = children(&client, leases).await;
+    assert_eq!(nodes.len(), PERMITS as usize, "{nodes:?}");
+    assert!(nodes.contains(&full[0]), "{nodes:?}");
+    let lease = named_by_curator(&nodes, &uuid, "lease-");
+    assert_eq!(
+        g.token().get(),
+        czxid(&client, &format!("{leases}/{lease}")).await,
+        "the fencing token is the lease node's czxid"
+    );
+    wait_for_children(&client, mutex, 0).await;
+    // A Curator acquirer counts the leases, distlock's among them: the
+    // semaphore is full for it.
+    assert_eq!(children(&client, leases).await.len(), PERMITS as usize);
+    g.release().await.expect("release");
+    assert_eq!(children(&client, leases).await, full);
+}
+
+/// A read-write lock is Curator's `InterProcessReadWriteLock` at
+/// `/rwlocks/<name>`: a Curator writer (`__WRIT__`) makes distlock's
+/// readers and writers wait; a Curator reader (`__READ__`) makes
+/// distlock's writer wait while distlock's readers share with it; and
+/// distlock's nodes are named as Curator names them, in one sequence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_write_lock_shares_with_curator_readers_and_writers() {
+    let zk = ZooKeeper::shared().await;
+    let chroot = fresh_table();
+    let (a, b) = (
+        locker(&zk.url(&chroot, "")).await,
+        locker(&zk.url(&chroot, "")).await,
+    );
+    let client = plain(zk, &chroot).await;
+    let parent = "/rwlocks/rw-interop";
+    let side = |kind, wait| opts(TTL, wait).kind(kind);
+    let waiting = |l: &Locker, kind| {
+        let (l, options) = (l.clone(), side(kind, PATIENCE));
+        tokio::spawn(async move { l.lock_with("rw-interop", options).await })
+    };
+
+    let writer = curator_node(&client, parent, "__WRIT__").await;
+    let reader = waiting(&a, LockKind::Read);
+    wait_for_children(&client, parent, 2).await;
+    sleep(Duration::from_millis(300)).await;
+    assert!(
+        !reader.is_finished(),
+        "a distlock reader got in beside a Curator writer"
+    );
+    assert!(
+        b.try_write_lock("rw-interop").await.expect("try").is_none(),
+        "a distlock writer got in beside a Curator writer"
+    );
+    client
+        .delete(&format!("{parent}/{writer}"), None)
+        .await
+        .expect("the Curator writer lets go");
+    let r = timeout(Duration::from_secs(10), reader)
+        .await
+        .expect("the reader gets in once the Curator writer is gone")
+        .expect("task")
+        .expect("read lock");
+    let nodes = children(&client, parent).await;
+    let read = named_by_curator(&nodes, &curator_uuid(r.lease().owner()), "__READ__");
+    assert_eq!(
+        r.token().get(),
+        czxid(&client, &format!("{parent}/{read}")).await,
+        "the fencing token is the node's czxid"
+    );
+    r.release().await.expect("release");
+
+    let reader = curator_node(&client, parent, "__READ__").await;
+    let shared = a
+        .lock_with("rw-interop", side(LockKind::Read, Wait::No))
+        .await
+        .expect("a distlock reader shares with a Curator reader");
+    let writer = waiting(&b, LockKind::Write);
+    wait_for_children(&client, parent, 3).await;
+    assert!(
+        b.try_read_lock("rw-interop").await.expect("try").is_none(),
+        "a reader got in before a waiting writer (Curator's rule: no write node before a reader)"
+    );
+    shared.release().await.expect("release");
+    sleep(Duration::from_millis(300)).await;
+    assert!(
+        !writer.is_finished(),
+        "a distlock writer got in beside a Curator reader"
+    );
+    client
+        .delete(&format!("{parent}/{reader}"), None)
+        .await
+        .expect("the Curator reader lets go");
+    let w = timeout(Duration::from_secs(10), writer)
+        .await
+        .expect("the writer gets in once the Curator reader is gone")
+        .expect("task")
+        .expect("write lock");
+    let nodes = children(&client, parent).await;
+    assert_eq!(nodes.len(), 1, "{nodes:?}");
+    let write = named_by_curator(&nodes, &curator_uuid(w.lease().owner()), "__WRIT__");
+    assert!(
+        write[write.len() - 10..] > read[read.len() - 10..],
+        "readers and writers share one sequence"
+    );
+    assert_eq!(
+        w.token().get(),
+        czxid(&client, &format!("{parent}/{write}")).await
+    );
+    w.release().await.expect("release");
+    assert!(children(&client, parent).await.is_empty());
 }
 
 /// Waiters are granted in the order they queued, and each release wakes
@@ -220,6 +434,54 @@ async fn waiters_that_give_up_or_are_cancelled_leave_no_node() {
     assert!(children(&client, "/locks/leave").await.is_empty());
 }
 
+/// A semaphore waiter or a reader whose acquire is dropped while it waits
+/// leaves none of its nodes (the lease and the semaphore's mutex, the read
+/// node), and the semaphore's mutex is free for the next acquirer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_waits_for_permits_and_read_locks_leave_no_node() {
+    let zk = ZooKeeper::shared().await;
+    let chroot = fresh_table();
+    let url = zk.url(&chroot, "");
+    let (a, b) = (locker(&url).await, locker(&url).await);
+    let client = plain(zk, &chroot).await;
+    let (mutex, leases) = ("/semaphores/drop/locks", "/semaphores/drop/leases");
+    let permit = |wait| opts(TTL, wait).kind(LockKind::permit(1));
+    let held = a.lock_with("drop", permit(Wait::No)).await.expect("free");
+    let waiting = {
+        let b = b.clone();
+        tokio::spawn(async move { b.lock_with("drop", permit(Wait::Forever)).await })
+    };
+    wait_for_children(&client, leases, 2).await;
+    wait_for_children(&client, mutex, 1).await;
+    waiting.abort();
+    wait_for_children(&client, leases, 1).await;
+    wait_for_children(&client, mutex, 0).await;
+    held.release().await.expect("release");
+    let next = b
+        .lock_with("drop", permit(Wait::For(Duration::from_secs(5))))
+        .await
+        .expect("the semaphore's mutex was let go");
+    next.release().await.expect("release");
+
+    let parent = "/rwlocks/drop";
+    let writer = a
+        .lock_with("drop", opts(TTL, Wait::No).kind(LockKind::Write))
+        .await
+        .expect("free");
+    let waiting = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            b.lock_with("drop", opts(TTL, Wait::Forever).kind(LockKind::Read))
+                .await
+        })
+    };
+    wait_for_children(&client, parent, 2).await;
+    waiting.abort();
+    wait_for_children(&client, parent, 1).await;
+    writer.release().await.expect("release");
+    assert!(children(&client, parent).await.is_empty());
+}
+
 /// Lock parents are container nodes, which the server deletes once empty;
 /// without them (an old server, or `container_parents` off) distlock
 /// deletes an empty parent itself when it releases or gives up.
@@ -263,6 +525,55 @@ async fn empty_lock_parents_do_not_pile_up() {
         children(&client, "/locks").await.is_empty(),
         "the release deleted the empty parent"
     );
+}
+
+/// The parents of semaphores and read-write locks go too once empty: the
+/// server deletes them as container nodes, or distlock does, up to the
+/// family's root, where the server has none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_semaphore_and_read_write_parents_do_not_pile_up() {
+    let zk = ZooKeeper::shared().await;
+    let chroot = fresh_table();
+    let url = zk.url(&chroot, "");
+    let client = plain(zk, &chroot).await;
+    let mut config = ZkConfig::parse(&url).expect("url");
+    config.container_parents = false;
+    let plain_parents = Locker::new(ZkBackend::connect_with(config).await.expect("connect"));
+    for (l, containers) in [(locker(&url).await, true), (plain_parents, false)] {
+        for (first, second) in [
+            (LockKind::permit(1), LockKind::permit(1)),
+            (LockKind::Read, LockKind::Write),
+        ] {
+            let g = l
+                .lock_with("tidy", opts(TTL, Wait::No).kind(first))
+                .await
+                .expect("free");
+            let _ = l
+                .lock_with(
+                    "tidy",
+                    opts(TTL, Wait::For(Duration::from_millis(50))).kind(second),
+                )
+                .await
+                .expect_err("held");
+            g.release().await.expect("release");
+        }
+        for root in ["/semaphores", "/rwlocks"] {
+            if containers {
+                timeout(Duration::from_secs(20), async {
+                    while !children(&client, root).await.is_empty() {
+                        sleep(Duration::from_millis(100)).await;
+                    }
+                })
+                .await
+                .expect("the server deletes empty container parents");
+            } else {
+                assert!(
+                    children(&client, root).await.is_empty(),
+                    "the releases deleted the empty parents under {root}"
+                );
+            }
+        }
+    }
 }
 
 /// The fencing token is the czxid, not the sequence number: when the parent

@@ -1,5 +1,7 @@
-//! [`LockBackend`] for [`ZkBackend`]: a grant is our node first in its
-//! lock's queue, fenced by its czxid (see the crate docs).
+//! [`LockBackend`] for [`ZkBackend`]: a grant is our node admitted by its
+//! family's rule (first in the mutex's queue, no writer before a reader,
+//! a lease among the first permits), fenced by its czxid (see the crate
+//! docs).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,7 +10,7 @@ use lock_core::backend::{
     AcquireRequest, BackendStats, Backoff, Holder, Lease, LockBackend, Retry, WaitBudget,
     async_trait,
 };
-use lock_core::{Capabilities, Error, LockName, Result};
+use lock_core::{Capabilities, Error, LockKind, LockName, Result};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
@@ -17,7 +19,8 @@ use crate::cleanup::RETRY_CAP;
 use crate::error::{convert, unavailable};
 use crate::expiry::{Kept, token};
 use crate::handover;
-use crate::recipe::{Node, PROTECTED, parent_path, queue};
+use crate::layout::{PROTECTED, Queue, Rule};
+use crate::recipe::Node;
 use crate::session::{Inner, connected, lease_ttl};
 
 /// A lock backend on a ZooKeeper ensemble (see the crate docs).
@@ -42,7 +45,9 @@ impl std::fmt::Debug for ZkBackend {
 /// confirmation through the leader each time.
 pub const MIN_TTL: Duration = Duration::from_millis(100);
 
-const CAPABILITIES: Capabilities = Capabilities::consensus_queue(crate::NAME, MIN_TTL);
+const CAPABILITIES: Capabilities = Capabilities::consensus_queue(crate::NAME, MIN_TTL)
+    .with_semaphores(true)
+    .with_read_write(true);
 
 #[async_trait]
 impl LockBackend for ZkBackend {
@@ -50,9 +55,10 @@ impl LockBackend for ZkBackend {
         CAPABILITIES
     }
 
-    /// `wakeups`: predecessor deletions that woke a waiter: one per release
-    /// when waiters queue, since each waiter watches only the node just
-    /// before its own.
+    /// `wakeups`: watch events that woke a waiter: a deletion of the node
+    /// it watched (one per release when waiters queue, since each waiter
+    /// watches only the node in its way), or a change of a semaphore's
+    /// leases seen by the one acquirer that counts them.
     fn stats(&self) -> BackendStats {
         BackendStats::default().with_wakeups(
             self.inner
@@ -79,36 +85,21 @@ impl LockBackend for ZkBackend {
         if let Some(lease) = self.granted_before(req) {
             return Ok(lease);
         }
+        if let LockKind::Permit { permits } = req.kind {
+            return self.acquire_permit(req, permits, budget).await;
+        }
+        let queue = Queue::of_lease(&req.name, req.kind);
         let mut retry = Retry::new(crate::NAME, budget, Backoff::with_cap(RETRY_CAP));
         // Our node and the session it belongs to, once created.
         let mut queued: Option<(i64, Node)> = None;
         let outcome = loop {
             let attempt = async {
-                // Making a session is bounded by the connect timeout, but
-                // a bounded wait must not outlast its budget for it.
-                let client = match self.inner.live_client() {
-                    Some(c) => c,
-                    None if budget.is_over() => self.client().await?,
-                    None => match budget.race(self.client()).await {
-                        Some(c) => c?,
-                        None => return Err(budget.exhausted(&req.name)),
-                    },
-                };
-                connected(&client)?;
-                let session = client.session_id().0;
-                let mut node = match &queued {
-                    Some((s, node)) if *s == session => node.clone(),
-                    _ => {
-                        budget.attempted();
-                        self.enqueue(&client, req, retry.attempts() > 0).await?
-                    }
-                };
-                queued = Some((session, node.clone()));
-                let sent = self
-                    .wait_for_turn(&client, &req.name, req.owner, &mut node, budget)
-                    .await;
-                queued = Some((session, node.clone()));
-                Ok::<_, Error>((client, node, sent?))
+                let client = self.session_for(req, budget).await?;
+                let look_first = retry.attempts() > 0;
+                let (node, sent) = self
+                    .take_turn(&client, &queue, req, &mut queued, look_first, budget)
+                    .await?;
+                Ok::<_, Error>((client, node, sent))
             };
             match attempt.await {
                 Ok(granted) => break Ok(granted),
@@ -123,17 +114,9 @@ impl LockBackend for ZkBackend {
             }
         };
         match outcome {
-            Ok((client, node, sent)) => Ok(self.grant(req, &client, &node, sent)),
+            Ok((client, node, sent)) => Ok(self.grant(req, &client, &queue, &node, sent)),
             Err(e) => {
-                let removed = match &queued {
-                    Some((session, node)) if !self.is_uncertain(req.owner) => {
-                        self.delete_queued(*session, &req.name, node).await
-                    }
-                    _ => false,
-                };
-                if !removed && (queued.is_some() || self.is_uncertain(req.owner)) {
-                    let _ = self.leave(&req.name, req.owner).await;
-                }
+                self.give_up(req, &[(&queue, &queued)]).await;
                 Err(e)
             }
         }
@@ -177,14 +160,23 @@ impl LockBackend for ZkBackend {
         }
         let client = self.client().await?;
         connected(&client)?;
-        let Some((path, _)) = self.node_of(&client, lease, kept).await? else {
+        let queue = Queue::of_lease(lease.name(), lease.kind());
+        let Some((path, _)) = self.node_of(&client, &queue, lease, kept).await? else {
             forget();
             return Err(Error::not_held(lease.name()));
         };
         // Any version: nothing writes a lock node's data, so a version
         // would tell nothing more, and a node written by someone else must
-        // still go.
-        let delete = handover::delete_and_hand_over(&self.inner.handovers, &client, &path);
+        // still go. Only a holder that was first of all hands over: a
+        // reader may release while other readers before it still hold.
+        let delete = async {
+            match queue.rule {
+                Rule::First => {
+                    handover::delete_and_hand_over(&self.inner.handovers, &client, &path).await
+                }
+                _ => client.delete(&path, None).await,
+            }
+        };
         match self.call("release", delete).await? {
             Ok(()) => {
                 forget();
@@ -209,11 +201,13 @@ impl LockBackend for ZkBackend {
         }
         let client = self.client().await?;
         connected(&client)?;
-        match self.node_of(&client, lease, kept).await? {
+        let queue = Queue::of_lease(lease.name(), lease.kind());
+        match self.node_of(&client, &queue, lease, kept).await? {
             None => Ok(false),
             // Found by a listing after a `sync`: it is there, whatever
-            // session holds it, and a granted node that is still there is
-            // still first in line.
+            // session holds it, and a granted node that is still there
+            // stays granted (nodes made since come after it; a lease is
+            // never taken back).
             Some((_, false)) => Ok(true),
             // Ours on this session: confirmed by a write the leader commits.
             Some((path, true)) => match self.confirm(&client, &path, czxid).await? {
@@ -224,20 +218,24 @@ impl LockBackend for ZkBackend {
         }
     }
 
+    /// Forgets `req`'s lease and deletes every node of its owner in the
+    /// family: the mutex node, a semaphore's lease and mutex nodes, a
+    /// read-write lock's node.
     async fn abandon(&self, req: &AcquireRequest) -> Result<()> {
         self.forget(req.owner.to_u128());
-        self.leave(&req.name, req.owner).await
+        self.leave(&req.name, req.kind.family(), req.owner).await
     }
 
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
         let client = self.client().await?;
-        let parent = parent_path(name);
-        self.catch_up(&client, &parent).await;
+        let queue = Queue::mutex(name);
+        let parent = &queue.parent;
+        self.catch_up(&client, parent).await;
         for _ in 0..3 {
-            let Some(children) = self.children(&client, &parent).await? else {
+            let Some(children) = self.children(&client, parent).await? else {
                 return Ok(None);
             };
-            let Some((_, first)) = queue(&children).first().copied() else {
+            let Some((_, first)) = queue.order(&children).first().copied() else {
                 return Ok(None);
             };
             let path = format!("{parent}/{first}");
@@ -256,7 +254,27 @@ impl LockBackend for ZkBackend {
 }
 
 impl ZkBackend {
-    /// The path of `lease`'s node, and whether it is this backend's own
+    /// The live session, or a new one; making one is bounded by the
+    /// connect timeout, but a bounded wait must not outlast its budget for
+    /// it.
+    pub(crate) async fn session_for(
+        &self,
+        req: &AcquireRequest,
+        budget: &WaitBudget,
+    ) -> Result<zk::Client> {
+        let client = match self.inner.live_client() {
+            Some(c) => c,
+            None if budget.is_over() => self.client().await?,
+            None => match budget.race(self.client()).await {
+                Some(c) => c?,
+                None => return Err(budget.exhausted(&req.name)),
+            },
+        };
+        connected(&client)?;
+        Ok(client)
+    }
+
+    /// The path of `lease`'s node in `queue`, and whether it is this backend's own
     /// grant on its live session; `None` if the node is gone.
     ///
     /// Our own grant is not read first: its path names the owner (its
@@ -270,6 +288,7 @@ impl ZkBackend {
     async fn node_of(
         &self,
         client: &zk::Client,
+        queue: &Queue,
         lease: &Lease,
         kept: Option<Kept>,
     ) -> Result<Option<(String, bool)>> {
@@ -278,14 +297,14 @@ impl ZkBackend {
         {
             return Ok(Some((path, true)));
         }
-        let parent = parent_path(lease.name());
+        let parent = &queue.parent;
         // The lease may have been granted through another member moments
         // ago; ours may not have seen its node yet.
-        self.catch_up(client, &parent).await;
-        let children = self.children(client, &parent).await?.unwrap_or_default();
+        self.catch_up(client, parent).await;
+        let children = self.children(client, parent).await?.unwrap_or_default();
         let czxid = czxid_of(lease);
         Ok(self
-            .nodes_of(client, &parent, lease.owner(), &children)
+            .nodes_of(client, queue, lease.owner(), &children)
             .await?
             .into_iter()
             .find(|(_, stat)| stat.czxid == czxid)

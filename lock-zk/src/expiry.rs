@@ -5,21 +5,21 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use lock_core::FencingToken;
-use lock_core::backend::{AcquireRequest, Backoff, Lease};
+use lock_core::backend::{AcquireRequest, Lease};
+use lock_core::{FencingToken, LockKind};
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
 use crate::backend::ZkBackend;
-use crate::cleanup::RETRY_CAP;
-use crate::error::no_data_change;
-use crate::recipe::{Node, parent_path};
-use crate::session::{Inner, connected, lease_ttl};
+use crate::layout::Queue;
+use crate::recipe::Node;
+use crate::session::{Inner, lease_ttl};
 
 /// One lease this backend granted and keeps.
 pub(crate) struct Held {
+    kind: LockKind,
     path: String,
     session: i64,
     czxid: i64,
@@ -33,21 +33,23 @@ pub(crate) struct Held {
 }
 
 impl ZkBackend {
-    /// Records a grant and starts the task that deletes its node if it is
-    /// not renewed by `sent + lease TTL`.
+    /// Records the grant of our `node` in `queue` and starts the task that
+    /// deletes it if it is not renewed by `sent + lease TTL`.
     pub(crate) fn grant(
         &self,
         req: &AcquireRequest,
         client: &zk::Client,
+        queue: &Queue,
         node: &Node,
         sent: Instant,
     ) -> Lease {
         let ttl = lease_ttl(req.ttl, client);
-        let path = format!("{}/{}", parent_path(&req.name), node.name);
+        let path = format!("{}/{}", queue.parent, node.name);
         let (until, deadline) = watch::channel(sent + ttl);
         let stop = CancellationToken::new();
         let held = Held {
-            path: path.clone(),
+            kind: req.kind,
+            path,
             session: client.session_id().0,
             czxid: node.czxid,
             ttl,
@@ -64,7 +66,7 @@ impl ZkBackend {
             deadline,
             stop,
         ));
-        Lease::new(req.name.clone(), req.owner, token(node.czxid), ttl, sent)
+        Lease::granted(req, token(node.czxid), sent).renewed(ttl, sent)
     }
 
     /// The lease this backend already granted to `req`, if it still holds
@@ -74,16 +76,11 @@ impl ZkBackend {
         let held = self.inner.held();
         let h = held.get(&req.owner.to_u128())?;
         let until = *h.until.borrow();
-        if h.expired || h.session != session || Instant::now() >= until {
+        if h.expired || h.kind != req.kind || h.session != session || Instant::now() >= until {
             return None;
         }
-        Some(Lease::new(
-            req.name.clone(),
-            req.owner,
-            token(h.czxid),
-            h.ttl,
-            until - h.ttl,
-        ))
+        let sent = until - h.ttl;
+        Some(Lease::granted(req, token(h.czxid), sent).renewed(h.ttl, sent))
     }
 
     /// The node path and session of `owner`'s lease with node `czxid`, while
@@ -202,36 +199,9 @@ async fn expire_when_due(
         break (ZkBackend { inner: strong }, path, session);
     };
     tracing::debug!(node = %path, "lease not renewed in time; deleting its node");
-    let mut backoff = Backoff::with_cap(RETRY_CAP);
-    loop {
-        let Some(client) = backend.inner.live_client() else {
-            break;
-        };
-        if client.session_id().0 != session {
-            break; // that session ended, and the node with it
-        }
-        if connected(&client).is_ok() {
-            match backend
-                .call("delete an expired node", client.delete(&path, None))
-                .await
-            {
-                Ok(Ok(()) | Err(zk::Error::NoNode)) => {
-                    if let Some((parent, _)) = path.rsplit_once('/') {
-                        backend.tidy_parent(&client, parent).await;
-                    }
-                    break;
-                }
-                Ok(Err(e)) if no_data_change(&e) && !matches!(e, zk::Error::Throttled) => {
-                    tracing::warn!(error = %e, node = %path, "cannot delete an expired lock node");
-                    break;
-                }
-                _ => {}
-            }
-        }
-        if stop.is_cancelled() {
-            return;
-        }
-        tokio::time::sleep(backoff.next_nap()).await;
+    backend.keep_deleting(session, &path, &stop).await;
+    if stop.is_cancelled() {
+        return;
     }
     let mut held = backend.inner.held();
     if held.get(&owner).is_some_and(|h| h.expired) {
@@ -251,6 +221,7 @@ mod tests {
         let (until, deadline) = watch::channel(Instant::now() + ttl);
         let stop = CancellationToken::new();
         let held = Held {
+            kind: LockKind::Exclusive,
             path: "/locks/x/_c_0-lock-0000000000".into(),
             session: 1,
             czxid,

@@ -8,12 +8,14 @@ pub mod config;
 mod error;
 mod expiry;
 mod handover;
+mod layout;
 mod recipe;
+mod semaphore;
 mod session;
 
 pub use backend::MIN_TTL;
 pub use backend::ZkBackend;
-pub use recipe::ROOT;
+pub use layout::ROOT;
 
 /// The backend's name, as [`Capabilities::backend`](lock_core::Capabilities::backend) and
 /// error messages give it.

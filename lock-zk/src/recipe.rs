@@ -1,8 +1,9 @@
-//! The lock recipe in Apache Curator's node layout (the one its
-//! `InterProcessMutex` uses): the node names, queueing a node (or finding
-//! the one a lost reply created) and waiting for its turn, watching only the
-//! node just before it.
+//! The lock recipe in Apache Curator's node layouts (`layout.rs`): queueing
+//! a node (or finding the one a lost reply created) and waiting for its
+//! turn, watching only the one node that stands in its way.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 
 use lock_core::backend::{AcquireRequest, WaitBudget};
@@ -13,20 +14,11 @@ use zookeeper_client as zk;
 use crate::backend::ZkBackend;
 use crate::error::{convert, no_data_change, unavailable};
 use crate::handover::Waiter;
+use crate::layout::{Queue, is_root, owner_prefix};
 use crate::session::connected;
-
-/// Lock parents live under this node, below the chroot: `/locks/<name>`.
-pub const ROOT: &str = "/locks";
-
-/// The lock name of Curator's `InterProcessMutex`: nodes are
-/// `_c_<uuid>-lock-<sequence>`.
-const LOCK_NAME: &str = "lock-";
 
 /// The version a check or write accepts whatever the node's version.
 const ANY_VERSION: i32 = -1;
-
-/// Curator's protection prefix.
-pub(crate) const PROTECTED: &str = "_c_";
 
 /// Our node in a lock's queue.
 #[derive(Clone, Debug)]
@@ -36,33 +28,75 @@ pub(crate) struct Node {
     /// The listing of the parent sent right behind the create that made
     /// the node, with when that create was sent, until it is used; `None`
     /// for a node found again, or if that listing failed.
-    vouched: Option<Vouched>,
+    pub(crate) vouched: Option<Vouched>,
 }
 
 /// A listing of a lock's parent answered after a write of our session that
 /// the leader committed (our create, or a check of our node) was applied.
 #[derive(Clone, Debug)]
-struct Vouched {
+pub(crate) struct Vouched {
     /// When that write was sent.
-    sent: Instant,
-    children: Vec<String>,
+    pub(crate) sent: Instant,
+    pub(crate) children: Vec<String>,
 }
 
+/// A listing sent behind a check, with a watch on the children if asked.
+type Listing<'a> = Pin<
+    Box<
+        dyn Future<
+                Output = std::result::Result<(Vec<String>, Option<zk::OneshotWatcher>), zk::Error>,
+            > + Send
+            + 'a,
+    >,
+>;
+
 impl ZkBackend {
-    /// Creates our node under the lock's parent, or finds the one an earlier
-    /// attempt created (when `look_first`: its reply may have been lost).
+    /// Our node in `queue` for `req` (the one `slot` holds from an earlier
+    /// attempt on this session, else a new one, or the one an earlier
+    /// attempt created unseen when `look_first`), and the wait for its
+    /// turn: the node, and when the request that vouches for the grant was
+    /// sent. `slot` keeps the node for the next attempt, and for the
+    /// cleanup if the acquire gives up.
+    pub(crate) async fn take_turn(
+        &self,
+        client: &zk::Client,
+        queue: &Queue,
+        req: &AcquireRequest,
+        slot: &mut Option<(i64, Node)>,
+        look_first: bool,
+        budget: &WaitBudget,
+    ) -> Result<(Node, Instant)> {
+        let session = client.session_id().0;
+        let mut node = match slot {
+            Some((s, node)) if *s == session => node.clone(),
+            _ => {
+                budget.attempted();
+                self.enqueue(client, queue, req.owner, look_first).await?
+            }
+        };
+        *slot = Some((session, node.clone()));
+        let sent = self
+            .wait_for_turn(client, queue, &req.name, req.owner, &mut node, budget)
+            .await;
+        *slot = Some((session, node.clone()));
+        Ok((node, sent?))
+    }
+
+    /// Creates our node in `queue`, or finds the one an earlier attempt
+    /// created (when `look_first`: its reply may have been lost).
     pub(crate) async fn enqueue(
         &self,
         client: &zk::Client,
-        req: &AcquireRequest,
+        queue: &Queue,
+        owner: OwnerToken,
         look_first: bool,
     ) -> Result<Node> {
-        let parent = parent_path(&req.name);
-        let prefix = node_prefix(req.owner);
-        if (look_first || self.is_uncertain(req.owner))
-            && let Some(node) = self.find_own(client, &req.name, req.owner).await?
+        let parent = &queue.parent;
+        let prefix = queue.node_prefix(owner);
+        if (look_first || self.is_uncertain(owner))
+            && let Some(node) = self.find_own(client, queue, owner).await?
         {
-            self.set_uncertain(req.owner, false);
+            self.set_uncertain(owner, false);
             return Ok(node);
         }
         let path = format!("{parent}/{prefix}");
@@ -76,11 +110,11 @@ impl ZkBackend {
             // session's requests in order: the listing is sent right behind
             // the create, in the same round trip, and includes our node.
             let create = client.create(&path, &[], &options);
-            let list = client.list_children(&parent);
+            let list = client.list_children(parent);
             let created = self.call("create the lock node", create).await;
             match created {
                 Ok(Ok((stat, sequence))) => {
-                    self.set_uncertain(req.owner, false);
+                    self.set_uncertain(owner, false);
                     // A listing that failed is only a lost shortcut: the
                     // wait lists again, vouched for by a check of the node.
                     let vouched = match self.call("list the lock's queue", list).await {
@@ -94,15 +128,15 @@ impl ZkBackend {
                     });
                 }
                 // No parent: the listing failed too, and is dropped.
-                Ok(Err(zk::Error::NoNode)) => self.make_parent(client, &parent).await?,
+                Ok(Err(zk::Error::NoNode)) => self.make_parent(client, parent).await?,
                 Ok(Err(e)) => {
                     if !no_data_change(&e) {
-                        self.set_uncertain(req.owner, true);
+                        self.set_uncertain(owner, true);
                     }
                     return Err(convert("create the lock node", e));
                 }
                 Err(e) => {
-                    self.set_uncertain(req.owner, true);
+                    self.set_uncertain(owner, true);
                     return Err(e);
                 }
             }
@@ -112,13 +146,15 @@ impl ZkBackend {
         )))
     }
 
-    /// Creates `/locks/<name>`: a container node where the server knows
-    /// them, else a persistent one.
+    /// Creates a lock parent (`/locks/<name>`, `/semaphores/<name>/leases`,
+    /// …) and what is missing above it: container nodes where the server
+    /// knows them, else persistent ones; a family's root is persistent.
     async fn make_parent(&self, client: &zk::Client, parent: &str) -> Result<()> {
         let acls = self.acls();
         for _ in 0..3 {
             let containers = self.inner.containers.load(Ordering::Relaxed);
-            let mode = if containers {
+            let root = is_root(parent);
+            let mode = if containers && !root {
                 zk::CreateMode::Container
             } else {
                 zk::CreateMode::Persistent
@@ -132,15 +168,9 @@ impl ZkBackend {
                 .await?
             {
                 Ok(_) | Err(zk::Error::NodeExists) => return Ok(()),
-                Err(zk::Error::NoNode) => {
-                    let root = zk::CreateMode::Persistent.with_acls(acls);
-                    match self
-                        .call("create the locks root", client.create(ROOT, &[], &root))
-                        .await?
-                    {
-                        Ok(_) | Err(zk::Error::NodeExists) => {}
-                        Err(e) => return Err(convert("create the locks root", e)),
-                    }
+                Err(zk::Error::NoNode) if !root => {
+                    let (above, _) = parent.rsplit_once('/').unwrap_or_default();
+                    Box::pin(self.make_parent(client, above)).await?;
                 }
                 Err(zk::Error::Unimplemented) if containers => {
                     tracing::info!(
@@ -156,36 +186,35 @@ impl ZkBackend {
         )))
     }
 
-    /// Our node under `name` in this session, if there is one. Any other
+    /// Our node in `queue` in this session, if there is one. Any other
     /// node of the same owner is deleted: a second one (an attempt applied
     /// twice) or one left by an earlier session of this backend (it dies
     /// with that session, so it must not be waited on).
     async fn find_own(
         &self,
         client: &zk::Client,
-        name: &LockName,
+        queue: &Queue,
         owner: OwnerToken,
     ) -> Result<Option<Node>> {
-        let parent = parent_path(name);
-        let Some(children) = self.children(client, &parent).await? else {
+        let Some(children) = self.children(client, &queue.parent).await? else {
             return Ok(None);
         };
-        self.adopt(client, &parent, owner, &children).await
+        self.adopt(client, queue, owner, &children).await
     }
 
     /// Among `children`, the lowest-sequence node of `owner` that belongs to
     /// this session; every other node of `owner` is deleted.
-    async fn adopt(
+    pub(crate) async fn adopt(
         &self,
         client: &zk::Client,
-        parent: &str,
+        queue: &Queue,
         owner: OwnerToken,
         children: &[String],
     ) -> Result<Option<Node>> {
         let session = client.session_id().0;
         let mut kept: Option<Node> = None;
-        for (name, stat) in self.nodes_of(client, parent, owner, children).await? {
-            let path = format!("{parent}/{name}");
+        for (name, stat) in self.nodes_of(client, queue, owner, children).await? {
+            let path = format!("{}/{name}", queue.parent);
             if stat.ephemeral_owner == session && kept.is_none() {
                 kept = Some(Node {
                     name,
@@ -206,22 +235,23 @@ impl ZkBackend {
         Ok(kept)
     }
 
-    /// `owner`'s nodes among `children` that still exist, in queue order,
-    /// with their stats.
+    /// `owner`'s nodes in `queue` among `children` that still exist, in
+    /// queue order, with their stats.
     pub(crate) async fn nodes_of(
         &self,
         client: &zk::Client,
-        parent: &str,
+        queue: &Queue,
         owner: OwnerToken,
         children: &[String],
     ) -> Result<Vec<(String, zk::Stat)>> {
-        let prefix = node_prefix(owner);
+        let prefix = owner_prefix(owner);
         let mut found = Vec::new();
-        for (_, name) in queue(children)
+        for (_, name) in queue
+            .order(children)
             .into_iter()
             .filter(|(_, c)| c.starts_with(&prefix))
         {
-            let path = format!("{parent}/{name}");
+            let path = format!("{}/{name}", queue.parent);
             if let Some(stat) = self
                 .call("read our node", client.check_stat(&path))
                 .await?
@@ -269,22 +299,32 @@ impl ZkBackend {
     }
 
     /// [`Self::confirm`], and in the same round trip, sent last, a listing
-    /// of `parent` if given: answered after the check was applied, it is
-    /// vouched for by it.
-    async fn confirm_and_list(
+    /// of `parent` if given (with a watch on its children if asked):
+    /// answered after the check was applied, it is vouched for by it.
+    pub(crate) async fn confirm_and_list(
         &self,
         client: &zk::Client,
         path: &str,
         czxid: i64,
-        parent: Option<&str>,
-    ) -> Result<std::result::Result<(bool, Option<Vec<String>>), zk::Error>> {
+        parent: Option<(&str, bool)>,
+    ) -> Result<
+        std::result::Result<(bool, Option<(Vec<String>, Option<zk::OneshotWatcher>)>), zk::Error>,
+    > {
         let mut check = client.new_multi_writer();
         if let Err(e) = check.add_check_version(path, ANY_VERSION) {
             return Ok(Err(e));
         }
         let committed = check.commit();
         let read = client.check_stat(path);
-        let list = parent.map(|p| client.list_children(p));
+        let list: Option<Listing<'_>> = parent.map(|(p, watch)| -> Listing<'_> {
+            if watch {
+                let list = client.list_and_watch_children(p);
+                Box::pin(async move { list.await.map(|(c, w)| (c, Some(w))) })
+            } else {
+                let list = client.list_children(p);
+                Box::pin(async move { list.await.map(|c| (c, None)) })
+            }
+        });
         let session = client.session_id().0;
         self.call("confirm our node", async {
             let list = async {
@@ -308,11 +348,42 @@ impl ZkBackend {
         .await
     }
 
-    /// Waits until our node is the first of the queue, watching only the
-    /// node just before it each time, and returns when the request that
+    /// A listing of `queue` that vouches for our session: the one sent with
+    /// our create if it is still unused, else a new one behind a check of
+    /// our node (with a watch on the children if `watch`). `None` when our
+    /// node is gone.
+    pub(crate) async fn vouched_listing(
+        &self,
+        client: &zk::Client,
+        queue: &Queue,
+        node: &mut Node,
+        watch: bool,
+        budget: &WaitBudget,
+    ) -> Result<Option<(Vouched, Option<zk::OneshotWatcher>)>> {
+        if let Some(vouched) = node.vouched.take() {
+            return Ok(Some((vouched, None)));
+        }
+        budget.attempted();
+        let path = format!("{}/{}", queue.parent, node.name);
+        let sent = Instant::now();
+        match self
+            .confirm_and_list(client, &path, node.czxid, Some((&queue.parent, watch)))
+            .await?
+        {
+            Ok((true, listed)) => {
+                let (children, watcher) = listed.unwrap_or_default();
+                Ok(Some((Vouched { sent, children }, watcher)))
+            }
+            Ok((false, _)) => Ok(None),
+            Err(e) => Err(convert("confirm our place", e)),
+        }
+    }
+
+    /// Waits until our node's turn comes by `queue`'s rule, watching only
+    /// the one node in its way each time, and returns when the request that
     /// vouches for the grant was sent.
     ///
-    /// The listing that finds us first may come from a follower cut off
+    /// The listing that finds our turn may come from a follower cut off
     /// from the leader, so it cannot vouch for our session: the leader may
     /// have expired it meanwhile. A write of our session that the leader
     /// committed can, when the listing was answered after it: it counts for
@@ -324,55 +395,43 @@ impl ZkBackend {
     pub(crate) async fn wait_for_turn(
         &self,
         client: &zk::Client,
+        queue: &Queue,
         name: &LockName,
         owner: OwnerToken,
         node: &mut Node,
         budget: &WaitBudget,
     ) -> Result<Instant> {
-        let parent = parent_path(name);
-        let prefix = node_prefix(owner);
+        let parent = &queue.parent;
+        let prefix = owner_prefix(owner);
         loop {
             connected(client)?;
-            let Vouched { sent, children } = match node.vouched.take() {
-                Some(vouched) => vouched,
-                None => {
-                    budget.attempted();
-                    let path = format!("{parent}/{}", node.name);
-                    let sent = Instant::now();
-                    match self
-                        .confirm_and_list(client, &path, node.czxid, Some(&parent))
-                        .await?
-                    {
-                        Ok((true, children)) => Vouched {
-                            sent,
-                            children: children.unwrap_or_default(),
-                        },
-                        Ok((false, _)) => return Err(Error::not_held(name)),
-                        Err(e) => return Err(convert("confirm our place", e)),
-                    }
-                }
+            let Some((Vouched { sent, children }, _)) = self
+                .vouched_listing(client, queue, node, false, budget)
+                .await?
+            else {
+                return Err(Error::not_held(name));
             };
-            let queue = queue(&children);
-            if queue.iter().filter(|(_, n)| n.starts_with(&prefix)).count() > 1 {
+            let order = queue.order(&children);
+            if order.iter().filter(|(_, n)| n.starts_with(&prefix)).count() > 1 {
                 // An attempt applied twice, or a node of an earlier session:
                 // keep this session's oldest.
                 *node = self
-                    .adopt(client, &parent, owner, &children)
+                    .adopt(client, queue, owner, &children)
                     .await?
                     .ok_or_else(|| Error::not_held(name))?;
                 continue;
             }
-            let Some(place) = queue.iter().position(|(_, n)| **n == node.name) else {
+            let Some(place) = order.iter().position(|(_, n)| **n == node.name) else {
                 return Err(Error::not_held(name));
             };
-            if place == 0 {
+            let Some(blocker) = queue.blocker(&order, place) else {
                 return Ok(sent);
-            }
+            };
             if budget.is_over() {
                 return Err(budget.exhausted(name));
             }
             budget.waiting();
-            let before = format!("{parent}/{}", queue[place - 1].1);
+            let before = format!("{parent}/{blocker}");
             let waiter = Waiter {
                 session: client.session_id().0,
                 path: format!("{parent}/{}", node.name),
@@ -398,10 +457,7 @@ impl ZkBackend {
                     }
                 }
                 zk::EventType::Session if event.session_state.is_terminated() => {
-                    return Err(unavailable(format!(
-                        "the session ended while waiting: {}",
-                        event.session_state
-                    )));
+                    return Err(session_ended_while_waiting(event.session_state));
                 }
                 _ => {}
             }
@@ -409,70 +465,7 @@ impl ZkBackend {
     }
 }
 
-/// `/locks/<name>`, the parent of one lock's nodes.
-pub(crate) fn parent_path(name: &LockName) -> String {
-    format!("{ROOT}/{name}")
-}
-
-/// `_c_<owner as a UUID>-lock-`: the name of an owner's node before the
-/// server appends the sequence number.
-pub(crate) fn node_prefix(owner: OwnerToken) -> String {
-    let v = owner.to_u128();
-    format!(
-        "{PROTECTED}{:08x}-{:04x}-{:04x}-{:04x}-{:012x}-{LOCK_NAME}",
-        v >> 96,
-        (v >> 80) & 0xffff,
-        (v >> 64) & 0xffff,
-        (v >> 48) & 0xffff,
-        v & 0xffff_ffff_ffff
-    )
-}
-
-/// The sequence number of a lock node: what follows the last `lock-`, as
-/// Curator sorts them.
-fn sequence_of(child: &str) -> Option<i64> {
-    let (_, digits) = child.rsplit_once(LOCK_NAME)?;
-    digits.parse().ok()
-}
-
-/// The lock nodes among `children`, in queue order.
-pub(crate) fn queue(children: &[String]) -> Vec<(i64, &String)> {
-    let mut queue: Vec<(i64, &String)> = children
-        .iter()
-        .filter_map(|c| sequence_of(c).map(|s| (s, c)))
-        .collect();
-    queue.sort();
-    queue
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn node_names_follow_curator() {
-        let owner = OwnerToken::from_hex("0123456789abcdef0011223344556677").unwrap();
-        assert_eq!(
-            node_prefix(owner),
-            "_c_01234567-89ab-cdef-0011-223344556677-lock-"
-        );
-        assert!(node_prefix(owner)[3..].starts_with(&owner.short()));
-        let name = format!("{}0000000042", node_prefix(owner));
-        assert_eq!(sequence_of(&name), Some(42));
-        assert_eq!(sequence_of("unrelated"), None);
-    }
-
-    #[test]
-    fn the_queue_is_ordered_by_sequence_only() {
-        let children: Vec<String> = [
-            "_c_ffffffff-0000-0000-0000-000000000000-lock-0000000003",
-            "_c_00000000-0000-0000-0000-000000000000-lock-0000000010",
-            "not-a-lock-node",
-            "_c_88888888-0000-0000-0000-000000000000-lock-0000000001",
-        ]
-        .map(String::from)
-        .to_vec();
-        let order: Vec<i64> = queue(&children).iter().map(|(s, _)| *s).collect();
-        assert_eq!(order, [1, 3, 10]);
-    }
+/// The error of a wait whose session ended under it.
+pub(crate) fn session_ended_while_waiting(state: zk::SessionState) -> Error {
+    unavailable(format!("the session ended while waiting: {state}"))
 }

@@ -1,0 +1,184 @@
+//! Semaphores in the layout and by the rules of Curator's
+//! `InterProcessSemaphoreV2`: under `/semaphores/<name>`, a mutex (`locks`)
+//! that one acquirer at a time holds while it counts the leases, and the
+//! lease nodes (`leases`). The acquirer at the head of the mutex adds its
+//! lease node and is granted when the leases number no more than the
+//! permits; otherwise it waits, still holding the mutex, for the leases to
+//! change. Only that one acquirer watches the leases, so a release wakes it
+//! alone, and its grant (the mutex let go) wakes the next in line.
+
+use lock_core::backend::{AcquireRequest, Backoff, Lease, Retry, WaitBudget};
+use lock_core::{Error, Result};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use zookeeper_client as zk;
+
+use crate::backend::ZkBackend;
+use crate::cleanup::RETRY_CAP;
+use crate::handover;
+use crate::layout::{Queue, owner_prefix};
+use crate::recipe::{Node, Vouched, session_ended_while_waiting};
+use crate::session::connected;
+
+impl ZkBackend {
+    /// One of `permits` permits of the semaphore `req.name`.
+    pub(crate) async fn acquire_permit(
+        &self,
+        req: &AcquireRequest,
+        permits: u32,
+        budget: &WaitBudget,
+    ) -> Result<Lease> {
+        let mutex = Queue::semaphore_mutex(&req.name);
+        let leases = Queue::semaphore_leases(&req.name);
+        let mut retry = Retry::new(crate::NAME, budget, Backoff::with_cap(RETRY_CAP));
+        // Our nodes in the mutex and among the leases, with their session,
+        // once created: an attempt after a lost connection finds them again.
+        let mut turn: Option<(i64, Node)> = None;
+        let mut lease: Option<(i64, Node)> = None;
+        let outcome = loop {
+            let attempt = async {
+                let client = self.session_for(req, budget).await?;
+                let look_first = retry.attempts() > 0;
+                self.take_turn(&client, &mutex, req, &mut turn, look_first, budget)
+                    .await?;
+                let (node, sent) = self
+                    .count_in(
+                        &client, &leases, req, permits, &mut lease, look_first, budget,
+                    )
+                    .await?;
+                Ok::<_, Error>((client, node, sent))
+            };
+            match attempt.await {
+                Ok(granted) => break Ok(granted),
+                Err(e) => {
+                    if let Err(e) = retry.after(e).await {
+                        break Err(e);
+                    }
+                }
+            }
+        };
+        match outcome {
+            Ok((client, node, sent)) => {
+                let granted = self.grant(req, &client, &leases, &node, sent);
+                self.let_go_of_mutex(&client, &mutex, &turn).await;
+                Ok(granted)
+            }
+            Err(e) => {
+                // The lease first, as Curator does: the next holder of the
+                // mutex then counts the leases without ours.
+                self.give_up(req, &[(&leases, &lease), (&mutex, &turn)])
+                    .await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Our lease node among `leases` (made now, or kept in `slot` from an
+    /// earlier attempt on this session), and the wait, holding the
+    /// semaphore's mutex, until the leases number no more than `permits`:
+    /// the node, and when the request that vouches for the grant was sent.
+    #[allow(clippy::too_many_arguments)]
+    async fn count_in(
+        &self,
+        client: &zk::Client,
+        leases: &Queue,
+        req: &AcquireRequest,
+        permits: u32,
+        slot: &mut Option<(i64, Node)>,
+        look_first: bool,
+        budget: &WaitBudget,
+    ) -> Result<(Node, Instant)> {
+        let session = client.session_id().0;
+        let mut node = match slot {
+            Some((s, node)) if *s == session => node.clone(),
+            _ => {
+                budget.attempted();
+                self.enqueue(client, leases, req.owner, look_first).await?
+            }
+        };
+        *slot = Some((session, node.clone()));
+        let ours = owner_prefix(req.owner);
+        loop {
+            connected(client)?;
+            // Vouched for by our create or a check of our lease node, as a
+            // turn in a queue is (`recipe.rs`): a follower cut off from the
+            // leader could show too few leases.
+            let Some((Vouched { sent, children }, watcher)) = self
+                .vouched_listing(client, leases, &mut node, true, budget)
+                .await?
+            else {
+                return Err(Error::not_held(&req.name));
+            };
+            if children.iter().filter(|c| c.starts_with(&ours)).count() > 1 {
+                // An attempt applied twice: keep this session's oldest.
+                node = self
+                    .adopt(client, leases, req.owner, &children)
+                    .await?
+                    .ok_or_else(|| Error::not_held(&req.name))?;
+                *slot = Some((session, node.clone()));
+                continue;
+            }
+            if !children.contains(&node.name) {
+                return Err(Error::not_held(&req.name));
+            }
+            // Curator's rule: every child of `leases` counts, ours included.
+            if children.len() <= permits as usize {
+                return Ok((node, sent));
+            }
+            if budget.is_over() {
+                return Err(budget.exhausted(&req.name));
+            }
+            budget.waiting();
+            // The listing sent with our create set no watch: list again,
+            // with one.
+            let Some(watcher) = watcher else {
+                continue;
+            };
+            let Some(event) = budget.race(watcher.changed()).await else {
+                return Err(budget.exhausted(&req.name));
+            };
+            match event.event_type {
+                zk::EventType::NodeChildrenChanged | zk::EventType::NodeDeleted => {
+                    self.inner
+                        .wakeups
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                zk::EventType::Session if event.session_state.is_terminated() => {
+                    return Err(session_ended_while_waiting(event.session_state));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Lets go of the semaphore's mutex once our lease is granted, handing
+    /// it to the next acquirer of this backend if there is one; a failed
+    /// delete is retried in the background while the session lives, since
+    /// the node keeps every other acquirer out.
+    async fn let_go_of_mutex(
+        &self,
+        client: &zk::Client,
+        mutex: &Queue,
+        turn: &Option<(i64, Node)>,
+    ) {
+        let Some((session, node)) = turn else {
+            return;
+        };
+        let path = format!("{}/{}", mutex.parent, node.name);
+        let delete = handover::delete_and_hand_over(&self.inner.handovers, client, &path);
+        match self.call("let go of the semaphore's mutex", delete).await {
+            Ok(Ok(()) | Err(zk::Error::NoNode)) => {
+                self.tidy_parent(client, &mutex.parent).await;
+            }
+            outcome => {
+                tracing::debug!(?outcome, node = %path, "could not let go of the semaphore's mutex; retrying in the background");
+                let (backend, session) = (self.clone(), *session);
+                tokio::spawn(async move {
+                    backend
+                        .keep_deleting(session, &path, &CancellationToken::new())
+                        .await
+                });
+            }
+        }
+    }
+}
