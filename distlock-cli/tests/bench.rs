@@ -8,12 +8,13 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_distlock");
-const WORKLOADS: [&str; 5] = [
+const WORKLOADS: [&str; 6] = [
     "uncontended",
     "contended",
     "hand-off",
     "wake-ups",
     "many-names",
+    "semaphore",
 ];
 
 fn bench(args: &[&str]) -> Output {

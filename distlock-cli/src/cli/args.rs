@@ -46,10 +46,13 @@ pub(crate) enum Command {
 
     /// Measure a backend: the library against the backend's raw primitive.
     ///
-    /// Runs five workloads (uncontended, contended, hand-off, wake-ups per
-    /// release, many names) for --duration each, with the library and with
-    /// the backend's bare acquire and release (the floor) taking turns, and
-    /// reports every library result as a ratio to the floor. Prints a
+    /// Runs six workloads (uncontended, contended, hand-off, wake-ups per
+    /// release, many names, and a semaphore with half as many permits as
+    /// clients where the backend keeps semaphores) for --duration each,
+    /// with the library and with the backend's bare acquire and release
+    /// (the floor) taking turns, and reports every library result as a
+    /// ratio to the floor. The semaphore's floor is that primitive on one
+    /// lock name per permit. Prints a
     /// table and writes bench-BACKEND.json and bench-BACKEND.svg to --out.
     /// Lock names are unique to each run, so it can share a database with
     /// real locks, but it adds a few rows to it.
@@ -217,7 +220,7 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub(crate) names: Option<u32>,
 
-    /// Instead of the five workloads: contended at 1, 4, 16, 64 and 256
+    /// Instead of the six workloads: contended at 1, 4, 16, 64 and 256
     /// clients on one name, hand-off and wake-ups at 4 to 256, many-names at
     /// 10, 1,000 and 100,000 names; each point runs for --duration.
     /// Writes bench-sweep-BACKEND.json and .svg.

@@ -21,10 +21,14 @@ fn rename(backend: &str, subject: &Subject) -> String {
 pub(crate) fn comparison(reports: &[Report]) -> Option<Report> {
     let first = reports.first()?;
     let mut subjects = Vec::new();
-    let mut workloads: Vec<WorkloadReport> = first
-        .workloads
-        .iter()
-        .map(|w| WorkloadReport {
+    // Every workload any backend ran, in the order they ran: a backend
+    // without semaphores has no semaphore workload.
+    let mut workloads: Vec<WorkloadReport> = Vec::new();
+    for w in reports.iter().flat_map(|r| &r.workloads) {
+        if workloads.iter().any(|mine| mine.workload == w.workload) {
+            continue;
+        }
+        workloads.push(WorkloadReport {
             workload: w.workload,
             describe: w.describe.clone(),
             latency: w.latency,
@@ -42,8 +46,8 @@ pub(crate) fn comparison(reports: &[Report]) -> Option<Report> {
                     paired_ratio_to_floor: BTreeMap::new(),
                 })
                 .collect(),
-        })
-        .collect();
+        });
+    }
     let mut hand_off = BTreeMap::new();
     for report in reports {
         let floor = report.floor();
@@ -73,7 +77,10 @@ pub(crate) fn comparison(reports: &[Report]) -> Option<Report> {
             }
         };
         rekey(&report.hand_off_in_floor_commands, &mut hand_off);
-        for (mine, theirs) in workloads.iter_mut().zip(&report.workloads) {
+        for theirs in &report.workloads {
+            let Some(mine) = workloads.iter_mut().find(|w| w.workload == theirs.workload) else {
+                continue;
+            };
             mine.runs.extend(
                 theirs
                     .runs

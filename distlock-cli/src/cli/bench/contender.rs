@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use distlock::backend::async_trait;
-use distlock::{AcquireOptions, Error, LockGuard, Locker, OwnerToken, Result, Wait};
+use distlock::{AcquireOptions, Error, LockGuard, LockKind, Locker, OwnerToken, Result, Wait};
 use serde::Serialize;
 
 use super::counting::Counting;
@@ -61,6 +61,22 @@ pub(crate) trait Contender: Send + Sync {
     /// then.
     async fn acquire(&self, name: &str, until: Instant) -> Result<Option<Box<dyn Held>>>;
 
+    /// Waits for one of `permits` permits of the semaphore `name` until
+    /// `until`; `Ok(None)` if none was granted by then. Peers have none:
+    /// the semaphore workload runs the library against the floor only.
+    async fn acquire_permit(
+        &self,
+        name: &str,
+        permits: u32,
+        until: Instant,
+    ) -> Result<Option<Box<dyn Held>>> {
+        let _ = (name, permits, until);
+        Err(Error::Unsupported {
+            backend: "a benchmark peer",
+            operation: "semaphores",
+        })
+    }
+
     /// Counters of the waiting done so far; the workloads take differences.
     fn wakeups(&self) -> Wakeups {
         Wakeups::default()
@@ -111,6 +127,24 @@ impl Library {
     fn options(&self, wait: Duration) -> AcquireOptions {
         self.locker.defaults().wait(Wait::For(wait))
     }
+
+    async fn lock(
+        &self,
+        name: &str,
+        kind: LockKind,
+        until: Instant,
+    ) -> Result<Option<Box<dyn Held>>> {
+        let wait = until.saturating_duration_since(Instant::now());
+        match self
+            .locker
+            .lock_with(name, self.options(wait).kind(kind))
+            .await
+        {
+            Ok(guard) => Ok(Some(Box::new(guard))),
+            Err(Error::WaitTimeout { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
 }
 
 #[async_trait]
@@ -131,12 +165,16 @@ impl Contender for Library {
     }
 
     async fn acquire(&self, name: &str, until: Instant) -> Result<Option<Box<dyn Held>>> {
-        let wait = until.saturating_duration_since(Instant::now());
-        match self.locker.lock_with(name, self.options(wait)).await {
-            Ok(guard) => Ok(Some(Box::new(guard))),
-            Err(Error::WaitTimeout { .. }) => Ok(None),
-            Err(e) => Err(e),
-        }
+        self.lock(name, LockKind::Exclusive, until).await
+    }
+
+    async fn acquire_permit(
+        &self,
+        name: &str,
+        permits: u32,
+        until: Instant,
+    ) -> Result<Option<Box<dyn Held>>> {
+        self.lock(name, LockKind::permit(permits), until).await
     }
 
     fn wakeups(&self) -> Wakeups {
@@ -168,6 +206,9 @@ pub(crate) struct Spinning<F> {
     floor: Arc<F>,
     ttl: Duration,
     busy: AtomicU64,
+    /// Where the next permit wait starts in the slots, so that clients
+    /// spread over them rather than all asking for the first.
+    next_slot: AtomicU64,
 }
 
 impl<F: Floor> Spinning<F> {
@@ -176,6 +217,7 @@ impl<F: Floor> Spinning<F> {
             floor: Arc::new(floor),
             ttl,
             busy: AtomicU64::new(0),
+            next_slot: AtomicU64::new(0),
         }
     }
 }
@@ -195,18 +237,34 @@ impl<F: Floor> Contender for Spinning<F> {
         // would pick one random value per acquisition.
         let owner = OwnerToken::random();
         loop {
-            match self.floor.try_acquire(name, owner, self.ttl).await {
-                Ok(Some(grant)) => {
-                    return Ok(Some(Box::new(FloorHeld {
-                        floor: self.floor.clone(),
-                        grant,
-                    })));
+            if let Some(held) = self.attempt(name, owner).await? {
+                return Ok(Some(held));
+            }
+            if Instant::now() >= until {
+                return Ok(None);
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// The semaphore a client of the raw primitive builds from it: one lock
+    /// name per permit (`NAME.permit-I`), tried in turn from a slot that
+    /// moves on with every wait, retried at once while all are held.
+    async fn acquire_permit(
+        &self,
+        name: &str,
+        permits: u32,
+        until: Instant,
+    ) -> Result<Option<Box<dyn Held>>> {
+        let owner = OwnerToken::random();
+        let permits = u64::from(permits.max(1));
+        let first = self.next_slot.fetch_add(1, Ordering::Relaxed);
+        loop {
+            for k in 0..permits {
+                let slot = format!("{name}.permit-{}", (first + k) % permits);
+                if let Some(held) = self.attempt(&slot, owner).await? {
+                    return Ok(Some(held));
                 }
-                Ok(None) => {
-                    self.busy.fetch_add(1, Ordering::Relaxed);
-                }
-                Err(e) if e.is_retryable() => {}
-                Err(e) => return Err(e),
             }
             if Instant::now() >= until {
                 return Ok(None);
@@ -219,6 +277,24 @@ impl<F: Floor> Contender for Spinning<F> {
         Wakeups {
             busy_attempts: Some(self.busy.load(Ordering::Relaxed)),
             notices: None,
+        }
+    }
+}
+
+impl<F: Floor> Spinning<F> {
+    /// One attempt at `name`; a refusal is counted as a busy attempt.
+    async fn attempt(&self, name: &str, owner: OwnerToken) -> Result<Option<Box<dyn Held>>> {
+        match self.floor.try_acquire(name, owner, self.ttl).await {
+            Ok(Some(grant)) => Ok(Some(Box::new(FloorHeld {
+                floor: self.floor.clone(),
+                grant,
+            }))),
+            Ok(None) => {
+                self.busy.fetch_add(1, Ordering::Relaxed);
+                Ok(None)
+            }
+            Err(e) if e.is_retryable() => Ok(None),
+            Err(e) => Err(e),
         }
     }
 }

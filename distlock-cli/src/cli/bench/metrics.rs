@@ -72,6 +72,12 @@ fn specs(w: Workload) -> Vec<Spec> {
             spec("max wait", Micros, Lower, max),
             spec("fairness max/min", Count, Lower, fairness),
         ],
+        Workload::Semaphore => vec![
+            spec("acquisitions/s", PerSecond, Higher, rate),
+            spec("wait p50", Micros, Lower, p50),
+            spec("wait p99", Micros, Lower, p99),
+            spec("fairness max/min", Count, Lower, fairness),
+        ],
         Workload::HandOff => vec![
             spec("hand-off p50", Micros, Lower, p50),
             spec("hand-off p99", Micros, Lower, p99),

@@ -76,8 +76,10 @@ pub(crate) async fn bench(args: BenchArgs) -> Result<u8> {
         let underway = progress.start(workload);
         let measured = measure(&mut targets, workload, &plan).await?;
         progress.finish(underway, &measured);
-        for (target, (_, m)) in targets.iter_mut().zip(measured) {
-            target.keep(m);
+        for (backend, m) in measured {
+            if let Some(target) = targets.iter_mut().find(|t| t.backend() == backend) {
+                target.keep(m);
+            }
         }
     }
 
@@ -121,25 +123,26 @@ fn most_contenders(targets: &[Target]) -> usize {
     targets.iter().map(Target::contenders).max().unwrap_or(1)
 }
 
-/// Runs `workload` on every target, the targets taking turns round by
-/// round like the contenders of one target do. Returns each target's
-/// backend and measurements, in the order of `targets`.
+/// Runs `workload` on every target that runs it, the targets taking turns
+/// round by round like the contenders of one target do. Returns each such
+/// target's backend and measurements, in the order of `targets`.
 async fn measure(
     targets: &mut [Target],
     workload: Workload,
     plan: &Plan,
 ) -> Result<Vec<(&'static str, WorkloadReport)>> {
-    for target in targets.iter_mut() {
+    let mut running: Vec<&mut Target> = targets.iter_mut().filter(|t| t.runs(workload)).collect();
+    for target in running.iter_mut() {
         target.begin(workload, plan);
     }
     for round in 0..plan.slices as usize {
-        for k in 0..targets.len() {
-            let i = (round + k) % targets.len();
-            targets[i].round(workload, plan, round).await?;
+        for k in 0..running.len() {
+            let i = (round + k) % running.len();
+            running[i].round(workload, plan, round).await?;
         }
     }
-    Ok(targets
-        .iter_mut()
+    Ok(running
+        .into_iter()
         .map(|t| (t.backend(), t.finish(workload, plan)))
         .collect())
 }

@@ -25,6 +25,12 @@ pub(crate) struct Target {
     peers: Vec<Arc<dyn Contender>>,
     /// Floor, library, peers: the order contenders take turns in.
     contenders: Vec<Arc<dyn Contender>>,
+    /// The contenders of the workload under way: all of them, but for the
+    /// semaphore workload (floor and library: peers keep no semaphores).
+    active: Vec<Arc<dyn Contender>>,
+    /// Whether the backend keeps semaphores (else the semaphore workload
+    /// is skipped).
+    semaphores: bool,
     workloads: Vec<WorkloadReport>,
     /// The workload under way: each contender's slices merged so far, and
     /// each one's per-slice summaries, round by round, for the paired ratios.
@@ -36,6 +42,7 @@ impl Target {
     pub(crate) async fn open(url: &str) -> Result<Self> {
         let locker = distlock::connect(url).await?;
         let backend = locker.capabilities().backend;
+        let semaphores = locker.capabilities().semaphores;
         let ttl = locker.defaults().ttl;
         let (library, counted): (Arc<dyn Contender>, Arc<dyn Contender>) = if Counting::fits(url) {
             (
@@ -62,7 +69,9 @@ impl Target {
             counted,
             floor,
             peers,
+            active: contenders.clone(),
             contenders,
+            semaphores,
             workloads: Vec::new(),
             totals: Vec::new(),
             slices: Vec::new(),
@@ -93,17 +102,25 @@ impl Target {
         self.contenders.len()
     }
 
+    /// Whether this target runs `workload` (the semaphore workload only
+    /// where the backend keeps semaphores).
+    pub(crate) fn runs(&self, workload: Workload) -> bool {
+        workload != Workload::Semaphore || self.semaphores
+    }
+
     /// Gets ready to measure `workload`.
     pub(crate) fn begin(&mut self, workload: Workload, plan: &Plan) {
+        self.active = self.contenders.clone();
         // The counting wrapper costs a little per call, so only the workload
         // that needs its counts pays for it.
-        self.contenders[1] = match workload {
-            Workload::Wakeups => self.counted.clone(),
-            _ => self.library.clone(),
-        };
-        self.totals = self.contenders.iter().map(|_| Slice::default()).collect();
+        match workload {
+            Workload::Wakeups => self.active[1] = self.counted.clone(),
+            Workload::Semaphore => self.active.truncate(2),
+            _ => {}
+        }
+        self.totals = self.active.iter().map(|_| Slice::default()).collect();
         self.slices = self
-            .contenders
+            .active
             .iter()
             .map(|_| Vec::with_capacity(plan.slices as usize))
             .collect();
@@ -118,10 +135,10 @@ impl Target {
     ) -> Result<()> {
         // Each round starts with the next contender, so none always follows
         // the same one.
-        let n = self.contenders.len();
+        let n = self.active.len();
         for k in 0..n {
             let i = (round + k) % n;
-            let contender = &self.contenders[i];
+            let contender = &self.active[i];
             let slice = workload.slice(contender, plan).await?;
             self.slices[i].push(slice.summary(&contender.subject().name));
             self.totals[i].merge(slice);
@@ -133,7 +150,7 @@ impl Target {
     pub(crate) fn finish(&mut self, workload: Workload, plan: &Plan) -> WorkloadReport {
         let runs: Vec<Run> = std::mem::take(&mut self.totals)
             .into_iter()
-            .zip(&self.contenders)
+            .zip(&self.active)
             .map(|(total, c)| total.into_run(c.subject().name))
             .collect();
         let slices = std::mem::take(&mut self.slices);

@@ -1,4 +1,4 @@
-//! The five workloads, each written once against [`Contender`] and bounded
+//! The six workloads, each written once against [`Contender`] and bounded
 //! by a deadline, so every run stops by itself.
 
 use std::future::Future;
@@ -32,6 +32,9 @@ pub(crate) enum Workload {
     Wakeups,
     /// Every client on its share of several names.
     ManyNames,
+    /// Every client on one semaphore of half as many permits, releasing
+    /// at once.
+    Semaphore,
 }
 
 /// The parameters every workload shares.
@@ -72,6 +75,12 @@ impl Plan {
             run_id: OwnerToken::random().short(),
             cursor: AtomicUsize::new(0),
         }
+    }
+
+    /// The semaphore workload's permits: half the clients (at least one),
+    /// so that there are always more clients than permits.
+    pub(crate) fn permits(&self) -> u32 {
+        u32::try_from(self.clients / 2).unwrap_or(u32::MAX).max(1)
     }
 
     /// Each contender's time in each workload.
@@ -160,12 +169,13 @@ struct Tally {
 
 impl Workload {
     /// In the order they run.
-    pub(crate) const ALL: [Workload; 5] = [
+    pub(crate) const ALL: [Workload; 6] = [
         Workload::Uncontended,
         Workload::Contended,
         Workload::HandOff,
         Workload::Wakeups,
         Workload::ManyNames,
+        Workload::Semaphore,
     ];
 
     pub(crate) fn id(self) -> &'static str {
@@ -175,6 +185,7 @@ impl Workload {
             Workload::HandOff => "hand-off",
             Workload::Wakeups => "wake-ups",
             Workload::ManyNames => "many-names",
+            Workload::Semaphore => "semaphore",
         }
     }
 
@@ -201,6 +212,10 @@ impl Workload {
             Workload::ManyNames => {
                 format!("{n} clients on {k} names (client i on name i mod {k}): acquire + release")
             }
+            Workload::Semaphore => format!(
+                "{n} clients on one semaphore of {} permits, each releasing as soon as it holds",
+                plan.permits()
+            ),
         }
     }
 
@@ -208,7 +223,7 @@ impl Workload {
     pub(crate) fn latency(self) -> &'static str {
         match self {
             Workload::Uncontended | Workload::ManyNames => "acquire + release pair",
-            Workload::Contended | Workload::Wakeups => "acquire wait",
+            Workload::Contended | Workload::Wakeups | Workload::Semaphore => "acquire wait",
             Workload::HandOff => "release call → next holder",
         }
     }
@@ -271,6 +286,13 @@ impl Workload {
             Workload::ManyNames => {
                 clients(tallies, |i, t| {
                     pairs_on(contender.clone(), mine[i].clone(), until, t)
+                })
+                .await
+            }
+            Workload::Semaphore => {
+                let permits = plan.permits();
+                clients(tallies, |_, t| {
+                    permit_waits(contender.clone(), one_name.clone(), permits, until, t)
                 })
                 .await
             }
@@ -423,6 +445,26 @@ async fn waits(
         if !hold.is_zero() {
             tokio::time::sleep(hold).await;
         }
+        held.release().await?;
+    }
+    Ok(tally)
+}
+
+/// Waits for a permit of `name`, releases it at once; times each wait.
+async fn permit_waits(
+    c: Arc<dyn Contender>,
+    name: String,
+    permits: u32,
+    until: Instant,
+    mut tally: Tally,
+) -> Result<Tally> {
+    while Instant::now() < until {
+        let start = Instant::now();
+        let Some(held) = c.acquire_permit(&name, permits, until).await? else {
+            break;
+        };
+        tally.latencies.record(start.elapsed());
+        tally.acquisitions += 1;
         held.release().await?;
     }
     Ok(tally)
