@@ -26,6 +26,7 @@ pub struct Lease {
     deadline: Instant,
     version: Option<u64>,
     kind: LockKind,
+    slot: Option<u32>,
 }
 
 impl Lease {
@@ -52,6 +53,7 @@ impl Lease {
             sent_at,
             version: None,
             kind: LockKind::Exclusive,
+            slot: None,
         }
     }
 
@@ -74,6 +76,21 @@ impl Lease {
     pub fn with_version(mut self, version: u64) -> Self {
         self.version = Some(version);
         self
+    }
+
+    /// The same lease, held through the backend's record number `slot`:
+    /// for a backend that keeps a semaphore as one record per permit
+    /// (memcache), which of them this grant took, so that renewals and the
+    /// release go straight to it. Kept by [`renewed`](Self::renewed).
+    pub fn with_slot(mut self, slot: u32) -> Self {
+        self.slot = Some(slot);
+        self
+    }
+
+    /// The record this grant holds, where the backend keeps one per permit
+    /// (see [`with_slot`](Self::with_slot)).
+    pub fn slot(&self) -> Option<u32> {
+        self.slot
     }
 
     /// The same grant, extended by a renewal sent at `sent_at`. It keeps the
