@@ -311,3 +311,58 @@ async fn tokens_outlive_a_restart_of_every_master() {
     );
     next.release().await.expect("release");
 }
+
+/// A read-write lock on Redlock: each master keeps the group (readers and
+/// writers in sorted sets); a side is held where a majority admits it. A
+/// writer written by hand on one master of three does not keep readers out
+/// (the other two admit them); on two it does. A semaphore is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_write_lock_needs_a_majority_and_a_semaphore_is_refused() {
+    let set = RedisSet::start(3).await;
+    let prefix = format!("{}:", fresh_table());
+    let l = locker(&set.url(&format!("prefix={prefix}"))).await;
+    let ttl = Duration::from_secs(10);
+    let read = opts(ttl).kind(lock_core::LockKind::Read);
+    let write = opts(ttl).kind(lock_core::LockKind::Write);
+
+    let r1 = l.lock_with("doc", read).await.expect("a free read lock");
+    let r2 = l.lock_with("doc", read).await.expect("readers share");
+    assert!(matches!(
+        l.lock_with("doc", write).await,
+        Err(Error::Busy { .. })
+    ));
+    r1.release().await.expect("release");
+    r2.release().await.expect("release");
+
+    let writers = format!("{prefix}doc#rw#writers");
+    let far = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        + 60_000)
+        .to_string();
+    let hand_written = |n: usize| {
+        set.nodes[n]
+            .cli(&["ZADD", &writers, &far, "another-client"])
+            .expect("ZADD on one master")
+    };
+    hand_written(0);
+    let r = l
+        .lock_with("doc", read)
+        .await
+        .expect("a writer on one master of three does not keep a reader out");
+    r.release().await.expect("release");
+    hand_written(1);
+    assert!(
+        matches!(l.lock_with("doc", read).await, Err(Error::Busy { .. })),
+        "a writer on two masters of three keeps readers out"
+    );
+
+    match l
+        .lock_with("jobs", opts(ttl).kind(lock_core::LockKind::permit(2)))
+        .await
+    {
+        Err(Error::Unsupported { operation, .. }) => assert_eq!(operation, "semaphores"),
+        other => panic!("a Redlock semaphore: expected Unsupported, got {other:?}"),
+    }
+}

@@ -283,7 +283,11 @@ impl LockBackend for RedisBackend {
         let sent = Instant::now();
         let renewed = match lease.kind() {
             LockKind::Exclusive => self.node.renew(lease.name(), lease.owner(), ttl).await?,
-            _ => self.node.renew_member(lease, ttl).await?,
+            _ => {
+                self.node
+                    .renew_member(lease, Some(lease.token()), ttl)
+                    .await?
+            }
         };
         if renewed {
             Ok(lease.renewed(ttl, sent))
@@ -295,7 +299,7 @@ impl LockBackend for RedisBackend {
     async fn is_held(&self, lease: &Lease) -> Result<bool> {
         match lease.kind() {
             LockKind::Exclusive => self.node.holds(lease.name(), lease.owner()).await,
-            _ => self.node.holds_member(lease).await,
+            _ => self.node.holds_member(lease, Some(lease.token())).await,
         }
     }
 

@@ -39,6 +39,11 @@ fn mode(kind: LockKind) -> &'static str {
     }
 }
 
+/// A token as the group scripts take it: empty for "any".
+fn token_arg(token: Option<FencingToken>) -> String {
+    token.map(|t| t.get().to_string()).unwrap_or_default()
+}
+
 /// What a release of the group announces: the name, which wakes one local
 /// waiter (a freed permit admits one), or `*name`, which wakes them all (a
 /// read-write lock's release may admit every reader).
@@ -83,26 +88,33 @@ impl Node {
         invocation
     }
 
-    /// Extends a member's grant if it is still there with its token.
-    pub(crate) async fn renew_member(&self, lease: &Lease, ttl: Duration) -> Result<bool> {
+    /// Extends a member's grant if it is still there, with `token` if one is
+    /// given (Redlock gives none: each master drew its own).
+    pub async fn renew_member(
+        &self,
+        lease: &Lease,
+        token: Option<FencingToken>,
+        ttl: Duration,
+    ) -> Result<bool> {
         let mut invocation =
             self.group_invocation(&GROUP_RENEW_SCRIPT, lease.name(), lease.kind().family());
         invocation
             .arg(lease.owner().to_hex())
-            .arg(lease.token().get())
+            .arg(token_arg(token))
             .arg(mode(lease.kind()))
             .arg(millis(ttl));
         let done: i64 = self.run(invocation, "renew").await?;
         Ok(done == 1)
     }
 
-    /// Whether a member's grant is still there, unexpired, with its token.
-    pub(crate) async fn holds_member(&self, lease: &Lease) -> Result<bool> {
+    /// Whether a member's grant is still there, unexpired, with `token` if
+    /// one is given.
+    pub async fn holds_member(&self, lease: &Lease, token: Option<FencingToken>) -> Result<bool> {
         let mut invocation =
             self.group_invocation(&GROUP_HELD_SCRIPT, lease.name(), lease.kind().family());
         invocation
             .arg(lease.owner().to_hex())
-            .arg(lease.token().get())
+            .arg(token_arg(token))
             .arg(mode(lease.kind()));
         let held: i64 = self.run(invocation, "check the owner").await?;
         Ok(held == 1)
@@ -111,7 +123,7 @@ impl Node {
     /// Removes `owner`'s grant with `token`, or with no token everything
     /// `owner` has in the group (its grant, its waiting-writer mark), and
     /// announces it to waiters. `true` if a live grant was removed.
-    pub(crate) async fn leave(
+    pub async fn leave(
         &self,
         name: &LockName,
         kind: LockKind,
@@ -123,7 +135,7 @@ impl Node {
         let mut invocation = self.group_invocation(&LEAVE_SCRIPT, name, family);
         invocation
             .arg(owner.to_hex())
-            .arg(token.map(|t| t.get().to_string()).unwrap_or_default())
+            .arg(token_arg(token))
             .arg(channel)
             .arg(notice(name, family))
             .arg(publish);

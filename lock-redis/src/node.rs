@@ -425,7 +425,7 @@ impl Node {
 
     /// Grants `req` of any kind if it is free (or already `req.owner`'s):
     /// the lock's token, or `None` if it is held.
-    pub(crate) async fn grant(&self, req: &AcquireRequest) -> Result<Option<FencingToken>> {
+    pub async fn grant(&self, req: &AcquireRequest) -> Result<Option<FencingToken>> {
         let token: u64 = self.run(self.grant_invocation(req), "acquire").await?;
         Ok((token > 0).then_some(FencingToken::new(token)))
     }

@@ -184,14 +184,17 @@ keep(KEYS[4], expires)
 return token
 ";
 
-/// `ARGV`: owner, token, mode, TTL ms. Extends the member's expiry if it is
-/// still there, unexpired, with this token. Returns 1 if extended.
+/// `ARGV`: owner, token (empty: any — Redlock's masters each gave the
+/// grant a token of their own, and the owner token names one grant
+/// anyway), mode, TTL ms. Extends the member's expiry if it is still there,
+/// unexpired, with this token. Returns 1 if extended.
 const GROUP_RENEW: &str = r"
 local mine = KEYS[1]
 if ARGV[3] == 'w' then
     mine = KEYS[2]
 end
-if not redis.call('ZSCORE', mine, ARGV[1]) or redis.call('HGET', KEYS[4], ARGV[1]) ~= ARGV[2] then
+if not redis.call('ZSCORE', mine, ARGV[1])
+    or (ARGV[2] ~= '' and redis.call('HGET', KEYS[4], ARGV[1]) ~= ARGV[2]) then
     return 0
 end
 local expires = now + tonumber(ARGV[4])
@@ -201,14 +204,16 @@ keep(KEYS[4], expires)
 return 1
 ";
 
-/// `ARGV`: owner, token, mode. Returns 1 if the member is there, unexpired,
-/// with this token. Reads only, apart from dropping expired members.
+/// `ARGV`: owner, token (empty: any, as in [`GROUP_RENEW`]), mode. Returns
+/// 1 if the member is there, unexpired, with this token. Reads only, apart
+/// from dropping expired members.
 const GROUP_HELD: &str = r"
 local mine = KEYS[1]
 if ARGV[3] == 'w' then
     mine = KEYS[2]
 end
-if redis.call('ZSCORE', mine, ARGV[1]) and redis.call('HGET', KEYS[4], ARGV[1]) == ARGV[2] then
+if redis.call('ZSCORE', mine, ARGV[1])
+    and (ARGV[2] == '' or redis.call('HGET', KEYS[4], ARGV[1]) == ARGV[2]) then
     return 1
 end
 return 0

@@ -7,11 +7,11 @@ use lock_core::backend::{
     AcquireRequest, BackendStats, Holder, Lease, LockBackend, ReleaseSignals, WaitBudget,
     async_trait, poll_acquire_signalled,
 };
-use lock_core::{Capabilities, Error, Fencing, FencingToken, LockName, Result};
+use lock_core::{Capabilities, Error, Family, Fencing, FencingToken, LockKind, LockName, Result};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::majority::{Answers, Member};
+use crate::majority::{Answers, Member, grant_on, holds_on, renew_on};
 
 /// Redlock over N independent masters (see the crate docs).
 #[derive(Debug)]
@@ -24,10 +24,22 @@ pub struct RedlockBackend {
     pub(crate) signals: ReleaseSignals,
 }
 
+impl RedlockBackend {
+    /// Wakes local waiters after a release: one for the lock; every one
+    /// for a read-write lock, whose release may let many readers in.
+    fn wake(&self, name: &LockName, kind: LockKind) {
+        match kind.family() {
+            Family::ReadWrite => self.signals.notify_all(name),
+            _ => self.signals.notify(name),
+        }
+    }
+}
+
 #[async_trait]
 impl LockBackend for RedlockBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities::new(crate::NAME, Fencing::BestEffort)
+            .with_read_write(true)
             .with_survives_node_loss(true)
             .with_ordered_requests(true)
             .with_ttl_range(self.node_timeout * 2, Capabilities::DEFAULT_MAX_TTL)
@@ -42,9 +54,7 @@ impl LockBackend for RedlockBackend {
         let limit = self.node_limit(req.ttl);
         let sent = Instant::now();
         let outcomes = self
-            .on_members(self.members.iter(), limit, |n| {
-                n.acquire_stamped(&req.name, req.owner, req.ttl)
-            })
+            .on_members(self.members.iter(), limit, |n| grant_on(n, req))
             .await;
         let tokens: Vec<FencingToken> = outcomes
             .iter()
@@ -52,13 +62,7 @@ impl LockBackend for RedlockBackend {
             .collect();
         if tokens.len() >= self.quorum && Self::still_valid(sent, req.ttl) {
             let token = tokens.iter().copied().max().unwrap_or(FencingToken::new(0));
-            return Ok(Some(Lease::new(
-                req.name.clone(),
-                req.owner,
-                token,
-                req.ttl,
-                sent,
-            )));
+            return Ok(Some(Lease::granted(req, token, sent)));
         }
         // Give back what this attempt may hold: the grants, and whatever a
         // node that did not answer may have applied. A node that answered
@@ -72,8 +76,7 @@ impl LockBackend for RedlockBackend {
             .filter(|(_, o)| !matches!(o, Ok(None)))
             .map(|(m, _)| m);
         if maybe_ours.clone().next().is_some() {
-            self.on_members(maybe_ours, limit, |n| n.release(&req.name, req.owner))
-                .await;
+            self.release_on_members(maybe_ours, req, limit).await;
         }
         let answers = Answers::of(outcomes);
         if answers.ok.len() < self.quorum {
@@ -95,9 +98,7 @@ impl LockBackend for RedlockBackend {
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         let limit = self.node_limit(ttl);
         let sent = Instant::now();
-        let answers = self
-            .on_every(limit, |n| n.renew(lease.name(), lease.owner(), ttl))
-            .await;
+        let answers = self.on_every(limit, |n| renew_on(n, lease, ttl)).await;
         let extended = answers.ok.iter().filter(|e| **e).count();
         let refused = answers.ok.len() - extended;
         if extended >= self.quorum && Self::still_valid(sent, ttl) {
@@ -113,9 +114,7 @@ impl LockBackend for RedlockBackend {
     /// validity, counted on this client's clock, has not run out.
     async fn is_held(&self, lease: &Lease) -> Result<bool> {
         let limit = self.node_limit(lease.ttl());
-        let answers = self
-            .on_every(limit, |n| n.holds(lease.name(), lease.owner()))
-            .await;
+        let answers = self.on_every(limit, |n| holds_on(n, lease)).await;
         let holding = answers.ok.iter().filter(|h| **h).count();
         if holding >= self.quorum {
             return Ok(!lease.is_expired());
@@ -129,9 +128,9 @@ impl LockBackend for RedlockBackend {
     async fn release(&self, lease: &Lease) -> Result<()> {
         let limit = self.node_limit(lease.ttl());
         let answers = self
-            .release_everywhere(lease.name(), lease.owner(), limit)
+            .release_everywhere(lease.name(), lease.kind(), lease.owner(), limit)
             .await;
-        self.signals.notify(lease.name());
+        self.wake(lease.name(), lease.kind());
         let deleted = answers.ok.iter().filter(|d| **d).count();
         if deleted >= self.quorum {
             Ok(())
@@ -143,9 +142,9 @@ impl LockBackend for RedlockBackend {
     }
 
     async fn abandon(&self, req: &AcquireRequest) -> Result<()> {
-        self.release_everywhere(&req.name, req.owner, self.node_limit(req.ttl))
+        self.release_everywhere(&req.name, req.kind, req.owner, self.node_limit(req.ttl))
             .await;
-        self.signals.notify(&req.name);
+        self.wake(&req.name, req.kind);
         Ok(())
     }
 

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use lock_core::backend::{Backoff, Lease, ReleaseSignals};
-use lock_core::{Error, LockName, OwnerToken, Result};
+use lock_core::backend::{AcquireRequest, Backoff, Lease, ReleaseSignals};
+use lock_core::{Error, FencingToken, LockKind, LockName, OwnerToken, Result};
 use lock_redis::config::{CommonOptions, NodeConfig};
 use lock_redis::node::{Keys, Node};
 use redis::Client;
@@ -356,13 +356,62 @@ impl RedlockBackend {
     /// Deletes `name` on every node where `owner` holds it, including the
     /// nodes that seemed to fail: their reply may have been lost after the
     /// write was applied.
+    /// Gives back whatever `req`'s attempt may hold on `members`.
+    pub(crate) async fn release_on_members<'a>(
+        &'a self,
+        members: impl Iterator<Item = &'a Arc<Member>>,
+        req: &AcquireRequest,
+        limit: Duration,
+    ) {
+        self.on_members(members, limit, |n| {
+            release_on(n, &req.name, req.kind, req.owner)
+        })
+        .await;
+    }
+
     pub(crate) async fn release_everywhere(
         &self,
         name: &LockName,
+        kind: LockKind,
         owner: OwnerToken,
         limit: Duration,
     ) -> Answers<bool> {
-        self.on_every(limit, |n| n.release(name, owner)).await
+        self.on_every(limit, |n| release_on(n, name, kind, owner))
+            .await
+    }
+}
+
+/// One node's part of an acquire of `req`: the mutex's bare `SET NX PX`
+/// with the node's clock as token, or a read-write lock's group script.
+pub(crate) async fn grant_on(n: &Node, req: &AcquireRequest) -> Result<Option<FencingToken>> {
+    match req.kind {
+        LockKind::Exclusive => n.acquire_stamped(&req.name, req.owner, req.ttl).await,
+        _ => n.grant(req).await,
+    }
+}
+
+/// One node's part of a renewal. A group member is checked by its owner
+/// only: each node drew its own token for the grant.
+pub(crate) async fn renew_on(n: &Node, lease: &Lease, ttl: Duration) -> Result<bool> {
+    match lease.kind() {
+        LockKind::Exclusive => n.renew(lease.name(), lease.owner(), ttl).await,
+        _ => n.renew_member(lease, None, ttl).await,
+    }
+}
+
+/// Whether one node holds `lease`'s grant.
+pub(crate) async fn holds_on(n: &Node, lease: &Lease) -> Result<bool> {
+    match lease.kind() {
+        LockKind::Exclusive => n.holds(lease.name(), lease.owner()).await,
+        _ => n.holds_member(lease, None).await,
+    }
+}
+
+/// One node's part of a release (or an abandon: everything `owner` has).
+async fn release_on(n: &Node, name: &LockName, kind: LockKind, owner: OwnerToken) -> Result<bool> {
+    match kind {
+        LockKind::Exclusive => n.release(name, owner).await,
+        _ => n.leave(name, kind, owner, None).await,
     }
 }
 
