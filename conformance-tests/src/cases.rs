@@ -15,7 +15,7 @@ pub use processes::{multi_process, multi_process_semaphore};
 pub use shared::{
     a_writer_that_gives_up_lets_readers_in, crashed_permit_returns_after_ttl,
     permits_wake_few_waiters, readers_share_writer_excludes, semaphore_admits_at_most_n,
-    waiting_writer_is_not_starved,
+    shared_leases_renew_and_release_for_the_owner_only, waiting_writer_is_not_starved,
 };
 
 use std::sync::Arc;

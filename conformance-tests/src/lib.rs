@@ -96,6 +96,7 @@ macro_rules! conformance_suite {
                 readers_share_writer_excludes,
                 waiting_writer_is_not_starved,
                 a_writer_that_gives_up_lets_readers_in,
+                shared_leases_renew_and_release_for_the_owner_only,
             );
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

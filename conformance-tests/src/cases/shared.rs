@@ -402,3 +402,71 @@ pub async fn permits_wake_few_waiters(t: &dyn Target) -> Verdict {
     );
     Verdict::Passed
 }
+
+/// A permit's and each side's lease is renewed past its first TTL by its
+/// owner, checked on the server, and released once: a stranger can neither
+/// renew nor release it, and after the release it is no longer held.
+pub async fn shared_leases_renew_and_release_for_the_owner_only(t: &dyn Target) -> Verdict {
+    let (a, b) = (locker(t).await, locker(t).await);
+    let caps = a.capabilities();
+    let kinds: Vec<LockKind> = [LockKind::permit(2), LockKind::Read, LockKind::Write]
+        .into_iter()
+        .filter(|k| caps.supports(*k))
+        .collect();
+    if kinds.is_empty() {
+        return unsupported(&a, LockKind::Read)
+            .await
+            .expect("neither family is kept");
+    }
+    let ttl = caps.min_ttl.max(Duration::from_secs(1));
+    for kind in kinds {
+        let name = unique("shared-renew");
+        let lease = a
+            .acquire_lease(&name, opts(ttl, Wait::No).kind(kind))
+            .await
+            .expect("free");
+        assert_eq!(lease.kind(), kind);
+        // Renewed past half the lease, then checked past its first
+        // deadline, each counted as the lease counts it (etcd and
+        // ZooKeeper renew for their session's TTL, memcached expires up to
+        // a second early).
+        sleep(lease.remaining().mul_f64(0.6)).await;
+        let renewed = a
+            .backend()
+            .renew(&lease, ttl)
+            .await
+            .unwrap_or_else(|e| panic!("{kind}: the owner renews: {e}"));
+        assert_eq!(renewed.kind(), kind, "a renewal keeps the kind");
+        assert_eq!(renewed.token(), lease.token(), "a renewal keeps the token");
+        assert!(renewed.deadline() > lease.deadline());
+        super::assert_not_held(
+            "renew by a stranger",
+            b.backend().renew(&super::forged(&lease), ttl).await,
+        );
+        sleep(renewed.remaining().mul_f64(0.6)).await;
+        assert!(
+            a.backend().is_held(&renewed).await.expect("is_held"),
+            "{kind}: held past its first lease thanks to the renewal"
+        );
+        let again = a
+            .backend()
+            .renew(&renewed, ttl)
+            .await
+            .unwrap_or_else(|e| panic!("{kind}: a second renewal: {e}"));
+        super::assert_not_held(
+            "release by a stranger",
+            b.backend().release(&super::forged(&again)).await,
+        );
+        a.backend()
+            .release(&again)
+            .await
+            .expect("the owner releases");
+        assert!(
+            !a.backend().is_held(&again).await.expect("is_held"),
+            "{kind}: held after its release"
+        );
+        super::assert_not_held("a second release", a.backend().release(&again).await);
+        super::assert_not_held("renew after release", a.backend().renew(&again, ttl).await);
+    }
+    Verdict::Passed
+}
