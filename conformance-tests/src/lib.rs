@@ -99,12 +99,11 @@ macro_rules! conformance_suite {
                 shared_leases_renew_and_release_for_the_owner_only,
             );
 
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn cancelled_at_random() {
-                let target = $target.await;
-                let verdict = $crate::stress::cancelled_at_random(&target).await;
-                $crate::report(&target, "cancelled_at_random", verdict);
-            }
+            $crate::conformance_suite!(@storms $target;
+                cancelled_at_random,
+                cancelled_at_random_permits,
+                cancelled_at_random_read_write,
+            );
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn multi_process() {
@@ -125,6 +124,16 @@ macro_rules! conformance_suite {
                 $crate::report(&target, "multi_process_semaphore", verdict);
             }
         }
+    };
+    (@storms $target:expr; $($storm:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $storm() {
+                let target = $target.await;
+                let verdict = $crate::stress::$storm(&target).await;
+                $crate::report(&target, stringify!($storm), verdict);
+            }
+        )*
     };
     (@cases $target:expr; $($case:ident),* $(,)?) => {
         $(

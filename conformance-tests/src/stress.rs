@@ -10,7 +10,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, Error, Fencing, LockGuard, LockHandle, LockState, Locker, Wait};
+use lock_core::{
+    AcquireOptions, Error, Fencing, LockGuard, LockHandle, LockKind, LockState, Locker, Wait,
+};
 use rand::Rng;
 use tokio::time::{Instant, sleep, timeout};
 
@@ -24,6 +26,50 @@ const TASKS_PER_CLIENT: usize = 6;
 const NAMES: usize = 3;
 /// How long the storm lasts.
 const STORM: Duration = Duration::from_secs(3);
+/// The permits of the semaphores in a storm of permits.
+const PERMITS: u32 = 2;
+
+/// What the storm's tasks ask for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Storm {
+    /// The lock.
+    Locks,
+    /// Permits of semaphores of [`PERMITS`].
+    Permits,
+    /// Reads and writes (one in three) of read-write locks.
+    ReadsAndWrites,
+}
+
+impl Storm {
+    /// What one acquire of this storm asks for.
+    fn pick(self, rng: &mut impl Rng) -> LockKind {
+        match self {
+            Storm::Locks => LockKind::Exclusive,
+            Storm::Permits => LockKind::permit(PERMITS),
+            Storm::ReadsAndWrites if rng.random_range(0..3) == 0 => LockKind::Write,
+            Storm::ReadsAndWrites => LockKind::Read,
+        }
+    }
+
+    /// What the check after the storm asks for: the exclusive side of a
+    /// read-write lock, which no reader, writer or waiting writer left
+    /// behind may keep out for long.
+    fn last(self) -> LockKind {
+        match self {
+            Storm::ReadsAndWrites => LockKind::Write,
+            other => other.pick(&mut rand::rng()),
+        }
+    }
+}
+
+/// Whether a new grant of `kind` may stand beside `held` of one name.
+fn compatible(kind: LockKind, held: &[LockKind]) -> bool {
+    match kind {
+        LockKind::Permit { permits } => held.len() < permits as usize,
+        LockKind::Read => held.iter().all(|k| *k == LockKind::Read),
+        _ => held.is_empty(),
+    }
+}
 
 /// What every task sees: the guards believed held, and what went wrong.
 #[derive(Default)]
@@ -33,6 +79,9 @@ struct Record {
     next_id: u64,
     /// The greatest token granted so far, per name.
     greatest: HashMap<String, u64>,
+    /// Every token granted, per name (holders of one semaphore or one read
+    /// side may be granted in either order, but never the same token).
+    tokens: HashMap<String, Vec<u64>>,
     grants: usize,
     late_grants: usize,
     errors: HashMap<&'static str, usize>,
@@ -54,21 +103,35 @@ impl Record {
             return None;
         }
         let name = guard.name().as_str().to_owned();
-        for other in self.live.values().filter(|h| h.name().as_str() == name) {
-            // Both believe they hold it: the other is not lost and its own
-            // lease has not run out.
-            if other.state() != LockState::Lost && other.lease().deadline() > now {
-                self.problems.push(format!(
-                    "{name}: token {} granted while token {} was still held for {:?}",
-                    guard.token(),
-                    other.token(),
-                    other.lease().deadline() - now
-                ));
-            }
+        // The others that believe they hold it: not lost, their own lease
+        // not run out.
+        let believers: Vec<&LockHandle> = self
+            .live
+            .values()
+            .filter(|h| h.name().as_str() == name)
+            .filter(|h| h.state() != LockState::Lost && h.lease().deadline() > now)
+            .collect();
+        let kinds: Vec<LockKind> = believers.iter().map(|h| h.kind()).collect();
+        if !compatible(guard.kind(), &kinds) {
+            self.problems.push(format!(
+                "{name}: token {} ({}) granted while {:?} were still held",
+                guard.token(),
+                guard.kind(),
+                believers
+                    .iter()
+                    .map(|h| (
+                        h.token().get(),
+                        h.kind().to_string(),
+                        h.lease().deadline() - now
+                    ))
+                    .collect::<Vec<_>>()
+            ));
         }
         let token = guard.token().get();
+        self.tokens.entry(name.clone()).or_default().push(token);
         let greatest = self.greatest.entry(name.clone()).or_default();
-        if fencing == Fencing::Strict && token <= *greatest {
+        // Grants that may overlap may also come back out of order.
+        if fencing == Fencing::Strict && guard.kind().is_exclusive() && token <= *greatest {
             self.problems.push(format!(
                 "{name}: token {token} granted after token {greatest}"
             ));
@@ -128,12 +191,19 @@ async fn maybe_cut<F: Future>(f: F) -> Option<F::Output> {
 }
 
 /// One task's loop until the storm ends.
-async fn worker(locker: Locker, names: Arc<Vec<String>>, ttl: Duration, shared: Shared) {
+async fn worker(
+    locker: Locker,
+    storm: Storm,
+    names: Arc<Vec<String>>,
+    ttl: Duration,
+    shared: Shared,
+) {
     let fencing = locker.capabilities().fencing;
     let end = Instant::now() + STORM;
     while Instant::now() < end {
-        let (name, wait, hold, ending) = {
+        let (name, kind, wait, hold, ending) = {
             let mut rng = rand::rng();
+            let kind = storm.pick(&mut rng);
             let name = names[rng.random_range(0..names.len())].clone();
             let wait = match rng.random_range(0..3) {
                 0 => Wait::No,
@@ -151,9 +221,9 @@ async fn worker(locker: Locker, names: Arc<Vec<String>>, ttl: Duration, shared: 
                 }
                 _ => Duration::from_micros(rng.random_range(0..5_000)),
             };
-            (name, wait, hold, rng.random_range(0..6))
+            (name, kind, wait, hold, rng.random_range(0..6))
         };
-        let opts = AcquireOptions::with_ttl(ttl).wait(wait);
+        let opts = AcquireOptions::with_ttl(ttl).wait(wait).kind(kind);
         let guard = match maybe_cut(locker.lock_with(&name, opts)).await {
             None => continue,
             Some(Err(e)) => {
@@ -184,8 +254,40 @@ async fn worker(locker: Locker, names: Arc<Vec<String>>, ttl: Duration, shared: 
 /// `Strict` backends, no reply goes to the wrong request, and every name
 /// can be taken again afterwards (within a TTL).
 pub async fn cancelled_at_random(t: &dyn Target) -> Verdict {
+    storm(t, Storm::Locks).await
+}
+
+/// [`cancelled_at_random`] on semaphores of two permits: never more than
+/// two guards believe they hold a permit of one name; tokens are never
+/// granted twice; every permit comes back.
+pub async fn cancelled_at_random_permits(t: &dyn Target) -> Verdict {
+    storm(t, Storm::Permits).await
+}
+
+/// [`cancelled_at_random`] on read-write locks, one acquire in three a
+/// write: a writer never believes it holds beside anybody, a reader never
+/// beside a writer; afterwards a writer gets in, so no cut attempt left a
+/// reader, a writer or a waiting writer behind for longer than a TTL.
+pub async fn cancelled_at_random_read_write(t: &dyn Target) -> Verdict {
+    storm(t, Storm::ReadsAndWrites).await
+}
+
+async fn storm(t: &dyn Target, storm: Storm) -> Verdict {
     let probe = Locker::from_arc(t.client().await);
     let caps = probe.capabilities();
+    let kind = storm.last();
+    if !caps.supports(kind) {
+        let e = probe
+            .lock_with("storm", AcquireOptions::default().kind(kind))
+            .await
+            .expect_err("an unsupported kind");
+        assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+        return Verdict::NotApplicable(format!(
+            "{} keeps no {} (checked: asking fails with Unsupported)",
+            caps.backend,
+            kind.family().operation()
+        ));
+    }
     let ttl = caps.min_ttl.max(Duration::from_secs(1));
     let tag: u32 = rand::rng().random();
     let names: Arc<Vec<String>> =
@@ -197,6 +299,7 @@ pub async fn cancelled_at_random(t: &dyn Target) -> Verdict {
         for _ in 0..TASKS_PER_CLIENT {
             tasks.push(tokio::spawn(worker(
                 locker.clone(),
+                storm,
                 names.clone(),
                 ttl,
                 shared.clone(),
@@ -209,7 +312,9 @@ pub async fn cancelled_at_random(t: &dyn Target) -> Verdict {
     // Nothing is left held for longer than a TTL: cut acquires and releases
     // were finished or undone, dropped guards released or expired.
     for name in names.iter() {
-        let opts = AcquireOptions::with_ttl(ttl).wait(Wait::For(ttl * 3 + Duration::from_secs(10)));
+        let opts = AcquireOptions::with_ttl(ttl)
+            .wait(Wait::For(ttl * 3 + Duration::from_secs(10)))
+            .kind(kind);
         let guard = probe
             .lock_with(name, opts)
             .await
@@ -224,7 +329,19 @@ pub async fn cancelled_at_random(t: &dyn Target) -> Verdict {
         }
         guard.release().await.expect("release after the storm");
     }
-    let record = record(&shared);
+    let mut record = record(&shared);
+    if caps.fencing == Fencing::Strict {
+        for (name, tokens) in std::mem::take(&mut record.tokens) {
+            let mut distinct = tokens.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            if distinct.len() != tokens.len() {
+                record
+                    .problems
+                    .push(format!("{name}: a token was granted twice"));
+            }
+        }
+    }
     eprintln!(
         "{}: {} grants ({} arrived lost), errors {:?}",
         t.label(),
