@@ -323,6 +323,11 @@ fn create_groups(at: &Location) -> [String; 3] {
                     ) INTO v_free;
                 END IF;
                 IF NOT v_free THEN
+                    -- Nothing here needs to survive a crash (expired rows,
+                    -- a waiting writer's row it writes again at its next
+                    -- attempt), so the group's row is let go without
+                    -- waiting for the disk.
+                    PERFORM set_config('synchronous_commit', 'off', true);
                     IF p_kind = 'write' THEN
                         INSERT INTO {h} (family, name, owner, kind, token, expires_at)
                         VALUES (p_family, p_name, p_owner, 'wait', 0, v_until)
