@@ -207,3 +207,48 @@ async fn a_waiting_writer_has_a_row_until_it_gives_up(server: &dyn SqlServer) {
     r.release().await.expect("release");
     assert_eq!(raw.live_rows(&table, "rw", "rw", "read").await, 0);
 }
+
+/// The admitting function is created by the first backend and left alone
+/// by the next ones: replacing it would take its owner (a second database
+/// user could not start) and throw away every session's plans for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_function_is_created_once() {
+    use conformance_tests::servers::postgres::Postgres;
+    let server = Postgres::shared().await;
+    let table = fresh_table();
+    let url = server.url(&format!("table={table}"));
+    let Raw::Postgres(pool) = Raw::connect(server).await else {
+        unreachable!("a PostgreSQL server");
+    };
+    let version = || async {
+        let sql = "SELECT xmin::TEXT FROM pg_proc WHERE oid = to_regprocedure($1)";
+        sqlx::query_scalar::<_, String>(sql)
+            .bind(format!(
+                "{table}_join(TEXT, TEXT, TEXT, TEXT, BIGINT, BIGINT)"
+            ))
+            .fetch_one(&pool)
+            .await
+            .expect("the function exists")
+    };
+    let first = locker(&url).await;
+    let created = version().await;
+    let second = locker(&url).await;
+    assert_eq!(
+        version().await,
+        created,
+        "a second backend replaced the function"
+    );
+    let permit = LockKind::permit(1);
+    let held = first
+        .lock_with("once", opts(Duration::from_secs(10), Wait::No).kind(permit))
+        .await
+        .expect("a free permit");
+    assert!(
+        second
+            .try_acquire_permit("once", 1)
+            .await
+            .expect("try")
+            .is_none()
+    );
+    held.release().await.expect("release");
+}

@@ -241,7 +241,32 @@ async fn create_table(pool: &PgPool, at: &Location, errors: &ErrorMap) -> Result
         .execute(&mut *tx)
         .await
         .map_err(map)?;
-    for create in create_groups(at) {
+    let groups = create_groups(at);
+    for create in groups.tables {
+        sqlx::query(AssertSqlSafe(create))
+            .execute(&mut *tx)
+            .await
+            .map_err(map)?;
+    }
+    // Replacing a function takes its owner, and invalidates the plans of
+    // every session calling it: only done when ours is missing or differs,
+    // so that other database users (and every later start) leave it be.
+    let existing: Option<String> =
+        sqlx::query_scalar("SELECT prosrc FROM pg_proc WHERE oid = to_regprocedure($1)")
+            .bind(format!(
+                "{}(TEXT, TEXT, TEXT, TEXT, BIGINT, BIGINT)",
+                groups.function
+            ))
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(map)?;
+    if existing.as_deref() != Some(groups.body.as_str()) {
+        let create = format!(
+            "CREATE OR REPLACE FUNCTION {}(
+                p_family TEXT, p_name TEXT, p_owner TEXT, p_kind TEXT, p_permits BIGINT, p_ttl_ms BIGINT
+             ) RETURNS BIGINT LANGUAGE plpgsql VOLATILE AS $distlock${}$distlock$",
+            groups.function, groups.body
+        );
         sqlx::query(AssertSqlSafe(create))
             .execute(&mut *tx)
             .await
@@ -250,8 +275,19 @@ async fn create_table(pool: &PgPool, at: &Location, errors: &ErrorMap) -> Result
     tx.commit().await.map_err(map)
 }
 
+/// What semaphores and read-write locks need in the database.
+struct GroupObjects {
+    /// `CREATE TABLE IF NOT EXISTS` of the holders and groups tables.
+    tables: [String; 2],
+    /// The admitting function's name, in its schema.
+    function: String,
+    /// Its PL/pgSQL source, as `pg_proc.prosrc` keeps it.
+    body: String,
+}
+
 /// The holders table, the groups table and the function that admits a
-/// holder (`CREATE OR REPLACE`, so a newer lock-sql brings its own).
+/// holder (replaced when its source differs, so a newer lock-sql brings
+/// its own).
 ///
 /// The function is where the counting is made safe. Under READ COMMITTED,
 /// one statement reads every table from the snapshot it started with, even
@@ -265,14 +301,14 @@ async fn create_table(pool: &PgPool, at: &Location, errors: &ErrorMap) -> Result
 /// SERIALIZABLE (a pool that sets them) the snapshot is the transaction's,
 /// and the lock on a group's row that changed since makes the statement
 /// fail with a serialization error, which is retried: never a wrong count.
-fn create_groups(at: &Location) -> [String; 3] {
+fn create_groups(at: &Location) -> GroupObjects {
     let (h, g, f) = (
         at.companion("holders"),
         at.companion("groups"),
         at.companion("join"),
     );
     let same_group = "family = p_family AND name = p_name";
-    [
+    let tables = [
         format!(
             "CREATE TABLE IF NOT EXISTS {h} (
                 family VARCHAR(8) NOT NULL,
@@ -292,10 +328,9 @@ fn create_groups(at: &Location) -> [String; 3] {
                 PRIMARY KEY (family, name)
             )"
         ),
-        format!(
-            "CREATE OR REPLACE FUNCTION {f}(
-                p_family TEXT, p_name TEXT, p_owner TEXT, p_kind TEXT, p_permits BIGINT, p_ttl_ms BIGINT
-            ) RETURNS BIGINT LANGUAGE plpgsql VOLATILE AS $distlock$
+    ];
+    let body = format!(
+        "
             DECLARE
                 v_until TIMESTAMPTZ := now() + p_ttl_ms * INTERVAL '1 millisecond';
                 v_token BIGINT;
@@ -343,9 +378,13 @@ fn create_groups(at: &Location) -> [String; 3] {
                     kind = EXCLUDED.kind, token = EXCLUDED.token, expires_at = EXCLUDED.expires_at;
                 RETURN v_token;
             END
-            $distlock$"
-        ),
-    ]
+            "
+    );
+    GroupObjects {
+        tables,
+        function: f,
+        body,
+    }
 }
 
 /// How long a name the table's `name` column takes (a table made by somebody
