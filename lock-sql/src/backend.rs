@@ -6,16 +6,18 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use lock_core::backend::{
-    AcquireRequest, BackendStats, Holder, Lease, LockBackend, ReleaseSignals, WaitBudget,
-    async_trait, millis, poll_acquire_signalled,
+    AcquireRequest, BackendStats, Holder, Lease, LockBackend, WaitBudget, async_trait, millis,
+    poll_acquire_signalled,
 };
-use lock_core::{Capabilities, Error, LockName, OwnerToken, Result};
+use lock_core::{Capabilities, Error, Family, LockName, OwnerToken, Result};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::config::SqlConfig;
 use crate::driver::{Driver, Released};
-use crate::orphans::{Attempt, Orphans, Undo};
+use crate::groups::{GroupKey, Want};
+use crate::orphans::{Attempt, Orphans, Statement, Undo};
+use crate::signals::Signals;
 
 /// A lock backend on a SQL database: one row per lock name with an owner, a
 /// version and an expiry time set by the database's clock.
@@ -32,10 +34,13 @@ use crate::orphans::{Attempt, Orphans, Undo};
 ///
 /// An acquire statement the caller stopped waiting for is left to finish in
 /// a task of its own, which frees whatever it took (see `orphans.rs`).
+///
+/// Semaphores and read-write locks keep one row per holder in a table of
+/// their own (see `groups.rs` and the crate's README).
 #[derive(Debug)]
 pub struct SqlBackend {
     driver: Arc<dyn Driver>,
-    signals: Arc<ReleaseSignals>,
+    signals: Arc<Signals>,
     orphans: Arc<Orphans>,
     op_timeout: Duration,
     max_name_len: usize,
@@ -58,7 +63,7 @@ impl SqlBackend {
     pub(crate) fn new(driver: impl Driver, statement_timeout: Duration) -> Self {
         Self {
             driver: Arc::new(driver),
-            signals: Arc::new(ReleaseSignals::new()),
+            signals: Arc::new(Signals::default()),
             orphans: Arc::new(Orphans::default()),
             op_timeout: Self::client_limit(statement_timeout),
             max_name_len: LockName::MAX_LEN,
@@ -77,7 +82,7 @@ impl SqlBackend {
 
     /// The registry a server-side notification listener feeds.
     #[cfg(feature = "postgres")]
-    pub(crate) fn signals(&self) -> Arc<ReleaseSignals> {
+    pub(crate) fn signals(&self) -> Arc<Signals> {
         self.signals.clone()
     }
 
@@ -143,6 +148,14 @@ pub(crate) async fn within<T>(
         .unwrap_or(Err(Error::timeout(operation, limit)))
 }
 
+/// The semaphore or read-write lock `lease` is of; `None` for the mutex.
+fn group_of(lease: &Lease) -> Option<GroupKey> {
+    match lease.kind().family() {
+        Family::Mutex => None,
+        family => Some(GroupKey::new(family, lease.name().as_str())),
+    }
+}
+
 /// `ttl` in whole milliseconds as the `BIGINT` the statements bind.
 fn ttl_ms(ttl: Duration) -> i64 {
     // TTLs are bounded by the capabilities long before this could saturate.
@@ -165,32 +178,43 @@ impl LockBackend for SqlBackend {
         let sent = Instant::now();
         let driver = self.driver.clone();
         let (name, ttl_ms) = (req.name.as_str().to_owned(), ttl_ms(req.ttl));
-        let statement = Box::pin(async move { driver.acquire(&name, &owner, ttl_ms).await });
+        let statement: Statement = match Want::of(req.kind) {
+            None => Box::pin(async move { driver.acquire(&name, &owner, ttl_ms).await }),
+            Some(want) => {
+                let group = GroupKey::new(req.kind.family(), &name);
+                Box::pin(async move { driver.join(&group, &owner, want, ttl_ms).await })
+            }
+        };
         let undo = Undo {
             driver: &self.driver,
             orphans: &self.orphans,
             signals: &self.signals,
             req,
         };
-        let version = Attempt::new(statement, undo).run(self.op_timeout).await?;
-        Ok(version.map(|token| Lease::new(req.name.clone(), req.owner, token, req.ttl, sent)))
+        let token = Attempt::new(statement, undo).run(self.op_timeout).await?;
+        Ok(token.map(|token| Lease::granted(req, token, sent)))
     }
 
     async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
         self.check_name(&req.name)?;
-        poll_acquire_signalled(self, req, budget, &self.signals, self.poll_cap).await
+        let signals = self.signals.of(req.kind.family());
+        poll_acquire_signalled(self, req, budget, signals, self.poll_cap).await
     }
 
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         let sent = Instant::now();
         let owner = lease.owner().to_hex();
-        let renewed = self
-            .bounded(
-                "renew",
-                self.driver
-                    .renew(lease.name().as_str(), &owner, lease.token(), ttl_ms(ttl)),
-            )
-            .await?;
+        let (name, token, ttl_ms) = (lease.name().as_str(), lease.token(), ttl_ms(ttl));
+        let renewed = match group_of(lease) {
+            None => {
+                self.bounded("renew", self.driver.renew(name, &owner, token, ttl_ms))
+                    .await?
+            }
+            Some(group) => {
+                let renewal = self.driver.renew_member(&group, &owner, token, ttl_ms);
+                self.bounded("renew", renewal).await?
+            }
+        };
         if renewed {
             Ok(lease.renewed(ttl, sent))
         } else {
@@ -200,17 +224,25 @@ impl LockBackend for SqlBackend {
 
     async fn release(&self, lease: &Lease) -> Result<()> {
         let owner = lease.owner().to_hex();
-        let outcome = self
-            .bounded(
-                "release",
-                self.driver
-                    .release(lease.name().as_str(), &owner, lease.token()),
-            )
-            .await?;
+        let (name, token) = (lease.name().as_str(), lease.token());
+        let outcome = match group_of(lease) {
+            None => {
+                self.bounded("release", self.driver.release(name, &owner, token))
+                    .await?
+            }
+            Some(group) => {
+                let left = self.driver.leave(&group, &owner, token);
+                // A stale row frees nothing: nobody counts it any more.
+                match self.bounded("release", left).await? {
+                    true => Released::InTime,
+                    false => Released::NotOurs,
+                }
+            }
+        };
         // With a listener, the server's notice of this release wakes a local
         // waiter too; waking one here as well would wake two per release.
         if outcome != Released::NotOurs && self.listener.is_none() {
-            self.signals.notify(lease.name());
+            self.signals.wake(lease.kind().family(), lease.name());
         }
         match outcome {
             Released::InTime => Ok(()),
@@ -220,19 +252,25 @@ impl LockBackend for SqlBackend {
 
     async fn abandon(&self, req: &AcquireRequest) -> Result<()> {
         let owner = req.owner.to_hex();
-        self.bounded("abandon", self.driver.abandon(req.name.as_str(), &owner))
-            .await?;
-        self.signals.notify(&req.name);
+        let family = req.kind.family();
+        let undo = self.driver.abandon_in(family, req.name.as_str(), &owner);
+        self.bounded("abandon", undo).await?;
+        self.signals.wake(family, &req.name);
         Ok(())
     }
 
-    /// The live holder's row names this lease's owner and version.
+    /// The live holder's row names this lease's owner and version (for a
+    /// semaphore or read-write lock: its owner and token).
     async fn is_held(&self, lease: &Lease) -> Result<bool> {
+        let owner = lease.owner().to_hex();
+        if let Some(group) = group_of(lease) {
+            let check = self.driver.is_member(&group, &owner, lease.token());
+            return self.bounded("check the owner", check).await;
+        }
         let row = self
             .bounded("check the owner", self.driver.holder(lease.name().as_str()))
             .await?;
-        Ok(row
-            .is_some_and(|row| row.owner == lease.owner().to_hex() && row.version == lease.token()))
+        Ok(row.is_some_and(|row| row.owner == owner && row.version == lease.token()))
     }
 
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
@@ -248,8 +286,9 @@ impl LockBackend for SqlBackend {
         .transpose()
     }
 
-    /// `wakeups`: release notices sent to local waiters (PostgreSQL: from
-    /// `LISTEN`; the other dialects: releases in this process).
+    /// `wakeups`: release notices sent to local waiters of every family
+    /// (PostgreSQL: from `LISTEN`; the other dialects: releases in this
+    /// process).
     fn stats(&self) -> BackendStats {
         self.signals.stats()
     }

@@ -5,7 +5,9 @@ use std::fmt;
 use std::time::Duration;
 
 use lock_core::backend::async_trait;
-use lock_core::{Capabilities, FencingToken, Result};
+use lock_core::{Capabilities, Family, FencingToken, Result};
+
+use crate::groups::{GroupKey, Want};
 
 /// The state of a lock row, as the holder query returns it.
 #[derive(Debug)]
@@ -67,4 +69,46 @@ pub(crate) trait Driver: Send + Sync + fmt::Debug + 'static {
 
     /// The live holder of `name`, if any.
     async fn holder(&self, name: &str) -> Result<Option<Row>>;
+
+    /// One attempt to join a semaphore or read-write lock under the rule of
+    /// `crate::groups::decide`: the holder's token when admitted (or already
+    /// holding), `None` when not, in which case a writer leaves its waiting
+    /// row behind.
+    async fn join(
+        &self,
+        group: &GroupKey,
+        owner: &str,
+        want: Want,
+        ttl_ms: i64,
+    ) -> Result<Option<FencingToken>>;
+
+    /// Extends a holder's row if `owner` and `token` match and its lease
+    /// still runs; `false` otherwise.
+    async fn renew_member(
+        &self,
+        group: &GroupKey,
+        owner: &str,
+        token: FencingToken,
+        ttl_ms: i64,
+    ) -> Result<bool>;
+
+    /// Deletes a holder's row if `owner` and `token` match and its lease
+    /// still runs; `false` otherwise (a stale row is left to the next
+    /// admission, which deletes every expired row of its group).
+    async fn leave(&self, group: &GroupKey, owner: &str, token: FencingToken) -> Result<bool>;
+
+    /// Deletes every row of `owner` in the group: its grant or its waiting
+    /// row.
+    async fn leave_all(&self, group: &GroupKey, owner: &str) -> Result<()>;
+
+    /// Whether a holder's row with this `owner` and `token` is live.
+    async fn is_member(&self, group: &GroupKey, owner: &str, token: FencingToken) -> Result<bool>;
+
+    /// Undoes whatever `owner` has in the lock of `family` called `name`.
+    async fn abandon_in(&self, family: Family, name: &str, owner: &str) -> Result<()> {
+        match family {
+            Family::Mutex => self.abandon(name, owner).await,
+            other => self.leave_all(&GroupKey::new(other, name), owner).await,
+        }
+    }
 }

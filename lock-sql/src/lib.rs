@@ -2,11 +2,14 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+mod admission;
 mod backend;
 #[cfg_attr(not(feature = "raw"), allow(unreachable_pub))]
 mod config;
 mod driver;
 mod error;
+mod groups;
 #[cfg(feature = "mysql")]
 mod mysql;
 mod orphans;
@@ -15,6 +18,7 @@ mod pool;
 mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod returning;
+mod signals;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod table;

@@ -23,17 +23,21 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOpti
 use sqlx::{AssertSqlSafe, Row as _};
 use tokio::sync::OnceCell;
 
+use crate::admission::Admission;
 use crate::backend::{SqlBackend, within};
 use crate::config::{COMMON, CommonOptions, driver_url, server_limit};
 use crate::driver::{Driver, Released, Row};
 use crate::error::ErrorMap;
+use crate::groups::{GroupKey, Want};
 use crate::pool::Checked;
 use crate::table::TableName;
 
 /// Options handed to sqlx unchanged: TLS.
 const PASSTHROUGH: &[&str] = &["ssl-mode", "ssl-ca", "ssl-cert", "ssl-key"];
 
-const CAPABILITIES: Capabilities = Capabilities::new(crate::MYSQL_NAME, Fencing::Strict);
+const CAPABILITIES: Capabilities = Capabilities::new(crate::MYSQL_NAME, Fencing::Strict)
+    .with_semaphores(true)
+    .with_read_write(true);
 
 /// The database's clock in milliseconds; `NOW(3)` is fixed for the length of
 /// one statement.
@@ -120,23 +124,49 @@ async fn start(
     errors: ErrorMap,
 ) -> Result<SqlBackend> {
     let t = table.as_str();
+    let (h, g) = (table.companion("holders"), table.companion("groups"));
     let limit = SqlBackend::client_limit(timeout);
     // Names compare byte for byte (`ascii_bin`), as on the other backends;
     // the default collation would make "Job" and "job" one lock.
     // `CREATE TABLE IF NOT EXISTS` is atomic under MySQL's metadata locks.
-    let create = format!(
-        "CREATE TABLE IF NOT EXISTS {t} (
-            name VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,
-            owner CHAR(32) CHARACTER SET ascii COLLATE ascii_bin NULL,
-            version BIGINT NOT NULL,
-            expires_at BIGINT NOT NULL
-        ) ENGINE = InnoDB"
-    );
+    let ascii = "CHARACTER SET ascii COLLATE ascii_bin";
+    let creates = [
+        format!(
+            "CREATE TABLE IF NOT EXISTS {t} (
+                name VARCHAR(255) {ascii} NOT NULL PRIMARY KEY,
+                owner CHAR(32) {ascii} NULL,
+                version BIGINT NOT NULL,
+                expires_at BIGINT NOT NULL
+            ) ENGINE = InnoDB"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {h} (
+                family VARCHAR(8) {ascii} NOT NULL,
+                name VARCHAR(255) {ascii} NOT NULL,
+                owner CHAR(32) {ascii} NOT NULL,
+                kind VARCHAR(8) {ascii} NOT NULL,
+                token BIGINT NOT NULL,
+                expires_at BIGINT NOT NULL,
+                PRIMARY KEY (family, name, owner)
+            ) ENGINE = InnoDB"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {g} (
+                family VARCHAR(8) {ascii} NOT NULL,
+                name VARCHAR(255) {ascii} NOT NULL,
+                last_token BIGINT NOT NULL,
+                PRIMARY KEY (family, name)
+            ) ENGINE = InnoDB"
+        ),
+    ];
     within(limit, "create table", async {
-        sqlx::query(AssertSqlSafe(create))
-            .execute(&pool)
-            .await
-            .map_err(|e| errors.convert("create table", e))
+        for create in creates {
+            sqlx::query(AssertSqlSafe(create))
+                .execute(&pool)
+                .await
+                .map_err(|e| errors.convert("create table", e))?;
+        }
+        Ok(())
     })
     .await?;
     let size: Option<i64> = within(limit, "inspect table", async {
@@ -156,7 +186,7 @@ async fn start(
         .unwrap_or(LockName::MAX_LEN);
     let driver = MySql {
         pool,
-        sql: Statements::new(t),
+        sql: Statements::new(t, &h, &g),
         errors,
     };
     Ok(SqlBackend::new(driver, timeout).with_name_limit(name_limit))
@@ -261,11 +291,24 @@ struct Statements {
     abandon: String,
     /// `(name)` → `(owner, version, remaining_ms)`.
     holder: String,
+    /// Joining a semaphore or read-write lock: a short transaction.
+    admission: Admission,
+    /// `(ttl_ms, family, name, owner, token)`; one row matched when
+    /// extended.
+    renew_member: String,
+    /// `(family, name, owner, token)`; one row deleted when the holder's
+    /// lease still ran.
+    leave: String,
+    /// `(family, name, owner)`.
+    leave_all: String,
+    /// `(family, name, owner, token)` → `(count)` of such live holders.
+    is_member: String,
 }
 
 impl Statements {
-    fn new(t: &str) -> Self {
+    fn new(t: &str, h: &str, g: &str) -> Self {
         let takeable = TAKEABLE.replace("NOW_MS", NOW_MS);
+        let member = "family = ? AND name = ? AND owner = ? AND token = ? AND kind <> 'wait'";
         Self {
             acquire: format!(
                 "INSERT INTO {t} (name, owner, version, expires_at) VALUES (?, ?, LAST_INSERT_ID(1), {NOW_MS} + ?)
@@ -288,6 +331,45 @@ impl Statements {
             holder: format!(
                 "SELECT owner, version, expires_at - {NOW_MS} FROM {t}
                  WHERE name = ? AND owner IS NOT NULL AND expires_at > {NOW_MS}"
+            ),
+            // READ COMMITTED for this one transaction: its locking reads
+            // take record locks only, no gap locks, so admissions to two
+            // different locks never block, nor deadlock, each other. The
+            // reads that count are locking reads either way (see
+            // `admission.rs`), which see the newest committed rows.
+            admission: Admission {
+                begin: "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION",
+                lock: format!(
+                    "INSERT INTO {g} (family, name, last_token) VALUES (?, ?, 0)
+                     ON DUPLICATE KEY UPDATE last_token = last_token"
+                ),
+                read: format!(
+                    "SELECT g.last_token, h.owner, h.kind, h.token, h.expires_at - {NOW_MS}
+                     FROM {g} AS g LEFT JOIN {h} AS h ON h.family = g.family AND h.name = g.name
+                     WHERE g.family = ? AND g.name = ?
+                     FOR UPDATE"
+                ),
+                prune: format!(
+                    "DELETE FROM {h} WHERE family = ? AND name = ? AND expires_at <= {NOW_MS}"
+                ),
+                extend: format!(
+                    "UPDATE {h} SET expires_at = {NOW_MS} + ? WHERE family = ? AND name = ? AND owner = ?"
+                ),
+                advance: format!("UPDATE {g} SET last_token = ? WHERE family = ? AND name = ?"),
+                put: format!(
+                    "INSERT INTO {h} (family, name, owner, kind, token, expires_at)
+                     VALUES (?, ?, ?, ?, ?, {NOW_MS} + ?)
+                     ON DUPLICATE KEY UPDATE
+                        kind = VALUES(kind), token = VALUES(token), expires_at = VALUES(expires_at)"
+                ),
+            },
+            renew_member: format!(
+                "UPDATE {h} SET expires_at = {NOW_MS} + ? WHERE {member} AND expires_at > {NOW_MS}"
+            ),
+            leave: format!("DELETE FROM {h} WHERE {member} AND expires_at > {NOW_MS}"),
+            leave_all: format!("DELETE FROM {h} WHERE family = ? AND name = ? AND owner = ?"),
+            is_member: format!(
+                "SELECT COUNT(*) FROM {h} WHERE {member} AND expires_at > {NOW_MS}"
             ),
         }
     }
@@ -385,6 +467,73 @@ impl Driver for MySql {
         })
         .transpose()
         .map_err(|e| self.errors.convert("holder", e))
+    }
+
+    async fn join(
+        &self,
+        group: &GroupKey,
+        owner: &str,
+        want: Want,
+        ttl_ms: i64,
+    ) -> Result<Option<FencingToken>> {
+        self.sql
+            .admission
+            .run(&self.pool, &self.errors, group, owner, want, ttl_ms)
+            .await
+    }
+
+    async fn renew_member(
+        &self,
+        group: &GroupKey,
+        owner: &str,
+        token: FencingToken,
+        ttl_ms: i64,
+    ) -> Result<bool> {
+        let done = sqlx::query(AssertSqlSafe(self.sql.renew_member.as_str()))
+            .bind(ttl_ms)
+            .bind(group.family)
+            .bind(group.name.as_str())
+            .bind(owner)
+            .bind(token.to_i64())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.errors.convert("renew", e))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn leave(&self, group: &GroupKey, owner: &str, token: FencingToken) -> Result<bool> {
+        let done = sqlx::query(AssertSqlSafe(self.sql.leave.as_str()))
+            .bind(group.family)
+            .bind(group.name.as_str())
+            .bind(owner)
+            .bind(token.to_i64())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.errors.convert("release", e))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn leave_all(&self, group: &GroupKey, owner: &str) -> Result<()> {
+        sqlx::query(AssertSqlSafe(self.sql.leave_all.as_str()))
+            .bind(group.family)
+            .bind(group.name.as_str())
+            .bind(owner)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.errors.convert("abandon", e))?;
+        Ok(())
+    }
+
+    async fn is_member(&self, group: &GroupKey, owner: &str, token: FencingToken) -> Result<bool> {
+        let count: i64 = sqlx::query_scalar(AssertSqlSafe(self.sql.is_member.as_str()))
+            .bind(group.family)
+            .bind(group.name.as_str())
+            .bind(owner)
+            .bind(token.to_i64())
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| self.errors.convert("check the owner", e))?;
+        Ok(count > 0)
     }
 }
 

@@ -22,12 +22,13 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use lock_core::backend::{AcquireRequest, Backoff, ReleaseSignals};
-use lock_core::{Error, FencingToken, LockName, Result};
+use lock_core::backend::{AcquireRequest, Backoff};
+use lock_core::{Error, Family, FencingToken, LockName, Result};
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep, timeout};
 
 use crate::driver::Driver;
+use crate::signals::Signals;
 
 /// An acquire statement: the version when taken.
 pub(crate) type Statement = Pin<Box<dyn Future<Output = Result<Option<FencingToken>>> + Send>>;
@@ -95,7 +96,7 @@ impl Orphans {
 pub(crate) struct Undo<'a> {
     pub(crate) driver: &'a Arc<dyn Driver>,
     pub(crate) orphans: &'a Arc<Orphans>,
-    pub(crate) signals: &'a Arc<ReleaseSignals>,
+    pub(crate) signals: &'a Arc<Signals>,
     pub(crate) req: &'a AcquireRequest,
 }
 
@@ -103,7 +104,8 @@ pub(crate) struct Undo<'a> {
 struct OwnedUndo {
     driver: Arc<dyn Driver>,
     orphans: Arc<Orphans>,
-    signals: Arc<ReleaseSignals>,
+    signals: Arc<Signals>,
+    family: Family,
     name: LockName,
     owner: String,
     ttl: Duration,
@@ -115,6 +117,7 @@ impl Undo<'_> {
             driver: self.driver.clone(),
             orphans: self.orphans.clone(),
             signals: self.signals.clone(),
+            family: self.req.kind.family(),
             name: self.req.name.clone(),
             owner: self.req.owner.to_hex(),
             ttl: self.req.ttl,
@@ -183,7 +186,7 @@ async fn settle(statement: Statement, undo: &OwnedUndo) {
     }
 }
 
-/// Frees the row if the orphan's owner holds it, retrying until that works or
+/// Frees the orphan's owner's rows of its lock, retrying until that works or
 /// a grant made now would have run out anyway. Each undo statement is waited
 /// for, not cut off: one that landed late could free a grant that a later
 /// attempt by the same owner made after this task was done.
@@ -191,14 +194,16 @@ async fn free(undo: &OwnedUndo) {
     let give_up = Instant::now() + undo.ttl;
     let mut backoff = Backoff::with_cap(UNDO_PAUSE_CAP);
     loop {
-        let statement = undo.driver.abandon(undo.name.as_str(), &undo.owner);
+        let statement = undo
+            .driver
+            .abandon_in(undo.family, undo.name.as_str(), &undo.owner);
         let Ok(answer) = timeout(ANSWER_LIMIT, statement).await else {
             give_up_on(undo, "the undo statement was never answered");
             return;
         };
         let error = match answer {
             Ok(()) => {
-                undo.signals.notify(&undo.name);
+                undo.signals.wake(undo.family, &undo.name);
                 return;
             }
             Err(e) => e,

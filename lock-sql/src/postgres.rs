@@ -10,7 +10,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::backend::{QueryOptions, ReleaseSignals};
+use lock_core::backend::QueryOptions;
 use lock_core::{Capabilities, Error, Fencing, LockName, Result};
 use sqlx::AssertSqlSafe;
 use sqlx::error::DatabaseError;
@@ -20,7 +20,8 @@ use crate::backend::{SqlBackend, within};
 use crate::config::{COMMON, CommonOptions, driver_url, server_limit};
 use crate::error::ErrorMap;
 use crate::pool::Checked;
-use crate::returning::{ReturningDriver, Statements};
+use crate::returning::{Join, ReturningDriver, Statements};
+use crate::signals::Signals;
 use crate::table::TableName;
 
 /// Options handed to sqlx unchanged: TLS and the session's name.
@@ -35,8 +36,10 @@ const PASSTHROUGH: &[&str] = &[
 /// With notifications, polling is only a safety net.
 const POLL_CAP: Duration = Duration::from_millis(500);
 
-const CAPABILITIES: Capabilities =
-    Capabilities::new(crate::POSTGRES_NAME, Fencing::Strict).with_server_side_wait(true);
+const CAPABILITIES: Capabilities = Capabilities::new(crate::POSTGRES_NAME, Fencing::Strict)
+    .with_server_side_wait(true)
+    .with_semaphores(true)
+    .with_read_write(true);
 
 /// Where the locks table lives: `schema.table`, or `table` on the search path.
 #[derive(Debug)]
@@ -47,9 +50,19 @@ struct Location {
 
 impl Location {
     fn qualified(&self) -> String {
+        self.in_schema(self.table.as_str())
+    }
+
+    /// A companion of the locks table (its holders, its groups, the
+    /// function that admits holders), in the same schema.
+    fn companion(&self, suffix: &str) -> String {
+        self.in_schema(&self.table.companion(suffix))
+    }
+
+    fn in_schema(&self, object: &str) -> String {
         match &self.schema {
-            Some(s) => format!("{}.{}", s.as_str(), self.table.as_str()),
-            None => self.table.as_str().to_owned(),
+            Some(s) => format!("{}.{object}", s.as_str()),
+            None => object.to_owned(),
         }
     }
 
@@ -228,7 +241,150 @@ async fn create_table(pool: &PgPool, at: &Location, errors: &ErrorMap) -> Result
         .execute(&mut *tx)
         .await
         .map_err(map)?;
+    let groups = create_groups(at);
+    for create in groups.tables {
+        sqlx::query(AssertSqlSafe(create))
+            .execute(&mut *tx)
+            .await
+            .map_err(map)?;
+    }
+    // Replacing a function takes its owner, and invalidates the plans of
+    // every session calling it: only done when ours is missing or differs,
+    // so that other database users (and every later start) leave it be.
+    let existing: Option<String> =
+        sqlx::query_scalar("SELECT prosrc FROM pg_proc WHERE oid = to_regprocedure($1)")
+            .bind(format!(
+                "{}(TEXT, TEXT, TEXT, TEXT, BIGINT, BIGINT)",
+                groups.function
+            ))
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(map)?;
+    if existing.as_deref() != Some(groups.body.as_str()) {
+        let create = format!(
+            "CREATE OR REPLACE FUNCTION {}(
+                p_family TEXT, p_name TEXT, p_owner TEXT, p_kind TEXT, p_permits BIGINT, p_ttl_ms BIGINT
+             ) RETURNS BIGINT LANGUAGE plpgsql VOLATILE AS $distlock${}$distlock$",
+            groups.function, groups.body
+        );
+        sqlx::query(AssertSqlSafe(create))
+            .execute(&mut *tx)
+            .await
+            .map_err(map)?;
+    }
     tx.commit().await.map_err(map)
+}
+
+/// What semaphores and read-write locks need in the database.
+struct GroupObjects {
+    /// `CREATE TABLE IF NOT EXISTS` of the holders and groups tables.
+    tables: [String; 2],
+    /// The admitting function's name, in its schema.
+    function: String,
+    /// Its PL/pgSQL source, as `pg_proc.prosrc` keeps it.
+    body: String,
+}
+
+/// The holders table, the groups table and the function that admits a
+/// holder (replaced when its source differs, so a newer lock-sql brings
+/// its own).
+///
+/// The function is where the counting is made safe. Under READ COMMITTED,
+/// one statement reads every table from the snapshot it started with, even
+/// after it waited for a row lock: a single statement that locked the
+/// group's row and then counted holders could count them as they were
+/// before an admission it waited for committed. In a PL/pgSQL function
+/// each statement takes a fresh snapshot, so the count, made after the
+/// statement that locked the group's row, sees every admission before it.
+/// Deleting the expired rows first waits for a renewal in flight on them
+/// and re-checks the expiry it committed. Under REPEATABLE READ or
+/// SERIALIZABLE (a pool that sets them) the snapshot is the transaction's,
+/// and the lock on a group's row that changed since makes the statement
+/// fail with a serialization error, which is retried: never a wrong count.
+fn create_groups(at: &Location) -> GroupObjects {
+    let (h, g, f) = (
+        at.companion("holders"),
+        at.companion("groups"),
+        at.companion("join"),
+    );
+    let same_group = "family = p_family AND name = p_name";
+    let tables = [
+        format!(
+            "CREATE TABLE IF NOT EXISTS {h} (
+                family VARCHAR(8) NOT NULL,
+                name VARCHAR(255) NOT NULL,
+                owner CHAR(32) NOT NULL,
+                kind VARCHAR(8) NOT NULL,
+                token BIGINT NOT NULL,
+                expires_at TIMESTAMPTZ NOT NULL,
+                PRIMARY KEY (family, name, owner)
+            )"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {g} (
+                family VARCHAR(8) NOT NULL,
+                name VARCHAR(255) NOT NULL,
+                last_token BIGINT NOT NULL,
+                PRIMARY KEY (family, name)
+            )"
+        ),
+    ];
+    let body = format!(
+        "
+            DECLARE
+                v_until TIMESTAMPTZ := now() + p_ttl_ms * INTERVAL '1 millisecond';
+                v_token BIGINT;
+                v_free BOOLEAN;
+            BEGIN
+                INSERT INTO {g} AS g (family, name, last_token) VALUES (p_family, p_name, 0)
+                ON CONFLICT (family, name) DO UPDATE SET last_token = g.last_token;
+                DELETE FROM {h} WHERE {same_group} AND expires_at <= now();
+                UPDATE {h} SET expires_at = v_until
+                WHERE {same_group} AND owner = p_owner AND kind <> 'wait'
+                RETURNING token INTO v_token;
+                IF FOUND THEN
+                    RETURN v_token;
+                END IF;
+                IF p_kind = 'permit' THEN
+                    SELECT count(*) < p_permits INTO v_free FROM {h}
+                    WHERE {same_group} AND kind <> 'wait';
+                ELSIF p_kind = 'read' THEN
+                    SELECT NOT EXISTS (
+                        SELECT 1 FROM {h} WHERE {same_group} AND kind IN ('write', 'wait')
+                    ) INTO v_free;
+                ELSE
+                    SELECT NOT EXISTS (
+                        SELECT 1 FROM {h} WHERE {same_group} AND kind <> 'wait'
+                    ) INTO v_free;
+                END IF;
+                IF NOT v_free THEN
+                    -- Nothing here needs to survive a crash (expired rows,
+                    -- a waiting writer's row it writes again at its next
+                    -- attempt), so the group's row is let go without
+                    -- waiting for the disk.
+                    PERFORM set_config('synchronous_commit', 'off', true);
+                    IF p_kind = 'write' THEN
+                        INSERT INTO {h} (family, name, owner, kind, token, expires_at)
+                        VALUES (p_family, p_name, p_owner, 'wait', 0, v_until)
+                        ON CONFLICT (family, name, owner) DO UPDATE SET expires_at = EXCLUDED.expires_at;
+                    END IF;
+                    RETURN NULL;
+                END IF;
+                UPDATE {g} SET last_token = last_token + 1 WHERE {same_group}
+                RETURNING last_token INTO v_token;
+                INSERT INTO {h} (family, name, owner, kind, token, expires_at)
+                VALUES (p_family, p_name, p_owner, p_kind, v_token, v_until)
+                ON CONFLICT (family, name, owner) DO UPDATE SET
+                    kind = EXCLUDED.kind, token = EXCLUDED.token, expires_at = EXCLUDED.expires_at;
+                RETURN v_token;
+            END
+            "
+    );
+    GroupObjects {
+        tables,
+        function: f,
+        body,
+    }
 }
 
 /// How long a name the table's `name` column takes (a table made by somebody
@@ -273,14 +429,10 @@ async fn listen(options: PgConnectOptions, channel: &str) -> Option<PgListener> 
 /// Wakes a local waiter for every release notice. `recv` reconnects by
 /// itself after a dropped connection; notices sent meanwhile are lost, which
 /// the waiters' polling covers.
-async fn forward_notices(mut listener: PgListener, signals: Arc<ReleaseSignals>) {
+async fn forward_notices(mut listener: PgListener, signals: Arc<Signals>) {
     loop {
         match listener.recv().await {
-            Ok(notice) => {
-                if let Ok(name) = LockName::new(notice.payload()) {
-                    signals.notify(&name);
-                }
-            }
+            Ok(notice) => signals.wake_for_notice(notice.payload()),
             Err(e) => {
                 tracing::debug!(error = %e, "release listener lost its connection; reconnecting");
                 tokio::time::sleep(Duration::from_millis(200)).await;
@@ -291,7 +443,9 @@ async fn forward_notices(mut listener: PgListener, signals: Arc<ReleaseSignals>)
 
 fn statements(at: &Location) -> Statements {
     let t = at.qualified();
+    let (h, f) = (at.companion("holders"), at.companion("join"));
     let channel = at.channel();
+    let member = "family = $1 AND name = $2 AND owner = $3 AND token = $4 AND kind <> 'wait'";
     let ttl = "$3::BIGINT * INTERVAL '1 millisecond'";
     Statements {
         acquire: format!(
@@ -323,6 +477,28 @@ fn statements(at: &Location) -> Statements {
             "SELECT owner, version, (EXTRACT(EPOCH FROM expires_at - now()) * 1000)::BIGINT FROM {t}
              WHERE name = $1 AND owner IS NOT NULL AND expires_at > now()"
         ),
+        join: Join::Function(format!("SELECT {f}($1, $2, $3, $4, $5, $6)")),
+        renew_member: format!(
+            "UPDATE {h} SET expires_at = now() + $5::BIGINT * INTERVAL '1 millisecond'
+             WHERE {member} AND expires_at > now()"
+        ),
+        // The notice's payload is the family's tag, a space and the name
+        // (see `Signals::wake_for_notice`).
+        leave: format!(
+            "WITH gone AS (
+                DELETE FROM {h} WHERE {member} AND expires_at > now()
+                RETURNING family, name
+             )
+             SELECT pg_notify('{channel}', family || ' ' || name) FROM gone"
+        ),
+        leave_all: format!(
+            "WITH gone AS (
+                DELETE FROM {h} WHERE family = $1 AND name = $2 AND owner = $3
+                RETURNING family, name
+             )
+             SELECT pg_notify('{channel}', family || ' ' || name) FROM gone"
+        ),
+        is_member: format!("SELECT COUNT(*) FROM {h} WHERE {member} AND expires_at > now()"),
     }
 }
 

@@ -11,8 +11,11 @@ use sqlx::{
     Type,
 };
 
+#[cfg(feature = "sqlite")]
+use crate::admission::Admission;
 use crate::driver::{Driver, Released, Row};
 use crate::error::ErrorMap;
+use crate::groups::{GroupKey, Want};
 
 /// The SQL text of every statement, for one table. Parameters are numbered
 /// and bound in the order given on each field.
@@ -30,6 +33,30 @@ pub(crate) struct Statements {
     pub(crate) abandon: String,
     /// `(name)` → `(owner, version, remaining_ms)` of a live holder.
     pub(crate) holder: String,
+    /// How an attempt joins a semaphore or read-write lock.
+    pub(crate) join: Join,
+    /// `(family, name, owner, token, ttl_ms)`; one row affected when
+    /// extended.
+    pub(crate) renew_member: String,
+    /// `(family, name, owner, token)`; one row affected (PostgreSQL: one
+    /// row returned) when a live holder's row was deleted.
+    pub(crate) leave: String,
+    /// `(family, name, owner)`.
+    pub(crate) leave_all: String,
+    /// `(family, name, owner, token)` → `(count)` of such live holders.
+    pub(crate) is_member: String,
+}
+
+/// How one dialect admits a holder of a semaphore or read-write lock.
+#[derive(Debug)]
+pub(crate) enum Join {
+    /// One statement calling a function of ours: `(family, name, owner,
+    /// kind, permits, ttl_ms)` → `(token)`, `NULL` when refused.
+    #[cfg(feature = "postgres")]
+    Function(String),
+    /// A short transaction.
+    #[cfg(feature = "sqlite")]
+    Transaction(Admission),
 }
 
 /// Runs [`Statements`] on a pool of any database with `RETURNING`.
@@ -132,6 +159,95 @@ where
         })
         .transpose()
         .map_err(|e| self.errors.convert("holder", e))
+    }
+
+    async fn join(
+        &self,
+        group: &GroupKey,
+        owner: &str,
+        want: Want,
+        ttl_ms: i64,
+    ) -> Result<Option<FencingToken>> {
+        match &self.sql.join {
+            #[cfg(feature = "postgres")]
+            Join::Function(call) => {
+                let row = sqlx::query::<DB>(AssertSqlSafe(call.as_str()))
+                    .bind(group.family)
+                    .bind(group.name.as_str())
+                    .bind(owner)
+                    .bind(want.kind)
+                    .bind(want.permits)
+                    .bind(ttl_ms)
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(|e| self.errors.convert("acquire", e))?;
+                let token = row
+                    .try_get::<Option<i64>, _>(0)
+                    .map_err(|e| self.errors.convert("acquire", e))?;
+                Ok(token.map(FencingToken::from_i64))
+            }
+            #[cfg(feature = "sqlite")]
+            Join::Transaction(admission) => {
+                admission
+                    .run(&self.pool, &self.errors, group, owner, want, ttl_ms)
+                    .await
+            }
+        }
+    }
+
+    async fn renew_member(
+        &self,
+        group: &GroupKey,
+        owner: &str,
+        token: FencingToken,
+        ttl_ms: i64,
+    ) -> Result<bool> {
+        let done = sqlx::query::<DB>(AssertSqlSafe(self.sql.renew_member.as_str()))
+            .bind(group.family)
+            .bind(group.name.as_str())
+            .bind(owner)
+            .bind(token.to_i64())
+            .bind(ttl_ms)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.errors.convert("renew", e))?;
+        Ok(done.rows() == 1)
+    }
+
+    async fn leave(&self, group: &GroupKey, owner: &str, token: FencingToken) -> Result<bool> {
+        let done = sqlx::query::<DB>(AssertSqlSafe(self.sql.leave.as_str()))
+            .bind(group.family)
+            .bind(group.name.as_str())
+            .bind(owner)
+            .bind(token.to_i64())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.errors.convert("release", e))?;
+        Ok(done.rows() == 1)
+    }
+
+    async fn leave_all(&self, group: &GroupKey, owner: &str) -> Result<()> {
+        sqlx::query::<DB>(AssertSqlSafe(self.sql.leave_all.as_str()))
+            .bind(group.family)
+            .bind(group.name.as_str())
+            .bind(owner)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.errors.convert("abandon", e))?;
+        Ok(())
+    }
+
+    async fn is_member(&self, group: &GroupKey, owner: &str, token: FencingToken) -> Result<bool> {
+        let count: i64 = sqlx::query::<DB>(AssertSqlSafe(self.sql.is_member.as_str()))
+            .bind(group.family)
+            .bind(group.name.as_str())
+            .bind(owner)
+            .bind(token.to_i64())
+            .fetch_one(&self.pool)
+            .await
+            .and_then(|row| row.try_get(0))
+            .map_err(|e| self.errors.convert("check the owner", e))?;
+        Ok(count > 0)
     }
 }
 

@@ -20,11 +20,12 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
+use crate::admission::Admission;
 use crate::backend::{SqlBackend, within};
 use crate::config::{COMMON, CommonOptions};
 use crate::error::ErrorMap;
 use crate::pool::Checked;
-use crate::returning::{ReturningDriver, Statements};
+use crate::returning::{Join, ReturningDriver, Statements};
 use crate::table::TableName;
 
 /// The database's clock in milliseconds since the Unix epoch. SQLite keeps
@@ -46,7 +47,10 @@ fn capabilities(synced: bool) -> Capabilities {
     } else {
         Fencing::BestEffort
     };
-    Capabilities::new(crate::SQLITE_NAME, fencing).with_serial_writes(true)
+    Capabilities::new(crate::SQLITE_NAME, fencing)
+        .with_serial_writes(true)
+        .with_semaphores(true)
+        .with_read_write(true)
 }
 
 impl Config {
@@ -209,7 +213,7 @@ pub(crate) async fn from_pool(pool: SqlitePool, options: Checked) -> Result<SqlB
     start(pool, &options.table, options.timeout, errors, synced).await
 }
 
-/// Creates the table if it is missing and makes the backend.
+/// Creates the tables if they are missing and makes the backend.
 async fn start(
     pool: SqlitePool,
     table: &TableName,
@@ -218,6 +222,11 @@ async fn start(
     synced: bool,
 ) -> Result<SqlBackend> {
     let t = table.as_str();
+    let tables = Tables {
+        locks: t,
+        holders: &table.companion("holders"),
+        groups: &table.companion("groups"),
+    };
     // Idempotent, and safe when several processes run it at once: SQLite
     // serialises the writers and `IF NOT EXISTS` is checked under the lock.
     let create = format!(
@@ -226,11 +235,28 @@ async fn start(
             owner TEXT,
             version INTEGER NOT NULL,
             expires_at INTEGER NOT NULL
-        )"
+        );
+        CREATE TABLE IF NOT EXISTS {h} (
+            family TEXT NOT NULL,
+            name TEXT NOT NULL,
+            owner TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            token INTEGER NOT NULL,
+            expires_at INTEGER NOT NULL,
+            PRIMARY KEY (family, name, owner)
+        );
+        CREATE TABLE IF NOT EXISTS {g} (
+            family TEXT NOT NULL,
+            name TEXT NOT NULL,
+            last_token INTEGER NOT NULL,
+            PRIMARY KEY (family, name)
+        )",
+        h = tables.holders,
+        g = tables.groups,
     );
     let limit = SqlBackend::client_limit(timeout);
     within(limit, "create table", async {
-        sqlx::query(AssertSqlSafe(create))
+        sqlx::raw_sql(AssertSqlSafe(create))
             .execute(&pool)
             .await
             .map_err(|e| errors.convert("create table", e))
@@ -238,14 +264,22 @@ async fn start(
     .await?;
     let driver = ReturningDriver {
         pool,
-        sql: statements(t),
+        sql: statements(&tables),
         errors,
         capabilities: capabilities(synced),
     };
     Ok(SqlBackend::new(driver, timeout))
 }
 
-fn statements(t: &str) -> Statements {
+/// The locks table and its companions for semaphores and read-write locks.
+struct Tables<'a> {
+    locks: &'a str,
+    holders: &'a str,
+    groups: &'a str,
+}
+
+fn statements(tables: &Tables<'_>) -> Statements {
+    let (t, h, g) = (tables.locks, tables.holders, tables.groups);
     Statements {
         acquire: format!(
             "INSERT INTO {t} (name, owner, version, expires_at) VALUES (?1, ?2, 1, {NOW_MS} + ?3)
@@ -269,6 +303,47 @@ fn statements(t: &str) -> Statements {
         holder: format!(
             "SELECT owner, version, expires_at - {NOW_MS} FROM {t}
              WHERE name = ?1 AND owner IS NOT NULL AND expires_at > {NOW_MS}"
+        ),
+        // `BEGIN IMMEDIATE` takes the write lock before the first read, so
+        // the transaction reads every commit before it and cannot fail to
+        // upgrade a stale read later; the busy timeout bounds the wait.
+        join: Join::Transaction(Admission {
+            begin: "BEGIN IMMEDIATE",
+            lock: format!(
+                "INSERT INTO {g} (family, name, last_token) VALUES (?1, ?2, 0) ON CONFLICT DO NOTHING"
+            ),
+            read: format!(
+                "SELECT g.last_token, h.owner, h.kind, h.token, h.expires_at - {NOW_MS}
+                 FROM {g} AS g LEFT JOIN {h} AS h ON h.family = g.family AND h.name = g.name
+                 WHERE g.family = ?1 AND g.name = ?2"
+            ),
+            prune: format!("DELETE FROM {h} WHERE family = ?1 AND name = ?2 AND expires_at <= {NOW_MS}"),
+            extend: format!(
+                "UPDATE {h} SET expires_at = {NOW_MS} + ?1 WHERE family = ?2 AND name = ?3 AND owner = ?4"
+            ),
+            advance: format!("UPDATE {g} SET last_token = ?1 WHERE family = ?2 AND name = ?3"),
+            put: format!(
+                "INSERT INTO {h} (family, name, owner, kind, token, expires_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, {NOW_MS} + ?6)
+                 ON CONFLICT (family, name, owner) DO UPDATE SET
+                    kind = excluded.kind, token = excluded.token, expires_at = excluded.expires_at"
+            ),
+        }),
+        renew_member: format!(
+            "UPDATE {h} SET expires_at = {NOW_MS} + ?5
+             WHERE family = ?1 AND name = ?2 AND owner = ?3 AND token = ?4 AND kind <> 'wait'
+               AND expires_at > {NOW_MS}"
+        ),
+        leave: format!(
+            "DELETE FROM {h}
+             WHERE family = ?1 AND name = ?2 AND owner = ?3 AND token = ?4 AND kind <> 'wait'
+               AND expires_at > {NOW_MS}"
+        ),
+        leave_all: format!("DELETE FROM {h} WHERE family = ?1 AND name = ?2 AND owner = ?3"),
+        is_member: format!(
+            "SELECT COUNT(*) FROM {h}
+             WHERE family = ?1 AND name = ?2 AND owner = ?3 AND token = ?4 AND kind <> 'wait'
+               AND expires_at > {NOW_MS}"
         ),
     }
 }

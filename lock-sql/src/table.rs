@@ -36,6 +36,26 @@ impl TableName {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The name of a companion of this table (its holders, its groups):
+    /// `<table>_<suffix>`, or, when that would pass the 63 characters every
+    /// supported database takes, the table's name cut short and a hash of
+    /// all of it, so two long names that share a beginning still get
+    /// different companions.
+    pub(crate) fn companion(&self, suffix: &str) -> String {
+        const MAX: usize = 63;
+        let whole = format!("{}_{suffix}", self.0);
+        if whole.len() <= MAX {
+            return whole;
+        }
+        // FNV-1a: stable across builds and versions, unlike std's hasher.
+        let hash = self.0.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        let tail = format!("_{:08x}_{suffix}", hash as u32);
+        // ASCII only, so any byte index is a character boundary.
+        format!("{}{tail}", &self.0[..MAX - tail.len()])
+    }
 }
 
 impl Default for TableName {
@@ -55,5 +75,18 @@ mod tests {
         for bad in ["", "2x", "a-b", "a;drop table x", "a b", &"x".repeat(64)] {
             assert!(TableName::new(bad, "").is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn companions_fit_and_stay_apart() {
+        let short = TableName::new("locks", "").unwrap();
+        assert_eq!(short.companion("holders"), "locks_holders");
+        let a = TableName::new(&format!("{}a", "x".repeat(62)), "").unwrap();
+        let b = TableName::new(&format!("{}b", "x".repeat(62)), "").unwrap();
+        let (ha, hb) = (a.companion("holders"), b.companion("holders"));
+        assert!(ha.len() <= 63 && hb.len() <= 63, "{ha} {hb}");
+        assert_ne!(ha, hb);
+        assert!(ha.ends_with("_holders"), "{ha}");
+        assert!(TableName::new(&ha, "").is_ok());
     }
 }

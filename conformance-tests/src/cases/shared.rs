@@ -63,9 +63,14 @@ pub async fn semaphore_admits_at_most_n(t: &dyn Target) -> Verdict {
     let inside = Arc::new(AtomicUsize::new(0));
     let most = Arc::new(AtomicUsize::new(0));
     let tokens = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let mut tasks = Vec::new();
+    // Every client connects before any starts: a backend slow to connect
+    // would otherwise let each one run its rounds alone.
+    let mut lockers = Vec::new();
     for _ in 0..WORKERS {
-        let l = locker(t).await;
+        lockers.push(locker(t).await);
+    }
+    let mut tasks = Vec::new();
+    for l in lockers {
         let (name, inside, most, tokens) =
             (name.clone(), inside.clone(), most.clone(), tokens.clone());
         tasks.push(tokio::spawn(async move {

@@ -1,0 +1,254 @@
+//! Semaphores and read-write locks on real PostgreSQL and MariaDB servers,
+//! checked the way a demanding user would: by reading the holders table
+//! with plain SQL while many backends, each with a pool of its own, contend.
+
+mod common {
+    pub(crate) mod sql;
+}
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::sql::{locker, on_postgres_and_mariadb, opts};
+use conformance_tests::servers::SqlServer;
+use conformance_tests::targets::fresh_table;
+use lock_core::{Error, LockKind, Wait};
+use tokio::time::sleep;
+
+on_postgres_and_mariadb!(
+    own: [],
+    shared: [semaphore_hammered_from_many_pools, a_waiting_writer_has_a_row_until_it_gives_up],
+);
+
+/// A plain pool on the server, beside the backends'.
+enum Raw {
+    Postgres(sqlx::PgPool),
+    Mysql(sqlx::MySqlPool),
+}
+
+impl Raw {
+    async fn connect(server: &dyn SqlServer) -> Self {
+        let url = server.url("").replace("mariadb://", "mysql://");
+        if server.label() == "postgres" {
+            Self::Postgres(sqlx::PgPool::connect(&url).await.expect("connect"))
+        } else {
+            Self::Mysql(sqlx::MySqlPool::connect(&url).await.expect("connect"))
+        }
+    }
+
+    /// How many rows of `kind` the holders table has for the lock `name`
+    /// of `family` whose lease still runs by the server's clock.
+    async fn live_rows(&self, table: &str, family: &str, name: &str, kind: &str) -> i64 {
+        let holders = format!("{table}_holders");
+        match self {
+            Self::Postgres(pool) => {
+                let sql = format!(
+                    "SELECT COUNT(*) FROM {holders}
+                     WHERE family = $1 AND name = $2 AND kind = $3 AND expires_at > now()"
+                );
+                sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+                    .bind(family)
+                    .bind(name)
+                    .bind(kind)
+                    .fetch_one(pool)
+                    .await
+            }
+            Self::Mysql(pool) => {
+                let sql = format!(
+                    "SELECT COUNT(*) FROM {holders}
+                     WHERE family = ? AND name = ? AND kind = ?
+                       AND expires_at > UNIX_TIMESTAMP(NOW(3)) * 1000"
+                );
+                sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+                    .bind(family)
+                    .bind(name)
+                    .bind(kind)
+                    .fetch_one(pool)
+                    .await
+            }
+        }
+        .expect("count the holders")
+    }
+}
+
+/// Many backends, each with its own pool of connections, take permits of
+/// one semaphore in a loop, and each once "crashes" holding a permit (it
+/// neither renews nor releases it, so its row lives out a short TTL).
+/// Meanwhile a session of our own counts the live permit rows again and
+/// again: never more than the permits, and all of them in use at times.
+/// (On PostgreSQL, an admission that counts holders without first holding
+/// the group's row lock lets a fourth and fifth holder in here.)
+async fn semaphore_hammered_from_many_pools(server: &dyn SqlServer) {
+    const PERMITS: u32 = 3;
+    const CLIENTS: usize = 24;
+    const ROUNDS: usize = 6;
+    let kind = LockKind::permit(PERMITS);
+    let table = fresh_table();
+    let url = server.url(&format!("table={table}&pool_size=2"));
+    let raw = Raw::connect(server).await;
+    let done = Arc::new(AtomicBool::new(false));
+    let inside = Arc::new(AtomicUsize::new(0));
+    let mut clients = Vec::new();
+    // Every backend connects first, so that all of them hammer together.
+    let mut lockers = Vec::new();
+    for _ in 0..CLIENTS {
+        lockers.push(locker(&url).await);
+    }
+    let start = Arc::new(tokio::sync::Barrier::new(CLIENTS + 1));
+    for (client, l) in lockers.into_iter().enumerate() {
+        let (inside, start) = (inside.clone(), start.clone());
+        clients.push(tokio::spawn(async move {
+            start.wait().await;
+            let mut tokens = Vec::new();
+            for round in 0..ROUNDS {
+                let crash = round == client % ROUNDS;
+                let ttl = Duration::from_millis(if crash { 400 } else { 10_000 });
+                // Attempts without waiting, again and again, so that many
+                // are in flight together: what an admission that counts
+                // holders from a stale snapshot gets wrong.
+                let lease = loop {
+                    match l
+                        .acquire_lease("hammer", opts(ttl, Wait::No).kind(kind))
+                        .await
+                    {
+                        Ok(lease) => break lease,
+                        Err(Error::Busy { .. }) => sleep(Duration::from_millis(1)).await,
+                        Err(e) => panic!("an attempt failed: {e}"),
+                    }
+                };
+                tokens.push(lease.token().get());
+                if crash {
+                    continue; // neither renewed nor released
+                }
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                assert!(now <= PERMITS as usize, "{now} holders inside at once");
+                sleep(Duration::from_millis(3 + (round as u64 * 2))).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                l.backend()
+                    .release(&lease)
+                    .await
+                    .expect("release of a held permit");
+            }
+            tokens
+        }));
+    }
+    let checker = {
+        let (done, table) = (done.clone(), table.clone());
+        tokio::spawn(async move {
+            start.wait().await;
+            let (mut most, mut samples) = (0, 0);
+            while !done.load(Ordering::SeqCst) {
+                let live = raw.live_rows(&table, "sem", "hammer", "permit").await;
+                most = most.max(live);
+                samples += 1;
+                sleep(Duration::from_millis(1)).await;
+            }
+            (most, samples)
+        })
+    };
+    let mut tokens = Vec::new();
+    for client in clients {
+        tokens.extend(client.await.expect("client panicked"));
+    }
+    done.store(true, Ordering::SeqCst);
+    let (most, samples) = checker.await.expect("checker panicked");
+    assert!(samples > 20, "only {samples} looks at the table");
+    assert!(
+        most <= i64::from(PERMITS),
+        "{}: {most} live permit rows of {PERMITS} at once",
+        server.label()
+    );
+    assert_eq!(
+        most,
+        i64::from(PERMITS),
+        "{}: the permits were never all in use",
+        server.label()
+    );
+    let grants = tokens.len();
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), grants, "two grants shared a token");
+}
+
+/// A writer kept out by a reader has a row of kind `wait` (which holds
+/// arriving readers back) while it waits, and none once it gave up.
+async fn a_waiting_writer_has_a_row_until_it_gives_up(server: &dyn SqlServer) {
+    let table = fresh_table();
+    let url = server.url(&format!("table={table}"));
+    let raw = Raw::connect(server).await;
+    let (reader, writer) = (locker(&url).await, locker(&url).await);
+    let ttl = Duration::from_secs(30);
+    let r = reader
+        .lock_with("rw", opts(ttl, Wait::No).kind(LockKind::Read))
+        .await
+        .expect("a free read lock");
+    let waiting = tokio::spawn(async move {
+        writer
+            .lock_with(
+                "rw",
+                opts(ttl, Wait::For(Duration::from_millis(800))).kind(LockKind::Write),
+            )
+            .await
+    });
+    sleep(Duration::from_millis(300)).await;
+    assert_eq!(raw.live_rows(&table, "rw", "rw", "wait").await, 1);
+    assert_eq!(raw.live_rows(&table, "rw", "rw", "read").await, 1);
+    match waiting.await.expect("writer task") {
+        Err(Error::WaitTimeout { .. }) => {}
+        other => panic!("a writer behind a reader: expected WaitTimeout, got {other:?}"),
+    }
+    assert_eq!(
+        raw.live_rows(&table, "rw", "rw", "wait").await,
+        0,
+        "{}: the writer's row outlived its wait",
+        server.label()
+    );
+    r.release().await.expect("release");
+    assert_eq!(raw.live_rows(&table, "rw", "rw", "read").await, 0);
+}
+
+/// The admitting function is created by the first backend and left alone
+/// by the next ones: replacing it would take its owner (a second database
+/// user could not start) and throw away every session's plans for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_function_is_created_once() {
+    use conformance_tests::servers::postgres::Postgres;
+    let server = Postgres::shared().await;
+    let table = fresh_table();
+    let url = server.url(&format!("table={table}"));
+    let Raw::Postgres(pool) = Raw::connect(server).await else {
+        unreachable!("a PostgreSQL server");
+    };
+    let version = || async {
+        let sql = "SELECT xmin::TEXT FROM pg_proc WHERE oid = to_regprocedure($1)";
+        sqlx::query_scalar::<_, String>(sql)
+            .bind(format!(
+                "{table}_join(TEXT, TEXT, TEXT, TEXT, BIGINT, BIGINT)"
+            ))
+            .fetch_one(&pool)
+            .await
+            .expect("the function exists")
+    };
+    let first = locker(&url).await;
+    let created = version().await;
+    let second = locker(&url).await;
+    assert_eq!(
+        version().await,
+        created,
+        "a second backend replaced the function"
+    );
+    let permit = LockKind::permit(1);
+    let held = first
+        .lock_with("once", opts(Duration::from_secs(10), Wait::No).kind(permit))
+        .await
+        .expect("a free permit");
+    assert!(
+        second
+            .try_acquire_permit("once", 1)
+            .await
+            .expect("try")
+            .is_none()
+    );
+    held.release().await.expect("release");
+}
