@@ -230,7 +230,7 @@ impl MetaClient {
     }
 
     /// The items at `keys`, read in one round trip and without bumping them
-    /// in the LRU (see [`peek_line`]).
+    /// in the LRU, as the read behind an add.
     pub async fn peek_all(&self, keys: &[&str]) -> Result<Vec<Option<Item>>> {
         let lines: Vec<String> = keys.iter().map(|key| peek_line(key)).collect();
         let commands: Vec<(&str, Option<&[u8]>)> =
