@@ -3,7 +3,8 @@
 //! restart that loses the fence counter, TTL limits, an unreachable server,
 //! an `add` whose reply was lost, one request per acquire, renewal and
 //! release, and writes that land before a release's or renewal's write on
-//! the CAS it knows or between its read and its conditional write. Calls
+//! the CAS it knows or between its read and its conditional write; a
+//! semaphore's slot items, read and written with plain meta commands. Calls
 //! cut mid-exchange are in `memcache_cancel.rs`.
 
 mod common {
@@ -19,7 +20,7 @@ use conformance_tests::servers::memcached::Memcached;
 use conformance_tests::targets::fresh_table;
 use distlock::lock_memcache::MemcacheBackend;
 use lock_core::backend::{AcquireRequest, Lease, LockBackend};
-use lock_core::{AcquireOptions, Error, LockName, LockState, Locker, Wait};
+use lock_core::{AcquireOptions, Error, LockKind, LockName, LockState, Locker, OwnerToken, Wait};
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 
 fn opts(ttl: Duration) -> AcquireOptions {
@@ -542,4 +543,169 @@ async fn a_cas_that_moves_before_every_try_is_a_retryable_error_not_a_loss() {
     let item = b.client().get(&key).await.expect("get").expect("held");
     assert_eq!(item.value, lease.owner().to_hex());
     a.release(&lease).await.expect("release");
+}
+
+/// Stores `value` at `key` for `ttl` seconds on a connection of its own, as
+/// another client, or a holder that then crashed, would have.
+async fn store_by_hand(server: &Memcached, key: &str, value: &str, ttl: u64) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let mut conn = BufReader::new(
+        tokio::net::TcpStream::connect(server.addr())
+            .await
+            .expect("connect to memcached"),
+    );
+    let command = format!("ms {key} {} T{ttl}\r\n{value}\r\n", value.len());
+    conn.get_mut()
+        .write_all(command.as_bytes())
+        .await
+        .expect("write ms");
+    let mut reply = String::new();
+    conn.read_line(&mut reply).await.expect("read reply");
+    assert_eq!(reply.trim_end(), "HD", "storing {key} by hand");
+}
+
+/// The value at each of a semaphore's slot keys, as a plain read sees it.
+async fn slot_values(
+    b: &MemcacheBackend,
+    prefix: &str,
+    name: &str,
+    permits: u32,
+) -> Vec<Option<String>> {
+    let mut values = Vec::new();
+    for i in 0..permits {
+        let item = b
+            .client()
+            .get(&format!("{prefix}{name}#sem#{i}"))
+            .await
+            .expect("get");
+        values.push(item.map(|item| item.value));
+    }
+    values
+}
+
+/// A semaphore of N permits is N items `{prefix}{name}#sem#{i}`: N holders
+/// are N slot items holding their owners' tokens; an item another client
+/// wrote by hand (a crashed holder's) keeps its permit taken until it
+/// expires; a release deletes its own slot and no other; and the mutex of
+/// the same name is another lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_is_one_item_per_permit_holding_its_owners_token() {
+    const PERMITS: u32 = 3;
+    let server = Memcached::shared().await;
+    let prefix = format!("{}:", fresh_table());
+    let url = server.url(&format!("prefix={prefix}"));
+    let (a, b) = (backend(&url).await, backend(&url).await);
+    let (la, lb) = (
+        Locker::from_arc(a.clone() as Arc<dyn LockBackend>),
+        Locker::from_arc(b.clone() as Arc<dyn LockBackend>),
+    );
+    let permit = opts(Duration::from_secs(30)).kind(LockKind::permit(PERMITS));
+    // Slot 1 holds a crashed holder's token, written by another client.
+    let crashed = OwnerToken::random().to_hex();
+    store_by_hand(server, &format!("{prefix}pool#sem#1"), &crashed, 30).await;
+    let g1 = la.lock_with("pool", permit).await.expect("a free permit");
+    let g2 = lb.lock_with("pool", permit).await.expect("a free permit");
+    assert!(
+        lb.try_acquire_permit("pool", PERMITS)
+            .await
+            .expect("try")
+            .is_none(),
+        "the hand-written item left a third permit free"
+    );
+    let slots = slot_values(&b, &prefix, "pool", PERMITS).await;
+    let (s1, s2) = (
+        g1.lease().slot().expect("a permit names its slot"),
+        g2.lease().slot().expect("a permit names its slot"),
+    );
+    assert_ne!(s1, s2);
+    assert!(s1 != 1 && s2 != 1, "a grant took the crashed holder's slot");
+    assert_eq!(slots[s1 as usize], Some(g1.lease().owner().to_hex()));
+    assert_eq!(slots[s2 as usize], Some(g2.lease().owner().to_hex()));
+    assert_eq!(slots[1], Some(crashed.clone()));
+    assert_ne!(g1.token(), g2.token());
+    assert!(
+        b.client()
+            .get(&format!("{prefix}pool#sem#fence"))
+            .await
+            .expect("get")
+            .is_some(),
+        "the semaphore's grants draw from its own counter"
+    );
+    // The mutex of the same name is another lock, on another key.
+    let mutex = lb
+        .try_lock("pool")
+        .await
+        .expect("try_lock")
+        .expect("the mutex is free beside a full semaphore");
+    assert_eq!(
+        b.client()
+            .get(&format!("{prefix}pool"))
+            .await
+            .expect("get")
+            .map(|i| i.value),
+        Some(mutex.lease().owner().to_hex())
+    );
+    mutex.release().await.expect("release");
+    // A release deletes its own slot only.
+    let t1 = g1.token();
+    g1.release().await.expect("release");
+    let after = slot_values(&b, &prefix, "pool", PERMITS).await;
+    assert_eq!(after[s1 as usize], None);
+    assert_eq!(after[s2 as usize], slots[s2 as usize]);
+    assert_eq!(after[1], Some(crashed));
+    let g3 = lb
+        .try_acquire_permit("pool", PERMITS)
+        .await
+        .expect("try")
+        .expect("the released permit is free");
+    assert_eq!(g3.lease().slot(), Some(s1), "the only free slot");
+    assert!(g3.token() != t1 && g3.token() != g2.token());
+    g2.release().await.expect("release");
+    g3.release().await.expect("release");
+}
+
+/// An attempt whose add applied but whose reply was lost left the owner's
+/// token in some slot: a retry by the same owner gets that slot back (never
+/// a second one), and `abandon` deletes every slot holding the owner — a
+/// late add may have taken any — and leaves other owners' slots alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permits_retry_finds_its_slot_and_abandon_clears_every_slot_of_its_owner() {
+    const PERMITS: u32 = 3;
+    let server = Memcached::shared().await;
+    let prefix = format!("{}:", fresh_table());
+    let url = server.url(&format!("prefix={prefix}"));
+    let (a, b) = (backend(&url).await, backend(&url).await);
+    let req = AcquireRequest::new(
+        LockName::new("pool").expect("name"),
+        Duration::from_secs(30),
+    )
+    .with_kind(LockKind::permit(PERMITS));
+    let owner = req.owner.to_hex();
+    let slot = |i: u32| format!("{prefix}pool#sem#{i}");
+    store_by_hand(server, &slot(2), &owner, 30).await;
+    let lease = a
+        .try_acquire(&req)
+        .await
+        .expect("try_acquire")
+        .expect("the owner's own slot");
+    assert_eq!(lease.slot(), Some(2));
+    assert_eq!(lease.kind(), LockKind::permit(PERMITS));
+    assert_eq!(
+        slot_values(&b, &prefix, "pool", PERMITS).await,
+        vec![None, None, Some(owner.clone())],
+        "a retry took a second slot"
+    );
+    // A late add of the same owner lands in slot 0; another owner holds 1.
+    let other = OwnerToken::random().to_hex();
+    store_by_hand(server, &slot(0), &owner, 30).await;
+    store_by_hand(server, &slot(1), &other, 30).await;
+    a.abandon(&req).await.expect("abandon");
+    assert_eq!(
+        slot_values(&b, &prefix, "pool", PERMITS).await,
+        vec![None, Some(other), None]
+    );
+    assert!(matches!(
+        a.release(&lease).await,
+        Err(Error::NotHeld { .. })
+    ));
 }

@@ -7,7 +7,7 @@ use lock_core::backend::{
     AcquireRequest, Holder, Lease, LockBackend, ReleaseSignals, WaitBudget, async_trait,
     poll_acquire,
 };
-use lock_core::{Capabilities, Error, Fencing, FencingToken, LockName, OwnerToken, Result};
+use lock_core::{Capabilities, Error, Fencing, FencingToken, LockKind, LockName, Result};
 use tokio::time::Instant;
 
 use crate::config::MemcacheConfig;
@@ -26,15 +26,41 @@ pub const MIN_TTL: Duration = Duration::from_secs(2);
 
 /// Past 30 days memcached reads an expiry as an absolute Unix time; well
 /// below that, the default maximum of a day applies.
+/// Semaphores are one mutex per permit (`semaphore.rs`); read-write locks
+/// are not kept (see the README).
 const CAPABILITIES: Capabilities = Capabilities::new(crate::NAME, Fencing::BestEffort)
-    .with_ttl_range(MIN_TTL, Capabilities::DEFAULT_MAX_TTL);
+    .with_ttl_range(MIN_TTL, Capabilities::DEFAULT_MAX_TTL)
+    .with_semaphores(true);
 
 /// A lock backend on one memcached (see the crate docs).
 #[derive(Debug)]
 pub struct MemcacheBackend {
-    client: MetaClient,
+    pub(crate) client: MetaClient,
     prefix: String,
+    /// Wake-ups of the mutexes' waiters, and of the semaphores': a release
+    /// of one family never wakes the other's waiters of the same name.
     signals: ReleaseSignals,
+    permit_signals: ReleaseSignals,
+}
+
+/// The item a grant lives in, and the fence counter its grants draw from:
+/// a mutex's, or one slot of a semaphore's (`semaphore.rs`).
+pub(crate) struct Place {
+    pub(crate) key: String,
+    fence: String,
+    slot: Option<u32>,
+}
+
+impl Place {
+    /// The lease `req` gets for a grant here, sent at `sent` and holding
+    /// the item at `cas`: a granularity tick early, as every lease is.
+    fn lease(&self, req: &AcquireRequest, token: FencingToken, cas: u64, sent: Instant) -> Lease {
+        let lease = Lease::granted(req, token, early(sent)).with_version(cas);
+        match self.slot {
+            Some(slot) => lease.with_slot(slot),
+            None => lease,
+        }
+    }
 }
 
 impl MemcacheBackend {
@@ -57,6 +83,7 @@ impl MemcacheBackend {
             client: MetaClient::new(addr, pool_size, timeout, connect_timeout),
             prefix,
             signals: ReleaseSignals::new(),
+            permit_signals: ReleaseSignals::new(),
         };
         backend
             .client
@@ -83,19 +110,106 @@ impl MemcacheBackend {
         format!("{}{name}", self.prefix)
     }
 
-    /// The key of `name`'s fence counter (`#` is not allowed in lock names).
-    fn fence_key(&self, name: &LockName) -> String {
-        format!("{}{name}#fence", self.prefix)
+    /// Where `name`'s mutex lives; its fence counter is `…#fence` (`#` is
+    /// not allowed in lock names).
+    fn mutex(&self, name: &LockName) -> Place {
+        Place {
+            key: self.key(name),
+            fence: format!("{}{name}#fence", self.prefix),
+            slot: None,
+        }
     }
 
-    /// The next fencing token: the counter, seeded from the clock whenever
-    /// it is missing (see [`seed`]).
-    async fn next_token(&self, name: &LockName) -> Result<FencingToken> {
+    /// Slot `slot` of `name`'s semaphore: `…#sem#<slot>`, with one fence
+    /// counter for all the slots, `…#sem#fence`. Neither can be a mutex's
+    /// key or fence, whose names have no `#`.
+    pub(crate) fn slot(&self, name: &LockName, slot: u32) -> Place {
+        Place {
+            key: format!("{}{name}#sem#{slot}", self.prefix),
+            fence: format!("{}{name}#sem#fence", self.prefix),
+            slot: Some(slot),
+        }
+    }
+
+    /// Where `lease`'s grant lives; `None` for a permit's lease that names
+    /// no slot of its semaphore, which this backend never grants.
+    fn place_of(&self, lease: &Lease) -> Result<Option<Place>> {
+        Ok(match permits(lease.kind())? {
+            None => Some(self.mutex(lease.name())),
+            Some(permits) => lease
+                .slot()
+                .filter(|&slot| slot < permits)
+                .map(|slot| self.slot(lease.name(), slot)),
+        })
+    }
+
+    /// The in-process wake-ups of `kind`'s family.
+    pub(crate) fn signals(&self, kind: LockKind) -> &ReleaseSignals {
+        match kind {
+            LockKind::Permit { .. } => &self.permit_signals,
+            _ => &self.signals,
+        }
+    }
+
+    /// The next fencing token of the counter at `fence`, seeded from the
+    /// clock whenever it is missing (see [`seed`]).
+    async fn next_token(&self, fence: &str) -> Result<FencingToken> {
         Ok(FencingToken::new(
-            self.client
-                .increment_or_seed(&self.fence_key(name), seed())
-                .await?,
+            self.client.increment_or_seed(fence, seed()).await?,
         ))
+    }
+
+    /// Adds `req`'s owner at `place` if the key is free, drawing a token
+    /// right behind the add. If the key already holds `req`'s owner, an
+    /// earlier attempt of it was granted there: that grant is taken again.
+    pub(crate) async fn add_at(
+        &self,
+        req: &AcquireRequest,
+        place: &Place,
+        sent: Instant,
+    ) -> Result<Option<Lease>> {
+        let owner = req.owner.to_hex();
+        // The counter is incremented right behind the add on the same
+        // connection, so after the grant and before anybody else can be
+        // granted: tokens follow grants. (Ahead of the add, another
+        // connection's grant could come in between and draw a larger token
+        // than ours.) A refused add burns a token; the read tells whether
+        // the refusal found our own item.
+        let (added, token, item) = self
+            .client
+            .add_then_increment(&place.key, &owner, exptime(req.ttl), &place.fence, seed())
+            .await?;
+        if let Write::Applied(cas) = added {
+            return Ok(Some(place.lease(req, FencingToken::new(token), cas, sent)));
+        }
+        match item.filter(|i| i.value == owner) {
+            Some(item) => self.take_again(req, place, item.cas, sent).await,
+            None => Ok(None),
+        }
+    }
+
+    /// Takes again the grant `req`'s owner holds at `place`, whose item an
+    /// earlier attempt added and whose reply (or its token's) was lost. Its
+    /// expiry runs from that attempt, and it may never have drawn a token,
+    /// so the counter may still hold the previous holder's: the expiry is
+    /// renewed from this send (on `cas`, the item as just read), and a
+    /// token drawn after that, as a fresh grant does.
+    pub(crate) async fn take_again(
+        &self,
+        req: &AcquireRequest,
+        place: &Place,
+        cas: u64,
+        sent: Instant,
+    ) -> Result<Option<Lease>> {
+        let owner = req.owner.to_hex();
+        let Some(cas) = self
+            .extend_if_owner(&place.key, &owner, Some(cas), req.ttl)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let token = self.next_token(&place.fence).await?;
+        Ok(Some(place.lease(req, token, cas, sent)))
     }
 
     /// Sets `key`'s expiry to `ttl` from now if `owner` holds it: on
@@ -177,29 +291,39 @@ impl MemcacheBackend {
     }
 
     async fn current_token(&self, name: &LockName) -> Result<FencingToken> {
-        let item = self.client.get(&self.fence_key(name)).await?;
+        let item = self.client.get(&self.mutex(name).fence).await?;
         Ok(FencingToken::new(
             item.and_then(|i| i.value.trim().parse().ok()).unwrap_or(0),
         ))
     }
 
-    /// Deletes `name` only if `owner` holds it (see
+    /// Deletes `key` only if `owner` holds it (see
     /// [`write_if_owner`](Self::write_if_owner) for `known`). `true` if
     /// deleted.
-    async fn delete_if_owner(
+    pub(crate) async fn delete_if_owner(
         &self,
-        name: &LockName,
-        owner: OwnerToken,
+        key: &str,
+        owner: &str,
         known: Option<u64>,
     ) -> Result<bool> {
-        let key = self.key(name);
         let deleted = self
-            .write_if_owner(&key, &owner.to_hex(), known, "compare-and-delete", |cas| {
-                self.client.delete_if(&key, cas)
+            .write_if_owner(key, owner, known, "compare-and-delete", |cas| {
+                self.client.delete_if(key, cas)
             })
             .await?;
         Ok(deleted.is_some())
     }
+}
+
+/// The permit count of a semaphore's `kind`, `None` for the mutex; a kind
+/// this backend does not keep (a read-write lock's sides), or a bad permit
+/// count, is refused before any I/O.
+pub(crate) fn permits(kind: LockKind) -> Result<Option<u32>> {
+    CAPABILITIES.check_kind(kind)?;
+    Ok(match kind {
+        LockKind::Permit { permits } => Some(permits),
+        _ => None,
+    })
 }
 
 /// The CAS of our last write of `lease`'s item, while the lease is in force.
@@ -227,21 +351,10 @@ fn exptime(ttl: Duration) -> u64 {
     ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0)
 }
 
-/// A lease for a grant sent at `sent`, a granularity tick early.
-fn lease(
-    name: &LockName,
-    owner: OwnerToken,
-    token: FencingToken,
-    ttl: Duration,
-    sent: Instant,
-) -> Lease {
-    Lease::new(
-        name.clone(),
-        owner,
-        token,
-        ttl,
-        sent.checked_sub(GRANULARITY).unwrap_or(sent),
-    )
+/// The instant a lease sent at `sent` counts from: a granularity tick
+/// early.
+fn early(sent: Instant) -> Instant {
+    sent.checked_sub(GRANULARITY).unwrap_or(sent)
 }
 
 #[async_trait]
@@ -252,82 +365,42 @@ impl LockBackend for MemcacheBackend {
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {
         let sent = Instant::now();
-        let owner = req.owner.to_hex();
-        let key = self.key(&req.name);
-        // The counter is incremented right behind the add on the same
-        // connection, so after the grant and before anybody else can be
-        // granted: tokens follow grants. (Ahead of the add, another
-        // connection's grant could come in between and draw a larger token
-        // than ours.) A refused add burns a token; the read tells whether
-        // the refusal found our own item.
-        let (added, token, item) = self
-            .client
-            .add_then_increment(
-                &key,
-                &owner,
-                exptime(req.ttl),
-                &self.fence_key(&req.name),
-                seed(),
-            )
-            .await?;
-        if let Write::Applied(cas) = added {
-            let token = FencingToken::new(token);
-            return Ok(Some(
-                lease(&req.name, req.owner, token, req.ttl, sent).with_version(cas),
-            ));
+        match permits(req.kind)? {
+            None => self.add_at(req, &self.mutex(&req.name), sent).await,
+            Some(permits) => self.try_permit(req, permits, sent).await,
         }
-        // If the key is ours already, an earlier attempt's add was applied
-        // and its reply (or its token's) lost. Its expiry runs from that
-        // attempt, and it may never have drawn a token, so the counter may
-        // still hold the previous holder's: renew the expiry from this send,
-        // and draw a token after that, as a fresh grant does.
-        let Some(item) = item.filter(|i| i.value == owner) else {
-            return Ok(None);
-        };
-        let Some(cas) = self
-            .extend_if_owner(&key, &owner, Some(item.cas), req.ttl)
-            .await?
-        else {
-            return Ok(None);
-        };
-        let token = self.next_token(&req.name).await?;
-        Ok(Some(
-            lease(&req.name, req.owner, token, req.ttl, sent).with_version(cas),
-        ))
     }
 
     async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
-        poll_acquire(self, req, budget, Some(&self.signals)).await
+        poll_acquire(self, req, budget, Some(self.signals(req.kind))).await
     }
 
-    async fn renew(&self, lease_now: &Lease, ttl: Duration) -> Result<Lease> {
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         // The lease counts from before the first request, even when a later
         // try's write is the one that applied: every write is sent after
         // this instant, so the lease never outlasts the expiry it set.
         let sent = Instant::now();
-        let key = self.key(lease_now.name());
-        let owner = lease_now.owner().to_hex();
+        let Some(place) = self.place_of(lease)? else {
+            return Err(Error::not_held(lease.name()));
+        };
+        let owner = lease.owner().to_hex();
         match self
-            .extend_if_owner(&key, &owner, known_cas(lease_now), ttl)
+            .extend_if_owner(&place.key, &owner, known_cas(lease), ttl)
             .await?
         {
-            Some(cas) => Ok(lease(
-                lease_now.name(),
-                lease_now.owner(),
-                lease_now.token(),
-                ttl,
-                sent,
-            )
-            .with_version(cas)),
-            None => Err(Error::not_held(lease_now.name())),
+            Some(cas) => Ok(lease.renewed(ttl, early(sent)).with_version(cas)),
+            None => Err(Error::not_held(lease.name())),
         }
     }
 
     async fn release(&self, lease: &Lease) -> Result<()> {
+        let Some(place) = self.place_of(lease)? else {
+            return Err(Error::not_held(lease.name()));
+        };
         let deleted = self
-            .delete_if_owner(lease.name(), lease.owner(), known_cas(lease))
+            .delete_if_owner(&place.key, &lease.owner().to_hex(), known_cas(lease))
             .await?;
-        self.signals.notify(lease.name());
+        self.signals(lease.kind()).notify(lease.name());
         if deleted {
             Ok(())
         } else {
@@ -336,14 +409,24 @@ impl LockBackend for MemcacheBackend {
     }
 
     async fn abandon(&self, req: &AcquireRequest) -> Result<()> {
-        self.delete_if_owner(&req.name, req.owner, None).await?;
-        self.signals.notify(&req.name);
+        match permits(req.kind)? {
+            None => {
+                let key = self.mutex(&req.name).key;
+                self.delete_if_owner(&key, &req.owner.to_hex(), None)
+                    .await?;
+            }
+            Some(permits) => self.abandon_permits(req, permits).await?,
+        }
+        self.signals(req.kind).notify(&req.name);
         Ok(())
     }
 
-    /// The lock's item is there, unexpired, with our owner as its value.
+    /// The grant's item is there, unexpired, with our owner as its value.
     async fn is_held(&self, lease: &Lease) -> Result<bool> {
-        let item = self.client.get(&self.key(lease.name())).await?;
+        let Some(place) = self.place_of(lease)? else {
+            return Ok(false);
+        };
+        let item = self.client.get(&place.key).await?;
         Ok(item.is_some_and(|item| item.value == lease.owner().to_hex()))
     }
 

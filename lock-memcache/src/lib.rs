@@ -13,6 +13,7 @@ pub mod meta;
 #[cfg(not(feature = "raw"))]
 #[allow(unreachable_pub)]
 mod meta;
+mod semaphore;
 
 /// The backend's name, as [`Capabilities::backend`](lock_core::Capabilities::backend) and
 /// error messages give it.

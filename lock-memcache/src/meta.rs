@@ -213,11 +213,7 @@ impl MetaClient {
     ) -> Result<(Write, u64, Option<Item>)> {
         let add = format!("ms {key} {} T{exptime} ME c", value.len());
         let increment = increment_line(counter, seed);
-        // `u`: without it this read, which comes with every attempt, would
-        // bump the item in the LRU, and memcached shelters an item fetched
-        // twice from eviction: the lock would stay in the cache longer than
-        // without the read.
-        let read = format!("mg {key} v c t u");
+        let read = peek_line(key);
         let replies = self
             .pipeline(
                 "add",
@@ -231,6 +227,16 @@ impl MetaClient {
         let [added, counted, read] = <[Reply; 3]>::try_from(replies)
             .map_err(|_| Error::backend("memcached answered a pipeline short"))?;
         Ok((written(&added)?, counter_value(&counted)?, item(&read)))
+    }
+
+    /// The items at `keys`, read in one round trip and without bumping them
+    /// in the LRU, as the read behind an add.
+    pub async fn peek_all(&self, keys: &[&str]) -> Result<Vec<Option<Item>>> {
+        let lines: Vec<String> = keys.iter().map(|key| peek_line(key)).collect();
+        let commands: Vec<(&str, Option<&[u8]>)> =
+            lines.iter().map(|line| (line.as_str(), None)).collect();
+        let replies = self.pipeline("read", &commands).await?;
+        Ok(replies.iter().map(item).collect())
     }
 
     /// The item at `key`, if any.
@@ -294,6 +300,14 @@ impl Write {
 
 fn get_line(key: &str) -> String {
     format!("mg {key} v c t")
+}
+
+/// A read that comes with every attempt, however many: `u` keeps it from
+/// bumping the item in the LRU, since memcached shelters an item fetched
+/// twice from eviction, and a lock read by its waiters would stay in the
+/// cache longer than one nobody waits for.
+fn peek_line(key: &str) -> String {
+    format!("mg {key} v c t u")
 }
 
 fn increment_line(key: &str, seed: u64) -> String {

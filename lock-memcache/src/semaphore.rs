@@ -1,0 +1,88 @@
+//! Semaphores: `N` permits as `N` slots, each one mutex on its own key.
+//!
+//! A permit is the mutex's protocol on slot `i`'s key (`add` to take it,
+//! compare-and-set to renew, compare-and-delete to release): one item holds
+//! one owner, so the `N` slots hold at most `N` owners. What is particular
+//! to the semaphore is here: which slot an attempt takes, and an owner's
+//! slots found again after a lost reply.
+
+use lock_core::Result;
+use lock_core::backend::{AcquireRequest, Lease};
+use tokio::time::Instant;
+
+use crate::backend::{MemcacheBackend, Place};
+use crate::meta::Item;
+
+impl MemcacheBackend {
+    /// One attempt at a permit of `req.name`'s semaphore of `permits`.
+    ///
+    /// The slots are read first, in one round trip: if one holds our owner,
+    /// an earlier attempt's add applied and its reply was lost, and that
+    /// grant is taken again rather than a second slot. Otherwise the slots
+    /// the read found free are added one at a time, from a slot of the
+    /// owner's own (so that contenders spread over the slots instead of all
+    /// racing for slot 0), until one add is granted or all are refused. The
+    /// adds are not written together: each one that applies takes a permit,
+    /// and an attempt wants one. A full semaphore costs the read alone, and
+    /// draws no token.
+    pub(crate) async fn try_permit(
+        &self,
+        req: &AcquireRequest,
+        permits: u32,
+        sent: Instant,
+    ) -> Result<Option<Lease>> {
+        let (places, items) = self.read_slots(req, permits).await?;
+        let owner = req.owner.to_hex();
+        if let Some((place, item)) = ours(&places, &items, &owner).next() {
+            return self.take_again(req, place, item.cas, sent).await;
+        }
+        let start = u32::try_from(req.owner.to_u128() % u128::from(permits)).unwrap_or(0);
+        for slot in (0..permits).map(|i| (start + i) % permits) {
+            let slot = slot as usize;
+            if items[slot].is_some() {
+                continue;
+            }
+            if let Some(lease) = self.add_at(req, &places[slot], sent).await? {
+                return Ok(Some(lease));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Deletes every slot of the semaphore that holds `req`'s owner: an
+    /// attempt whose reply was lost may have added any of them. Only items
+    /// whose value is our owner are deleted, each on the CAS read with it.
+    pub(crate) async fn abandon_permits(&self, req: &AcquireRequest, permits: u32) -> Result<()> {
+        let (places, items) = self.read_slots(req, permits).await?;
+        let owner = req.owner.to_hex();
+        for (place, item) in ours(&places, &items, &owner) {
+            self.delete_if_owner(&place.key, &owner, Some(item.cas))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The semaphore's slots and their items, read in one round trip.
+    async fn read_slots(
+        &self,
+        req: &AcquireRequest,
+        permits: u32,
+    ) -> Result<(Vec<Place>, Vec<Option<Item>>)> {
+        let places: Vec<Place> = (0..permits).map(|i| self.slot(&req.name, i)).collect();
+        let keys: Vec<&str> = places.iter().map(|p| p.key.as_str()).collect();
+        let items = self.client.peek_all(&keys).await?;
+        Ok((places, items))
+    }
+}
+
+/// The slots whose item holds `owner`.
+fn ours<'a>(
+    places: &'a [Place],
+    items: &'a [Option<Item>],
+    owner: &'a str,
+) -> impl Iterator<Item = (&'a Place, &'a Item)> {
+    places
+        .iter()
+        .zip(items)
+        .filter_map(move |(place, item)| Some((place, item.as_ref().filter(|i| i.value == owner)?)))
+}
