@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use lock_core::backend::QueryOptions;
+use lock_core::backend::{Backoff, QueryOptions};
 use lock_core::{Capabilities, Error, Fencing, Result};
 use sqlx::AssertSqlSafe;
 use sqlx::error::DatabaseError;
@@ -158,22 +158,36 @@ pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(config.synchronous)
         .busy_timeout(common.timeout);
-    let pool = SqlitePoolOptions::new()
+    let pool_options = SqlitePoolOptions::new()
         .max_connections(common.pool_size)
         // One round trip per operation: no ping before each statement. A
         // dead connection surfaces as a retryable error instead.
         .test_before_acquire(false)
-        .acquire_timeout(common.connect_timeout)
-        .connect_with(options)
-        .await
-        .map_err(|e| match e {
-            sqlx::Error::Database(db) if !transient(&*db) => Error::Unavailable {
-                backend: crate::SQLITE_NAME,
-                message: format!("cannot open database {}: {db}", config.path.display()),
-                source: Some(db.into()),
-            },
-            other => errors.convert("open database", other),
-        })?;
+        .acquire_timeout(common.connect_timeout);
+    // Processes that open a new file at the same moment (cron jobs of one
+    // minute) race to switch it to WAL, and SQLite answers the losers
+    // "database is locked" at once, without its busy handler: they try
+    // again, within the connect timeout.
+    let deadline = tokio::time::Instant::now() + common.connect_timeout;
+    let mut backoff = Backoff::new();
+    let opened = loop {
+        match pool_options.clone().connect_with(options.clone()).await {
+            Err(sqlx::Error::Database(db))
+                if transient(&*db) && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(backoff.next_nap()).await;
+            }
+            other => break other,
+        }
+    };
+    let pool = opened.map_err(|e| match e {
+        sqlx::Error::Database(db) if !transient(&*db) => Error::Unavailable {
+            backend: crate::SQLITE_NAME,
+            message: format!("cannot open database {}: {db}", config.path.display()),
+            source: Some(db.into()),
+        },
+        other => errors.convert("open database", other),
+    })?;
     let synced = matches!(config.synchronous, SqliteSynchronous::Full);
     // SQLite's busy timeout bounds the wait for another writer.
     start(pool, &common.table, common.timeout, errors, synced).await
