@@ -63,7 +63,11 @@ fn assert_not_held<T: std::fmt::Debug>(what: &str, r: lock_core::Result<T>) {
 /// another owner.
 fn forged(lease: &Lease) -> Lease {
     let req = AcquireRequest::new(lease.name().clone(), lease.ttl()).with_kind(lease.kind());
-    Lease::granted(&req, lease.token(), Instant::now())
+    let forged = Lease::granted(&req, lease.token(), Instant::now());
+    match lease.slot() {
+        Some(slot) => forged.with_slot(slot),
+        None => forged,
+    }
 }
 
 fn assert_increasing(tokens: &[u64]) {

@@ -315,19 +315,30 @@ async fn storm(t: &dyn Target, storm: Storm) -> Verdict {
         let opts = AcquireOptions::with_ttl(ttl)
             .wait(Wait::For(ttl * 3 + Duration::from_secs(10)))
             .kind(kind);
-        let guard = probe
-            .lock_with(name, opts)
-            .await
-            .unwrap_or_else(|e| panic!("{name} could not be taken after the storm: {e}"));
-        let greatest = record(&shared).greatest.get(name).copied().unwrap_or(0);
-        if caps.fencing == Fencing::Strict {
-            assert!(
-                guard.token().get() > greatest,
-                "{name}: token {} after the storm, {greatest} during it",
-                guard.token()
-            );
+        // Every permit comes back, not just one.
+        let takes = match storm {
+            Storm::Permits => PERMITS,
+            _ => 1,
+        };
+        let mut guards = Vec::new();
+        for _ in 0..takes {
+            let guard = probe
+                .lock_with(name, opts)
+                .await
+                .unwrap_or_else(|e| panic!("{name} could not be taken after the storm: {e}"));
+            let greatest = record(&shared).greatest.get(name).copied().unwrap_or(0);
+            if caps.fencing == Fencing::Strict {
+                assert!(
+                    guard.token().get() > greatest,
+                    "{name}: token {} after the storm, {greatest} during it",
+                    guard.token()
+                );
+            }
+            guards.push(guard);
         }
-        guard.release().await.expect("release after the storm");
+        for guard in guards {
+            guard.release().await.expect("release after the storm");
+        }
     }
     let mut record = record(&shared);
     if caps.fencing == Fencing::Strict {

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::ThreadId;
 
 use crate::error::{Error, Result};
+use crate::kind::{Family, LockKind};
 use crate::name::LockName;
 
 /// Who is asking: the Tokio task, or, outside any task (the future given
@@ -37,33 +38,60 @@ impl Caller {
 /// The held names of one locker and its clones.
 #[derive(Default)]
 pub(crate) struct HeldNames {
-    names: Mutex<HashMap<LockName, Vec<Caller>>>,
+    names: Mutex<HashMap<(Family, LockName), Vec<(Caller, LockKind)>>>,
+}
+
+/// Whether a task holding `held` of a name would wait on itself asking for
+/// `asked` of it: the mutex again, or a side of a read-write lock that
+/// excludes a side it holds. A second permit or a second read may well be
+/// granted (a read may still wait on itself behind a writer that queued in
+/// between; nothing here can see that).
+/// `held` is of the same family as `asked`: holds are kept by family.
+fn waits_on_itself(asked: LockKind, held: LockKind) -> bool {
+    match asked {
+        LockKind::Exclusive | LockKind::Write => true,
+        LockKind::Read => held == LockKind::Write,
+        _ => false,
+    }
 }
 
 impl HeldNames {
-    fn names(&self) -> MutexGuard<'_, HashMap<LockName, Vec<Caller>>> {
+    fn names(&self) -> MutexGuard<'_, HashMap<(Family, LockName), Vec<(Caller, LockKind)>>> {
         self.names.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// [`Error::AlreadyHeld`] if the calling task holds `name`.
-    pub(crate) fn check(&self, name: &LockName) -> Result<()> {
+    /// [`Error::AlreadyHeld`] if the calling task holds `kind`'s lock of
+    /// `name` in a way that asking for `kind` would wait on.
+    pub(crate) fn check(&self, name: &LockName, kind: LockKind) -> Result<()> {
         let caller = Caller::current();
-        match self.names().get(name) {
-            Some(callers) if callers.contains(&caller) => Err(Error::AlreadyHeld {
-                name: name.to_string(),
-            }),
+        let key = (kind.family(), name.clone());
+        match self.names().get(&key) {
+            Some(holds)
+                if holds
+                    .iter()
+                    .any(|(c, held)| *c == caller && waits_on_itself(kind, *held)) =>
+            {
+                Err(Error::AlreadyHeld {
+                    name: name.to_string(),
+                })
+            }
             _ => Ok(()),
         }
     }
 
-    /// Counts `name` as held by the calling task until the mark is dropped.
-    pub(crate) fn mark(self: &Arc<Self>, name: &LockName) -> HeldMark {
+    /// Counts `kind` of `name` as held by the calling task until the mark
+    /// is dropped.
+    pub(crate) fn mark(self: &Arc<Self>, name: &LockName, kind: LockKind) -> HeldMark {
         let caller = Caller::current();
-        self.names().entry(name.clone()).or_default().push(caller);
+        let key = (kind.family(), name.clone());
+        self.names()
+            .entry(key.clone())
+            .or_default()
+            .push((caller, kind));
         HeldMark {
             names: self.clone(),
-            name: name.clone(),
-            caller,
+            key,
+            hold: (caller, kind),
         }
     }
 }
@@ -71,19 +99,19 @@ impl HeldNames {
 /// One guard's entry in [`HeldNames`], removed when the guard is gone.
 pub(crate) struct HeldMark {
     names: Arc<HeldNames>,
-    name: LockName,
-    caller: Caller,
+    key: (Family, LockName),
+    hold: (Caller, LockKind),
 }
 
 impl Drop for HeldMark {
     fn drop(&mut self) {
         let mut names = self.names.names();
-        if let Some(callers) = names.get_mut(&self.name) {
-            if let Some(at) = callers.iter().position(|c| *c == self.caller) {
-                callers.swap_remove(at);
+        if let Some(holds) = names.get_mut(&self.key) {
+            if let Some(at) = holds.iter().position(|h| *h == self.hold) {
+                holds.swap_remove(at);
             }
-            if callers.is_empty() {
-                names.remove(&self.name);
+            if holds.is_empty() {
+                names.remove(&self.key);
             }
         }
     }

@@ -118,18 +118,18 @@ impl Locker {
     /// clone of it): locks are not reentrant, and the wait would wait on
     /// itself. Other tasks wait for the name as usual; futures joined in
     /// one task are one task. Without a wait ([`Wait::No`]) the answer is
-    /// [`Error::Busy`], as for any holder.
+    /// [`Error::Busy`], as for any holder. The same holds for a write
+    /// asked for by a task holding either side of the read-write lock, and
+    /// a read by a task holding its write.
     pub async fn lock_with(
         &self,
         name: impl AsRef<str>,
         opts: AcquireOptions,
     ) -> Result<LockGuard> {
         let (lease, queue, labels) = self.acquire(name, opts).await?;
-        let mut guard = LockGuard::start(self.backend.clone(), lease, &self.renewals, labels);
-        if guard.kind() == LockKind::Exclusive {
-            let mark = self.held.mark(guard.name());
-            guard = guard.held_by(mark);
-        }
+        let guard = LockGuard::start(self.backend.clone(), lease, &self.renewals, labels);
+        let mark = self.held.mark(guard.name(), guard.kind());
+        let guard = guard.held_by(mark);
         Ok(match queue {
             Some(queue) => guard.held_locally(queue.hold()),
             None => guard,
@@ -375,11 +375,9 @@ impl Locker {
         let name = LockName::new(name)?;
         let capabilities = self.backend.capabilities();
         capabilities.check_kind(opts.kind)?;
-        // Only a mutex is sure to wait on itself: a second permit or a
-        // second read may well be granted.
         let exclusive = opts.kind == LockKind::Exclusive;
-        if exclusive && opts.wait != Wait::No {
-            self.held.check(&name)?;
+        if opts.wait != Wait::No {
+            self.held.check(&name, opts.kind)?;
         }
         capabilities.check_ttl(opts.ttl)?;
         let started = Instant::now();

@@ -82,7 +82,8 @@ impl Group {
         if !free {
             if req.kind == LockKind::Write {
                 self.writers_waiting.retain(|(o, _)| *o != req.owner);
-                self.writers_waiting.push((req.owner, now + req.ttl));
+                self.writers_waiting
+                    .push((req.owner, now + req.writer_mark()));
             }
             return None;
         }

@@ -104,6 +104,21 @@ impl AcquireRequest {
         }
     }
 
+    /// The shortest time a refused writer stays marked as waiting (see
+    /// [`AcquireRequest::writer_mark`]): longer than any backend's pause
+    /// between a waiter's attempts, each of which renews the mark.
+    pub const WRITER_MARK: Duration = Duration::from_secs(2);
+
+    /// How long a [`LockKind::Write`] request refused by a holder keeps
+    /// arriving readers out: its TTL, but at least
+    /// [`WRITER_MARK`](Self::WRITER_MARK), so that a short TTL does not let
+    /// the mark lapse while the writer naps between attempts and readers
+    /// slip in. A writer that gives up removes its mark (`abandon`); one
+    /// that crashed keeps readers out this long.
+    pub fn writer_mark(&self) -> Duration {
+        self.ttl.max(Self::WRITER_MARK)
+    }
+
     /// The same request for another kind of lock.
     pub fn with_kind(mut self, kind: LockKind) -> Self {
         self.kind = kind;

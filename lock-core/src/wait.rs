@@ -55,6 +55,14 @@ pub async fn poll_acquire_with<B: LockBackend + ?Sized>(
 ) -> Result<Lease> {
     let wake = signals.map(|s| s.subscribe(&req.name));
     loop {
+        // Listening from before the attempt: a release announced while the
+        // attempt is on its way still wakes this waiter, even by
+        // `notify_all`, which keeps nothing for waiters not yet listening.
+        let notified = wake.as_deref().map(Notify::notified);
+        let mut notified = std::pin::pin!(notified);
+        if let Some(listening) = notified.as_mut().as_pin_mut() {
+            listening.enable();
+        }
         budget.attempted();
         let failure = match backend.try_acquire(req).await {
             Ok(Some(lease)) => return Ok(lease),
@@ -73,8 +81,8 @@ pub async fn poll_acquire_with<B: LockBackend + ?Sized>(
         }
         let nap = backoff.next_nap();
         let woken = async {
-            match &wake {
-                Some(notify) => notify.notified().await,
+            match notified.as_mut().as_pin_mut() {
+                Some(listening) => listening.await,
                 None => std::future::pending().await,
             }
         };
@@ -329,6 +337,65 @@ mod tests {
             assert!(wait.await.unwrap().is_err());
             assert_eq!(backend.attempts.load(Ordering::SeqCst), 1);
         }
+    }
+
+    /// Refuses the first attempt, and while it is on its way the holder's
+    /// release wakes every waiter (a writer's release: `notify_all`); grants
+    /// the second.
+    #[derive(Debug)]
+    struct ReleasedDuringTheAttempt {
+        signals: Arc<ReleaseSignals>,
+        attempts: AtomicU64,
+    }
+
+    #[async_trait::async_trait]
+    impl LockBackend for ReleasedDuringTheAttempt {
+        fn capabilities(&self) -> crate::Capabilities {
+            crate::Capabilities::new("released", crate::Fencing::Strict)
+        }
+        async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {
+            if self.attempts.fetch_add(1, Ordering::SeqCst) == 0 {
+                self.signals.notify_all(&req.name);
+                return Ok(None);
+            }
+            let token = crate::FencingToken::new(1);
+            Ok(Some(Lease::granted(
+                req,
+                token,
+                tokio::time::Instant::now(),
+            )))
+        }
+        async fn renew(&self, _: &Lease, _: Duration) -> Result<Lease> {
+            unreachable!("not renewed")
+        }
+        async fn release(&self, _: &Lease) -> Result<()> {
+            Ok(())
+        }
+        async fn abandon(&self, _: &AcquireRequest) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_release_announced_while_the_attempt_is_on_its_way_is_not_missed() {
+        let signals = Arc::new(ReleaseSignals::new());
+        let backend = ReleasedDuringTheAttempt {
+            signals: signals.clone(),
+            attempts: AtomicU64::new(0),
+        };
+        let req = AcquireRequest::new(LockName::new("a").unwrap(), Duration::from_secs(10));
+        let budget = WaitBudget::forever();
+        let started = tokio::time::Instant::now();
+        let cap = Duration::from_secs(1);
+        poll_acquire_signalled(&backend, &req, &budget, &signals, cap)
+            .await
+            .expect("granted");
+        assert_eq!(backend.attempts.load(Ordering::SeqCst), 2);
+        assert_eq!(
+            started.elapsed(),
+            Duration::ZERO,
+            "the waiter slept through the release that let it in"
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use lock_core::backend::{AcquireRequest, Lease, LockBackend, WaitBudget, async_trait};
 use lock_core::{
-    AcquireOptions, Capabilities, Error, LockState, Locker, MemoryBackend, Result, Wait,
+    AcquireOptions, Capabilities, Error, LockKind, LockState, Locker, MemoryBackend, Result, Wait,
 };
 
 /// How renewals misbehave.
@@ -705,6 +705,40 @@ async fn a_task_waiting_for_a_name_it_holds_fails_at_once() {
     waiter.await.unwrap().unwrap();
     // Released, the name may be taken again by the task that held it.
     locker.lock("a").await.unwrap().release().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_task_that_would_wait_on_its_own_read_or_write_fails_at_once() {
+    let locker = Locker::new(MemoryBackend::new());
+    let started = tokio::time::Instant::now();
+    let read = locker.read_lock("doc").await.unwrap();
+    let write = locker.write_lock("doc").await;
+    assert!(matches!(write, Err(Error::AlreadyHeld { .. })), "{write:?}");
+    // A second read, a permit and the mutex of the name are other matters.
+    let second = locker.read_lock("doc").await.unwrap();
+    let permit = locker.acquire_permit("doc", 1).await.unwrap();
+    let mutex = locker.lock("doc").await.unwrap();
+    for guard in [read, second, permit, mutex] {
+        guard.release().await.unwrap();
+    }
+    let write = locker.write_lock("doc").await.unwrap();
+    for kind in [LockKind::Read, LockKind::Write] {
+        let wait = opts(3_000).wait(Wait::For(Duration::from_secs(10)));
+        let again = locker.lock_with("doc", wait.kind(kind)).await;
+        assert!(
+            matches!(again, Err(Error::AlreadyHeld { .. })),
+            "{kind}: {again:?}"
+        );
+    }
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    write.release().await.unwrap();
+    locker
+        .read_lock("doc")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
 }
 
 #[tokio::test(start_paused = true)]

@@ -74,9 +74,6 @@ impl Node {
             LockKind::Permit { permits } => permits,
             _ => 0,
         };
-        // A waiting writer must stay marked between its attempts, however
-        // short its TTL, or readers slip in while it naps.
-        let marked = req.ttl.max(Keys::WAITING_MARK);
         let mut invocation = self.group_invocation(&JOIN_SCRIPT, &req.name, req.kind.family());
         invocation
             .arg(req.owner.to_hex())
@@ -84,7 +81,7 @@ impl Node {
             .arg(mode(req.kind))
             .arg(permits)
             .arg(millis(self.keys().waiting_mark()))
-            .arg(millis(marked));
+            .arg(millis(req.writer_mark()));
         invocation
     }
 

@@ -115,7 +115,9 @@ for i = 1, 3 do
     if #gone > 0 then
         redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
         if i < 3 then
-            redis.call('HDEL', KEYS[4], unpack(gone))
+            for _, owner in ipairs(gone) do
+                redis.call('HDEL', KEYS[4], owner)
+            end
         end
     end
 end

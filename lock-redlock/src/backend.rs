@@ -51,6 +51,9 @@ impl LockBackend for RedlockBackend {
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {
+        // `Locker` checks this too; a caller of the backend itself must not
+        // get a semaphore, which majorities cannot keep.
+        self.capabilities().check_kind(req.kind)?;
         let limit = self.node_limit(req.ttl);
         let sent = Instant::now();
         let outcomes = self

@@ -13,6 +13,7 @@
 //! committed rows and waits for a renewal still in flight instead of
 //! counting the row as expired from an old snapshot.
 
+use lock_core::backend::AcquireRequest;
 use lock_core::{FencingToken, Result};
 use sqlx::{
     AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row as _,
@@ -140,14 +141,7 @@ impl Admission {
                     });
                 }
             }
-            if members.iter().any(|m| !m.live) {
-                sqlx::query::<DB>(AssertSqlSafe(self.prune.as_str()))
-                    .bind(family)
-                    .bind(name)
-                    .execute(&mut *tx)
-                    .await?;
-            }
-            let put = |kind: &'static str, token: i64| {
+            let put = |kind: &'static str, token: i64, ttl_ms: i64| {
                 sqlx::query::<DB>(AssertSqlSafe(self.put.as_str()))
                     .bind(family)
                     .bind(name)
@@ -174,15 +168,28 @@ impl Admission {
                         .bind(name)
                         .execute(&mut *tx)
                         .await?;
-                    put(want.kind, token).execute(&mut *tx).await?;
+                    put(want.kind, token, ttl_ms).execute(&mut *tx).await?;
                     Some(token)
                 }
                 Outcome::Queue => {
-                    put(WAITING, 0).execute(&mut *tx).await?;
+                    // Marked for at least `WRITER_MARK`, longer than the
+                    // writer's naps between attempts.
+                    let mark_ms = ttl_ms.max(crate::backend::ttl_ms(AcquireRequest::WRITER_MARK));
+                    put(WAITING, 0, mark_ms).execute(&mut *tx).await?;
                     None
                 }
                 Outcome::Refuse => None,
             };
+            // Expired rows go last, on the clock of this statement: our own
+            // row, read live, was extended above, so a prune on a later
+            // clock cannot take a grant this attempt reports.
+            if members.iter().any(|m| !m.live) {
+                sqlx::query::<DB>(AssertSqlSafe(self.prune.as_str()))
+                    .bind(family)
+                    .bind(name)
+                    .execute(&mut *tx)
+                    .await?;
+            }
             tx.commit().await?;
             Ok::<_, sqlx::Error>(token)
         };

@@ -157,7 +157,7 @@ fn group_of(lease: &Lease) -> Option<GroupKey> {
 }
 
 /// `ttl` in whole milliseconds as the `BIGINT` the statements bind.
-fn ttl_ms(ttl: Duration) -> i64 {
+pub(crate) fn ttl_ms(ttl: Duration) -> i64 {
     // TTLs are bounded by the capabilities long before this could saturate.
     i64::try_from(millis(ttl)).unwrap_or(i64::MAX)
 }

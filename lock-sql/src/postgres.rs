@@ -10,7 +10,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::backend::QueryOptions;
+use lock_core::backend::{AcquireRequest, QueryOptions};
 use lock_core::{Capabilities, Error, Fencing, LockName, Result};
 use sqlx::AssertSqlSafe;
 use sqlx::error::DatabaseError;
@@ -329,6 +329,7 @@ fn create_groups(at: &Location) -> GroupObjects {
             )"
         ),
     ];
+    let mark_ms = crate::backend::ttl_ms(AcquireRequest::WRITER_MARK);
     let body = format!(
         "
             DECLARE
@@ -365,7 +366,8 @@ fn create_groups(at: &Location) -> GroupObjects {
                     PERFORM set_config('synchronous_commit', 'off', true);
                     IF p_kind = 'write' THEN
                         INSERT INTO {h} (family, name, owner, kind, token, expires_at)
-                        VALUES (p_family, p_name, p_owner, 'wait', 0, v_until)
+                        VALUES (p_family, p_name, p_owner, 'wait', 0,
+                                GREATEST(v_until, now() + {mark_ms} * INTERVAL '1 millisecond'))
                         ON CONFLICT (family, name, owner) DO UPDATE SET expires_at = EXCLUDED.expires_at;
                     END IF;
                     RETURN NULL;
