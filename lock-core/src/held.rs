@@ -38,8 +38,11 @@ impl Caller {
 /// The held names of one locker and its clones.
 #[derive(Default)]
 pub(crate) struct HeldNames {
-    names: Mutex<HashMap<(Family, LockName), Vec<(Caller, LockKind)>>>,
+    names: Mutex<Holds>,
 }
+
+/// Who holds what, by family and name.
+type Holds = HashMap<(Family, LockName), Vec<(Caller, LockKind)>>;
 
 /// Whether a task holding `held` of a name would wait on itself asking for
 /// `asked` of it: the mutex again, or a side of a read-write lock that
@@ -56,7 +59,7 @@ fn waits_on_itself(asked: LockKind, held: LockKind) -> bool {
 }
 
 impl HeldNames {
-    fn names(&self) -> MutexGuard<'_, HashMap<(Family, LockName), Vec<(Caller, LockKind)>>> {
+    fn names(&self) -> MutexGuard<'_, Holds> {
         self.names.lock().unwrap_or_else(|p| p.into_inner())
     }
 
