@@ -66,8 +66,30 @@ impl ZkBackend {
         look_first: bool,
         budget: &WaitBudget,
     ) -> Result<(Node, Instant)> {
+        let (session, mut node) = self
+            .place(client, queue, req, slot, look_first, budget)
+            .await?;
+        let sent = self
+            .wait_for_turn(client, queue, &req.name, req.owner, &mut node, budget)
+            .await;
+        *slot = Some((session, node.clone()));
+        Ok((node, sent?))
+    }
+
+    /// Our node in `queue`: the one `slot` keeps from an earlier attempt on
+    /// this session, or a new one enqueued (and kept in `slot`); with the
+    /// session's id.
+    pub(crate) async fn place(
+        &self,
+        client: &zk::Client,
+        queue: &Queue,
+        req: &AcquireRequest,
+        slot: &mut Option<(i64, Node)>,
+        look_first: bool,
+        budget: &WaitBudget,
+    ) -> Result<(i64, Node)> {
         let session = client.session_id().0;
-        let mut node = match slot {
+        let node = match slot {
             Some((s, node)) if *s == session => node.clone(),
             _ => {
                 budget.attempted();
@@ -75,11 +97,7 @@ impl ZkBackend {
             }
         };
         *slot = Some((session, node.clone()));
-        let sent = self
-            .wait_for_turn(client, queue, &req.name, req.owner, &mut node, budget)
-            .await;
-        *slot = Some((session, node.clone()));
-        Ok((node, sent?))
+        Ok((session, node))
     }
 
     /// Creates our node in `queue`, or finds the one an earlier attempt

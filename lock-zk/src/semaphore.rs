@@ -88,15 +88,9 @@ impl ZkBackend {
         look_first: bool,
         budget: &WaitBudget,
     ) -> Result<(Node, Instant)> {
-        let session = client.session_id().0;
-        let mut node = match slot {
-            Some((s, node)) if *s == session => node.clone(),
-            _ => {
-                budget.attempted();
-                self.enqueue(client, leases, req.owner, look_first).await?
-            }
-        };
-        *slot = Some((session, node.clone()));
+        let (session, mut node) = self
+            .place(client, leases, req, slot, look_first, budget)
+            .await?;
         let ours = owner_prefix(req.owner);
         loop {
             connected(client)?;
