@@ -17,7 +17,7 @@ use lock_core::{Capabilities, Error, FencingToken, LockKind, LockName, Result};
 use crate::config::{EtcdConfig, EtcdOptions};
 use crate::error::convert;
 use crate::handover::EtcdHandovers;
-use crate::queue::{Ahead, Line, Place, Requeue};
+use crate::queue::{Ahead, Line, Place, Requeue, still_ours};
 use crate::session::{Session, Sessions};
 
 /// etcd grants leases in whole seconds and never shorter than its minimum,
@@ -193,11 +193,8 @@ impl LockBackend for EtcdBackend {
             )
         );
         let token = lease.token().to_i64();
-        let still_ours = mine?
-            .kvs()
-            .first()
-            .is_some_and(|kv| kv.create_revision() == token && kv.lease() == session.id);
-        if !alive? || !still_ours {
+        let ours = still_ours(&mine?, token, session.id);
+        if !alive? || !ours {
             return Err(Error::not_held(lease.name()));
         }
         let renewed = lease.renewed(lease.ttl(), session.proven());

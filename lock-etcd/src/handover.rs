@@ -20,6 +20,7 @@ use lock_core::Result;
 use lock_core::backend::Handovers;
 
 use crate::backend::EtcdBackend;
+use crate::queue::still_ours;
 
 /// What a release checks of the waiter behind it.
 #[derive(Debug)]
@@ -52,9 +53,8 @@ impl EtcdBackend {
             return Ok(false);
         }
         let still_there = response.op_responses().get(1).is_some_and(|op| {
-            matches!(op, TxnOpResponse::Get(got) if got.kvs().first().is_some_and(|kv| {
-                kv.create_revision() == next.waiter.revision && kv.lease() == next.waiter.session
-            }))
+            matches!(op, TxnOpResponse::Get(got)
+                if still_ours(got, next.waiter.revision, next.waiter.session))
         });
         if still_there {
             next.grant(());

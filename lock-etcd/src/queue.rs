@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use etcd_client::{
-    Client, Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
-    TxnOpResponse, TxnResponse, WatchOptions, WatchStream,
+    Client, Compare, CompareOp, GetOptions, GetResponse, PutOptions, SortOrder, SortTarget, Txn,
+    TxnOp, TxnOpResponse, TxnResponse, WatchOptions, WatchStream,
 };
 use lock_core::backend::{AcquireRequest, Lease, WaitBudget};
 use lock_core::{Error, FencingToken, Result};
@@ -289,11 +289,10 @@ impl EtcdBackend {
         else {
             return Err(unexpected());
         };
-        let ours = mine
-            .kvs()
-            .first()
-            .is_some_and(|kv| kv.create_revision() == place.revision && kv.lease() == session.id);
-        if !ours || matches!(alive, Ok(false)) || session.is_gone() {
+        if !still_ours(mine, place.revision, session.id)
+            || matches!(alive, Ok(false))
+            || session.is_gone()
+        {
             return Err(Error::not_held(&req.name));
         }
         Ok(match ahead.kvs().first() {
@@ -453,8 +452,19 @@ pub(crate) async fn deleted(stream: &mut WatchStream, after: i64) -> Result<()> 
     })
 }
 
-fn revision(response: &TxnResponse) -> i64 {
+/// The store's revision when it answered `response`.
+pub(crate) fn revision(response: &TxnResponse) -> i64 {
     response.header().map_or(0, |h| h.revision())
+}
+
+/// Whether a get of one key found it as the contender left it: created at
+/// `created` (its token) and attached to the session lease `lease`. Anything
+/// else — gone, or deleted and created again, or on another session — is
+/// not our entry any more.
+pub(crate) fn still_ours(got: &GetResponse, created: i64, lease: i64) -> bool {
+    got.kvs()
+        .first()
+        .is_some_and(|kv| kv.create_revision() == created && kv.lease() == lease)
 }
 
 pub(crate) fn unexpected() -> Error {

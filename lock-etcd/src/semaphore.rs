@@ -27,7 +27,7 @@ use lock_core::{Error, Result};
 
 use crate::backend::EtcdBackend;
 use crate::error::lease_not_found;
-use crate::queue::{deleted, unexpected};
+use crate::queue::{self, deleted, still_ours, unexpected};
 use crate::session::Session;
 
 /// What a read of the lease keys found.
@@ -193,11 +193,7 @@ impl Reader<'_> {
         else {
             return Err(unexpected());
         };
-        let ours = mine
-            .kvs()
-            .first()
-            .is_some_and(|kv| kv.create_revision() == revision && kv.lease() == self.session.id);
-        if !ours {
+        if !still_ours(mine, revision, self.session.id) {
             return Err(Error::not_held(&self.req.name));
         }
         Ok(self.counted(&response, oldest, revision))
@@ -206,7 +202,7 @@ impl Reader<'_> {
     fn counted(&self, response: &TxnResponse, oldest: &GetResponse, revision: i64) -> Count {
         Count {
             revision,
-            read_at: response.header().map_or(0, |h| h.revision()),
+            read_at: queue::revision(response),
             granted: oldest
                 .kvs()
                 .iter()
