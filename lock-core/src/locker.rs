@@ -139,11 +139,7 @@ impl Locker {
     /// One attempt with the default TTL; `Ok(None)` if the lock is held,
     /// whoever holds it.
     pub async fn try_lock(&self, name: impl AsRef<str>) -> Result<Option<LockGuard>> {
-        match self.lock_with(name, self.defaults.wait(Wait::No)).await {
-            Ok(guard) => Ok(Some(guard)),
-            Err(Error::Busy { .. }) => Ok(None),
-            Err(e) => Err(e),
-        }
+        self.try_kind(name, self.defaults.kind).await
     }
 
     /// Runs `section` while holding `name`, then releases it, with the
@@ -341,6 +337,8 @@ impl Locker {
         self.with_lock_options(name, opts, section).await
     }
 
+    /// One attempt at `kind` of `name` with the default TTL; `Ok(None)` if
+    /// it is held.
     async fn try_kind(&self, name: impl AsRef<str>, kind: LockKind) -> Result<Option<LockGuard>> {
         let opts = self.defaults.wait(Wait::No).kind(kind);
         match self.lock_with(name, opts).await {
