@@ -68,7 +68,8 @@ impl Node {
         invocation
     }
 
-    /// The join script for `req`, for [`Node::acquire`]'s pipeline.
+    /// The join script for `req`, as [`Node::grant`] and the acquire
+    /// confirmed by `WAIT` send it.
     pub(crate) fn join_invocation(&self, req: &AcquireRequest) -> ScriptInvocation<'static> {
         let permits = match req.kind {
             LockKind::Permit { permits } => permits,

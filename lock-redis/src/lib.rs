@@ -15,6 +15,7 @@ pub mod eviction;
 #[cfg(not(feature = "raw"))]
 #[allow(unreachable_pub)]
 mod eviction;
+#[cfg_attr(not(feature = "raw"), allow(unreachable_pub))]
 mod group;
 #[cfg(feature = "raw")]
 pub mod node;

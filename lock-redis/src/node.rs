@@ -426,7 +426,10 @@ impl Node {
     /// Grants `req` of any kind if it is free (or already `req.owner`'s):
     /// the lock's token, or `None` if it is held.
     pub async fn grant(&self, req: &AcquireRequest) -> Result<Option<FencingToken>> {
-        let token: u64 = self.run(self.grant_invocation(req), "acquire").await?;
+        if req.kind == LockKind::Exclusive {
+            return self.acquire(&req.name, req.owner, req.ttl).await;
+        }
+        let token: u64 = self.run(self.join_invocation(req), "acquire").await?;
         Ok((token > 0).then_some(FencingToken::new(token)))
     }
 
