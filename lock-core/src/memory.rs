@@ -66,7 +66,8 @@ impl Group {
     }
 
     /// Admits `req` if its kind's rule allows, returning its token; a
-    /// refused writer is remembered as waiting until its TTL from now.
+    /// refused writer is remembered as waiting for
+    /// [`AcquireRequest::writer_mark`] from now.
     fn admit(&mut self, req: &AcquireRequest, now: Instant) -> Option<u64> {
         self.prune(now);
         if let Some(m) = self.holders.iter_mut().find(|m| m.owner == req.owner) {
@@ -79,15 +80,16 @@ impl Group {
             LockKind::Read => !others_wait && self.holders.iter().all(|m| m.kind == LockKind::Read),
             _ => self.holders.is_empty(),
         };
+        // A writer's own mark goes either way: renewed if it is refused
+        // again, dropped if it gets in.
+        self.writers_waiting.retain(|(o, _)| *o != req.owner);
         if !free {
             if req.kind == LockKind::Write {
-                self.writers_waiting.retain(|(o, _)| *o != req.owner);
                 self.writers_waiting
                     .push((req.owner, now + req.writer_mark()));
             }
             return None;
         }
-        self.writers_waiting.retain(|(o, _)| *o != req.owner);
         self.granted += 1;
         self.holders.push(Member {
             owner: req.owner,
