@@ -10,6 +10,7 @@ use std::time::Duration;
 pub use crate::handover::{Handover, Handovers, Registration};
 pub use crate::lease::Lease;
 pub use crate::options::{AcquireRequest, WaitBudget};
+pub use crate::single_flight::SingleFlight;
 pub use crate::url::{HostList, QueryOptions};
 pub use crate::wait::{
     Backoff, ReleaseSignals, Retry, poll_acquire, poll_acquire_signalled, poll_acquire_with,

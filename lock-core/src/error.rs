@@ -1,5 +1,6 @@
 //! The one error type of every distlock crate.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A boxed error from a driver, kept as the `source()` of an [`Error`].
@@ -250,12 +251,112 @@ impl Error {
         }
     }
 
+    /// The same error for one more caller of an attempt whose outcome many
+    /// share ([`SingleFlight`](crate::backend::SingleFlight)): the same
+    /// variant and words; a driver's error, which cannot be copied, stays
+    /// shared as the source.
+    pub(crate) fn shared(original: &Arc<Error>) -> Self {
+        let source = || -> Option<BoxError> {
+            original
+                .source_error()
+                .map(|_| Box::new(SharedSource(original.clone())) as BoxError)
+        };
+        match &**original {
+            Error::InvalidName { name, reason } => Error::InvalidName {
+                name: name.clone(),
+                reason: reason.clone(),
+            },
+            Error::InvalidTtl { ttl, min, max, backend } => Error::InvalidTtl {
+                ttl: *ttl,
+                min: *min,
+                max: *max,
+                backend,
+            },
+            Error::InvalidPermits { permits, max } => Error::InvalidPermits {
+                permits: *permits,
+                max: *max,
+            },
+            Error::InvalidUrl { url, reason } => Error::InvalidUrl {
+                url: url.clone(),
+                reason: reason.clone(),
+            },
+            Error::UnknownScheme { scheme, supported } => Error::UnknownScheme {
+                scheme: scheme.clone(),
+                supported: supported.clone(),
+            },
+            Error::FeatureDisabled {
+                scheme,
+                feature,
+                supported,
+            } => Error::FeatureDisabled {
+                scheme: scheme.clone(),
+                feature,
+                supported: supported.clone(),
+            },
+            Error::Busy { name } => Error::Busy { name: name.clone() },
+            Error::AlreadyHeld { name } => Error::AlreadyHeld { name: name.clone() },
+            Error::WaitTimeout { name, waited } => Error::WaitTimeout {
+                name: name.clone(),
+                waited: *waited,
+            },
+            Error::NotHeld { name } => Error::NotHeld { name: name.clone() },
+            Error::Lost { name } => Error::Lost { name: name.clone() },
+            Error::Unavailable {
+                backend, message, ..
+            } => Error::Unavailable {
+                backend,
+                message: message.clone(),
+                source: source(),
+            },
+            Error::Timeout { operation, after } => Error::Timeout {
+                operation,
+                after: *after,
+            },
+            Error::Unsupported { backend, operation } => Error::Unsupported {
+                backend,
+                operation,
+            },
+            Error::Backend { message, .. } => Error::Backend {
+                message: message.clone(),
+                source: source(),
+            },
+        }
+    }
+
+    /// The driver's error kept as the source, if any.
+    fn source_error(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
+        match self {
+            Error::Unavailable { source, .. } | Error::Backend { source, .. } => source.as_deref(),
+            _ => None,
+        }
+    }
+
     /// An [`Error::InvalidUrl`]; `url` is redacted before it is stored.
     pub fn invalid_url(url: &str, reason: impl Into<String>) -> Self {
         Error::InvalidUrl {
             url: crate::url::redact(url),
             reason: reason.into(),
         }
+    }
+}
+
+/// The source of an error many callers share: shows, and leads on to,
+/// what the original's source does.
+#[derive(Debug)]
+struct SharedSource(Arc<Error>);
+
+impl std::fmt::Display for SharedSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.source_error() {
+            Some(source) => std::fmt::Display::fmt(source, f),
+            None => Ok(()),
+        }
+    }
+}
+
+impl std::error::Error for SharedSource {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source_error().and_then(|s| s.source())
     }
 }
 
@@ -284,6 +385,19 @@ mod tests {
         assert!(down.is_transient() && !down.is_contention());
         assert!(!Error::backend("x").is_retryable());
         assert!(Error::invalid_url("x://", "no").is_invalid_input());
+    }
+
+    #[test]
+    fn a_shared_error_reads_as_the_original() {
+        let driver = std::io::Error::other("connection refused");
+        let original = Arc::new(Error::unavailable_from("x", "connect", driver));
+        let copy = Error::shared(&original);
+        assert_eq!(copy.to_string(), original.to_string());
+        assert!(copy.is_transient());
+        let source = std::error::Error::source(&copy).expect("a source");
+        assert_eq!(source.to_string(), "connection refused");
+        let timeout = Error::shared(&Arc::new(Error::timeout("connect", Duration::from_secs(1))));
+        assert!(matches!(timeout, Error::Timeout { operation: "connect", .. }));
     }
 
     #[test]

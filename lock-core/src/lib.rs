@@ -18,6 +18,7 @@ mod options;
 mod per_name;
 mod renewal;
 mod renewal_queue;
+mod single_flight;
 mod token;
 mod turns;
 pub mod url;

@@ -161,7 +161,13 @@ impl LockBackend for EtcdBackend {
                 // the budget.
                 Err(e) => {
                     if let Err(e) = retry.after(e).await {
-                        queued.leave().await;
+                        // The server answered: leave now, so that the queue
+                        // is as the caller left it. It did not: leave in the
+                        // background (`Queued`'s drop), not in front of the
+                        // caller.
+                        if !e.is_transient() {
+                            queued.leave().await;
+                        }
                         return Err(e);
                     }
                 }
@@ -340,7 +346,7 @@ impl EtcdBackend {
         req: &AcquireRequest,
         line: &Line,
         place: &Place,
-        session: &Session,
+        session: &Arc<Session>,
         budget: Option<&WaitBudget>,
     ) -> Result<Option<Lease>> {
         let LockKind::Permit { permits } = req.kind else {

@@ -73,7 +73,7 @@ impl EtcdBackend {
         &self,
         req: &AcquireRequest,
         line: &Line,
-        session: &Session,
+        session: &Arc<Session>,
     ) -> Result<std::result::Result<Place, Requeue>> {
         let key = line.key.clone();
         let dir = line.blockers.clone();
@@ -172,7 +172,7 @@ impl EtcdBackend {
         req: &AcquireRequest,
         line: &Line,
         place: &Place,
-        session: &Session,
+        session: &Arc<Session>,
         budget: &WaitBudget,
     ) -> Result<()> {
         let mut to_watch = match &place.ahead {
@@ -242,7 +242,7 @@ impl EtcdBackend {
         req: &AcquireRequest,
         line: &Line,
         place: &Place,
-        session: &Session,
+        session: &Arc<Session>,
         watching: Option<(Vec<u8>, WatchStream)>,
         to_watch: &mut Option<(Vec<u8>, i64)>,
     ) -> Result<Option<(Vec<u8>, WatchStream)>> {
@@ -267,7 +267,7 @@ impl EtcdBackend {
         req: &AcquireRequest,
         line: &Line,
         place: &Place,
-        session: &Session,
+        session: &Arc<Session>,
     ) -> Result<Ahead> {
         let before_us = GetOptions::new()
             .with_prefix()

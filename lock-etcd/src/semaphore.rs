@@ -16,6 +16,7 @@
 //! (tokens grow with them), and lets one contender at a time watch the
 //! lease keys, so that a release wakes one waiter instead of all.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use etcd_client::{
@@ -50,7 +51,7 @@ impl EtcdBackend {
         &self,
         req: &AcquireRequest,
         permits: u32,
-        session: &Session,
+        session: &Arc<Session>,
         budget: Option<&WaitBudget>,
     ) -> Result<Option<Lease>> {
         let key = self.held_key(&req.name, req.owner, req.kind);
@@ -110,7 +111,7 @@ struct Reader<'a> {
     key: &'a str,
     leases: &'a str,
     permits: u32,
-    session: &'a Session,
+    session: &'a Arc<Session>,
 }
 
 impl Reader<'_> {

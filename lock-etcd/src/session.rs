@@ -25,6 +25,13 @@
 //! nobody uses any more simply expires on the server. Once a keep-alive
 //! finds the lease gone, the session is never used again, and the next
 //! acquire grants a new one.
+//!
+//! No caller waits for more than one request's timeout here, whatever else
+//! is going on: a caller that needs a keep-alive (or a lease grant) while
+//! one is in flight joins it and gets its outcome, failure included,
+//! instead of queueing for one of its own after it (lock-core's
+//! `SingleFlight`); and the deletion of orphaned keys runs beside the
+//! keep-alives, in the background, never in front of a caller.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -33,6 +40,7 @@ use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use lock_core::Result;
+use lock_core::backend::SingleFlight;
 use tokio::time::Instant;
 
 use crate::backend::EtcdBackend;
@@ -44,9 +52,9 @@ pub(crate) struct Session {
     /// The lease's TTL, in the whole seconds it was granted with.
     pub(crate) ttl: Duration,
     state: Mutex<State>,
-    /// One keep-alive at a time: callers that queue behind one in flight
-    /// find its proof fresh and send none of their own.
-    flight: tokio::sync::Mutex<()>,
+    /// One keep-alive at a time: callers that come while one is in flight
+    /// share its outcome and send none of their own.
+    flight: SingleFlight<bool>,
 }
 
 #[derive(Debug)]
@@ -54,9 +62,9 @@ struct State {
     proven: Instant,
     gone: bool,
     /// Queue keys of acquires that could not be deleted when they were
-    /// given up (the server was unreachable): retried with every keep-alive,
-    /// since a lease kept alive by other locks would otherwise keep them
-    /// queued, or holding, for good.
+    /// given up (the server was unreachable): retried, in the background,
+    /// with every keep-alive, since a lease kept alive by other locks would
+    /// otherwise keep them queued, or holding, for good.
     orphans: Vec<Orphan>,
     /// The locks granted on this session and not released, by key: their
     /// fencing token and deadline.
@@ -68,6 +76,17 @@ struct State {
 pub(crate) struct Orphan {
     pub(crate) key: String,
     pub(crate) mark: Mark,
+}
+
+impl Orphan {
+    /// What holds as long as the key is ours.
+    fn compare(&self) -> Compare {
+        let key = self.key.as_str();
+        match &self.mark {
+            Mark::Owner(owner) => Compare::value(key, CompareOp::Equal, owner.as_str()),
+            Mark::Token(token) => Compare::create_revision(key, CompareOp::Equal, *token),
+        }
+    }
 }
 
 /// What tells our key from anybody else's.
@@ -90,7 +109,7 @@ impl Session {
                 orphans: Vec::new(),
                 held: HashMap::new(),
             }),
-            flight: tokio::sync::Mutex::new(()),
+            flight: SingleFlight::new(),
         }
     }
 
@@ -202,8 +221,6 @@ impl Session {
 #[derive(Debug, Default)]
 pub(crate) struct Sessions {
     registry: Mutex<Registry>,
-    /// One `LeaseGrant` at a time: concurrent first acquires share it.
-    granting: tokio::sync::Mutex<()>,
 }
 
 #[derive(Debug, Default)]
@@ -214,6 +231,9 @@ struct Registry {
     /// renewing the session it was granted on even after new keys moved to
     /// another one.
     by_id: HashMap<i64, Arc<Session>>,
+    /// One `LeaseGrant` at a time per TTL in whole seconds: acquires that
+    /// find no session share the one in flight, and its failure.
+    granting: HashMap<i64, SingleFlight<Arc<Session>>>,
 }
 
 impl Sessions {
@@ -249,6 +269,11 @@ impl Sessions {
             .collect()
     }
 
+    /// The grants of sessions of `seconds`, one at a time.
+    fn granting(&self, seconds: i64) -> SingleFlight<Arc<Session>> {
+        self.registry().granting.entry(seconds).or_default().clone()
+    }
+
     fn insert(&self, seconds: i64, session: Arc<Session>) {
         let mut registry = self.registry();
         // Bounded: what goes is gone or expired on the server too.
@@ -259,6 +284,13 @@ impl Sessions {
     }
 }
 
+const GRANT: &str = "grant a session lease";
+const KEEP_ALIVE: &str = "keep the lease alive";
+
+/// The most operations etcd takes in one `Txn` branch (its
+/// `--max-txn-ops`, 128 by default), with room to spare.
+const MAX_TXN_OPS: usize = 100;
+
 /// Whole seconds, rounded up, as etcd grants leases.
 pub(crate) fn lease_seconds(ttl: Duration) -> i64 {
     i64::try_from(ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0)).unwrap_or(i64::MAX)
@@ -266,19 +298,31 @@ pub(crate) fn lease_seconds(ttl: Duration) -> i64 {
 
 impl EtcdBackend {
     /// The session keys with this TTL go on: the current one, or a new
-    /// lease (one `LeaseGrant`) if there is none fit for use.
+    /// lease (one `LeaseGrant`, shared with every caller that comes while
+    /// it is in flight) if there is none fit for use.
     pub(crate) async fn session(&self, ttl: Duration) -> Result<Arc<Session>> {
         let seconds = lease_seconds(ttl);
         if let Some(session) = self.sessions.current(seconds) {
             return Ok(session);
         }
-        let _granting = self.sessions.granting.lock().await;
-        if let Some(session) = self.sessions.current(seconds) {
-            return Ok(session);
-        }
+        let backend = self.clone();
+        self.sessions
+            .granting(seconds)
+            .run(GRANT, self.options.timeout, move || async move {
+                // Granted while this caller looked for the flight.
+                match backend.sessions.current(seconds) {
+                    Some(session) => Ok(session),
+                    None => backend.grant_session(seconds).await,
+                }
+            })
+            .await
+    }
+
+    /// A new session lease of `seconds`, current from now on.
+    async fn grant_session(&self, seconds: i64) -> Result<Arc<Session>> {
         let sent = Instant::now();
         let granted = self
-            .call("grant a session lease", |mut c| async move {
+            .call(GRANT, |mut c| async move {
                 c.lease_grant(seconds, None).await
             })
             .await?;
@@ -294,7 +338,7 @@ impl EtcdBackend {
     /// A keep-alive if `session` [is stale](Session::is_stale), sent by a
     /// request that will rely on the lease: `false` when it found the lease
     /// gone; `true` without a request otherwise.
-    pub(crate) async fn prove_if_stale(&self, session: &Session) -> Result<bool> {
+    pub(crate) async fn prove_if_stale(&self, session: &Arc<Session>) -> Result<bool> {
         if session.is_stale() {
             self.prove_alive(session, session.renew_after()).await
         } else {
@@ -303,54 +347,52 @@ impl EtcdBackend {
     }
 
     /// Proves the session alive with a keep-alive, unless a proof younger
-    /// than `fresh` is at hand (or arrives while waiting for the keep-alive
-    /// in flight). `false` when the lease is gone; then so is every key on
-    /// it. Also retries the deletion of orphaned keys, in parallel.
-    pub(crate) async fn prove_alive(&self, session: &Session, fresh: Duration) -> Result<bool> {
-        let _flight = session.flight.lock().await;
+    /// than `fresh` is at hand; a keep-alive in flight is joined, not
+    /// followed by another. `false` when the lease is gone; then so is
+    /// every key on it. A keep-alive also starts the deletion of orphaned
+    /// keys, in the background.
+    pub(crate) async fn prove_alive(&self, session: &Arc<Session>, fresh: Duration) -> Result<bool> {
         if session.is_gone() {
             return Ok(false);
         }
         if session.proven().elapsed() < fresh {
             return Ok(true);
         }
-        let orphans = session.take_orphans();
-        let sent = Instant::now();
-        let (alive, left) = tokio::join!(self.keep_alive(session.id), self.delete(orphans));
-        for orphan in left {
-            session.add_orphan(orphan);
-        }
-        match alive? {
-            true => {
-                session.prove(sent);
-                Ok(true)
-            }
-            false => {
-                session.kill();
-                Ok(false)
-            }
-        }
+        let (backend, session) = (self.clone(), session.clone());
+        let flight = session.flight.clone();
+        flight
+            .run(KEEP_ALIVE, self.options.timeout, move || async move {
+                backend.clean_up(&session);
+                let sent = Instant::now();
+                let alive = backend.keep_alive(session.id).await?;
+                if alive {
+                    session.prove(sent);
+                } else {
+                    session.kill();
+                }
+                Ok(alive)
+            })
+            .await
     }
 
-    /// Deletes each key if it still is ours; returns the ones that could
-    /// not be reached.
-    async fn delete(&self, orphans: Vec<Orphan>) -> Vec<Orphan> {
-        let mut left = Vec::new();
-        for orphan in orphans {
-            let compare = match &orphan.mark {
-                Mark::Owner(owner) => {
-                    Compare::value(orphan.key.as_str(), CompareOp::Equal, owner.as_str())
+    /// Deletes the session's orphaned keys, and the keys of its grants
+    /// whose deadline passed unrenewed, in a task of their own: one `Txn`
+    /// per [`MAX_TXN_OPS`] keys. Those the server could not be told to
+    /// delete wait for the next keep-alive.
+    fn clean_up(&self, session: &Arc<Session>) {
+        let orphans = session.take_orphans();
+        for chunk in orphans.chunks(MAX_TXN_OPS) {
+            let (backend, session, chunk) = (self.clone(), session.clone(), chunk.to_vec());
+            tokio::spawn(async move {
+                let deletes = chunk.iter().map(|o| (o.key.clone(), o.compare()));
+                if let Err(e) = backend.delete_each(deletes.collect()).await {
+                    tracing::debug!(error = %e, keys = chunk.len(), "orphaned queue keys are still there");
+                    for orphan in chunk {
+                        session.add_orphan(orphan);
+                    }
                 }
-                Mark::Token(token) => {
-                    Compare::create_revision(orphan.key.as_str(), CompareOp::Equal, *token)
-                }
-            };
-            if let Err(e) = self.delete_if(&orphan.key, compare).await {
-                tracing::debug!(error = %e, key = %orphan.key, "an orphaned queue key is still there");
-                left.push(orphan);
-            }
+            });
         }
-        left
     }
 
     /// Deletes `key` if its value is still `owner` (an owner token): one
@@ -372,18 +414,27 @@ impl EtcdBackend {
             .map(|r| r.succeeded())
     }
 
-    /// Deletes each of `keys` whose value is still `owner`: one `Txn`, its
-    /// deletes nested so that each key is compared on its own (a missing
-    /// one stops none of the others).
+    /// Deletes each of `keys` whose value is still `owner` (see
+    /// [`delete_each`](Self::delete_each)).
     async fn leave_all(&self, keys: &[String], owner: &str) -> Result<()> {
         if let [key] = keys {
             return self.leave(key, owner).await;
         }
-        let deletes = keys.iter().map(|key| {
+        let deletes = keys
+            .iter()
+            .map(|key| (key.clone(), Compare::value(key.as_str(), CompareOp::Equal, owner)));
+        self.delete_each(deletes.collect()).await
+    }
+
+    /// Deletes each key whose compare holds: one `Txn`, its deletes nested
+    /// so that each key is compared on its own (a missing one stops none
+    /// of the others).
+    async fn delete_each(&self, deletes: Vec<(String, Compare)>) -> Result<()> {
+        let deletes = deletes.into_iter().map(|(key, compare)| {
             TxnOp::txn(
                 Txn::new()
-                    .when([Compare::value(key.as_str(), CompareOp::Equal, owner)])
-                    .and_then([TxnOp::delete(key.as_str(), None)]),
+                    .when([compare])
+                    .and_then([TxnOp::delete(key, None)]),
             )
         });
         let txn = Txn::new().and_then(deletes.collect::<Vec<_>>());
