@@ -3,9 +3,14 @@
 //! keys of abandoned acquires are deleted in the background, not in front
 //! of the next renewal.
 
+mod common {
+    pub(crate) mod bounded;
+}
+
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::bounded::{all_fail_within, at_once, timed};
 use conformance_tests::proxy::{Fault, Proxy};
 use conformance_tests::servers::etcd::Etcd;
 use conformance_tests::targets::fresh_table;
@@ -31,13 +36,6 @@ async fn proxy_to(etcd: &Etcd) -> Proxy {
     Proxy::to(addr).await
 }
 
-/// Runs `call` and returns how long it took, with what it returned.
-async fn timed<T>(call: impl Future<Output = T>) -> (Duration, T) {
-    let started = Instant::now();
-    let out = call.await;
-    (started.elapsed(), out)
-}
-
 /// A backend through a new proxy in front of the shared etcd, with the
 /// request timeout [`TIMEOUT`].
 async fn proxied() -> (Proxy, Arc<EtcdBackend>, Locker) {
@@ -53,26 +51,6 @@ async fn proxied() -> (Proxy, Arc<EtcdBackend>, Locker) {
     (proxy, backend, locker)
 }
 
-/// Awaits every task, each a timed call that must fail, and asserts that
-/// the slowest took less than `bound`.
-async fn all_fail_within<T: std::fmt::Debug>(
-    what: &str,
-    calls: Vec<tokio::task::JoinHandle<(Duration, lock_core::Result<T>)>>,
-    bound: Duration,
-) {
-    let mut took = Vec::new();
-    for call in calls {
-        let (elapsed, outcome) = call.await.expect("no panic");
-        assert!(outcome.is_err(), "{what} through a black hole: {outcome:?}");
-        took.push(elapsed);
-    }
-    let slowest = took.iter().max().copied().unwrap_or_default();
-    assert!(
-        slowest < bound,
-        "{what}: the slowest took {slowest:?}; the bound is {bound:?}; each took {took:?}"
-    );
-}
-
 /// Ten acquires abandoned while etcd is black-holed leave ten orphaned
 /// keys on the session of a held lease. The renewal of that lease must
 /// not wait for their deletion: it fails within its timeout, as do
@@ -85,15 +63,12 @@ async fn a_black_holed_etcd_fails_each_call_within_its_timeout() {
     let granted = Instant::now();
 
     proxy.set(Fault::Stall);
-    let abandons = (0..10).map(|i| {
+    let abandons = at_once(10, |i| {
         let backend = backend.clone();
         let name = LockName::new(format!("abandoned-{i}")).expect("a name");
-        tokio::spawn(async move { backend.abandon(&AcquireRequest::new(name, TTL)).await })
+        async move { backend.abandon(&AcquireRequest::new(name, TTL)).await }
     });
-    for abandon in abandons.collect::<Vec<_>>() {
-        let outcome = abandon.await.expect("no panic");
-        assert!(outcome.is_err(), "abandoned through a black hole: {outcome:?}");
-    }
+    all_fail_within("abandon", abandons, 2 * TIMEOUT).await;
     // The session's proof (sent before `granted`) is old enough that the
     // renewal sends a keep-alive, which is when orphans are retried.
     sleep_until(granted + TTL / 6 + Duration::from_millis(100)).await;
@@ -132,11 +107,11 @@ async fn concurrent_renewals_share_one_failed_keep_alive() {
     proxy.set(Fault::Stall);
     // Old enough that each renewal needs a keep-alive.
     sleep_until(granted + TTL / 6 + Duration::from_millis(100)).await;
-    let renewals = leases.into_iter().map(|lease| {
-        let backend = backend.clone();
-        tokio::spawn(async move { timed(backend.renew(&lease, TTL)).await })
+    let renewals = at_once(leases.len(), |i| {
+        let (backend, lease) = (backend.clone(), leases[i].clone());
+        async move { backend.renew(&lease, TTL).await }
     });
-    all_fail_within("renew", renewals.collect(), 2 * TIMEOUT).await;
+    all_fail_within("renew", renewals, 2 * TIMEOUT).await;
 }
 
 /// Ten first acquires while etcd is black-holed (no session yet, so each
@@ -146,10 +121,10 @@ async fn concurrent_first_acquires_share_one_failed_lease_grant() {
     let (proxy, _, locker) = proxied().await;
     let opts = AcquireOptions::with_ttl(TTL).wait(Wait::No);
     proxy.set(Fault::Stall);
-    let acquires = (0..10).map(|i| {
+    let acquires = at_once(10, |i| {
         let locker = locker.clone();
-        tokio::spawn(async move { timed(locker.lock_with(format!("new-{i}"), opts)).await })
+        async move { locker.lock_with(format!("new-{i}"), opts).await }
     });
     // The grant, then the locker's undo of the attempt.
-    all_fail_within("try_lock", acquires.collect(), 3 * TIMEOUT).await;
+    all_fail_within("try_lock", acquires, 3 * TIMEOUT).await;
 }

@@ -4,8 +4,10 @@
 //! `ASK` as slots move; or to the master Redis Sentinel names.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use lock_core::backend::SingleFlight;
 use lock_core::{Error, Result};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
@@ -117,14 +119,21 @@ pub async fn open_cluster(
 /// and the next command asks the sentinels again. The failed command is
 /// not sent again: whether it was applied is unknown, which the caller
 /// handles as for any lost reply.
+///
+/// Commands that find no connection share one look-up, and its failure:
+/// none waits for more than one look-up (at most twice the connect
+/// timeout: the sentinels' answer, then the connection), however many
+/// came before it.
 pub struct SentinelConn {
     sentinels: tokio::sync::Mutex<SentinelClient>,
     /// The connection to the master, with the number of the look-up that
     /// found it.
     master: std::sync::Mutex<Option<(u64, ConnectionManager)>>,
-    /// Held while the sentinels are asked, so that commands failing
-    /// together make one look-up.
-    resolving: tokio::sync::Mutex<u64>,
+    /// The look-up in progress, which every command that finds no
+    /// connection joins.
+    resolving: SingleFlight<(u64, ConnectionManager)>,
+    /// Look-ups made so far.
+    lookups: AtomicU64,
     label: String,
     connect_timeout: Duration,
     timeout: Duration,
@@ -156,7 +165,8 @@ impl SentinelConn {
         let conn = Arc::new(Self {
             sentinels: tokio::sync::Mutex::new(sentinels),
             master: std::sync::Mutex::new(None),
-            resolving: tokio::sync::Mutex::new(0),
+            resolving: SingleFlight::new(),
+            lookups: AtomicU64::new(0),
             label: label.to_owned(),
             connect_timeout,
             timeout,
@@ -200,25 +210,34 @@ impl SentinelConn {
             .clone()
     }
 
-    /// The connection to the master, made if there is none, with its
-    /// look-up's number.
-    async fn master(&self) -> Result<(u64, ConnectionManager)> {
+    /// The connection to the master, made if there is none (or the
+    /// look-up in progress joined), with its look-up's number.
+    async fn master(self: &Arc<Self>) -> Result<(u64, ConnectionManager)> {
         if let Some(current) = self.current() {
             return Ok(current);
         }
-        let mut lookups = self.resolving.lock().await;
-        // Another command may have looked while this one waited.
-        if let Some(current) = self.current() {
-            return Ok(current);
-        }
+        let this = self.clone();
+        let within = 2 * self.connect_timeout;
+        self.resolving
+            .run("finding the master", within, move || async move {
+                // Another command may have looked since this one did.
+                if let Some(current) = this.current() {
+                    return Ok(current);
+                }
+                this.look_up().await
+            })
+            .await
+    }
+
+    /// Asks the sentinels for the master and connects to it.
+    async fn look_up(&self) -> Result<(u64, ConnectionManager)> {
         let client = self.master_client().await?;
         let Conn::Single(conn) =
             open(&client, &self.label, self.connect_timeout, self.timeout).await?
         else {
             unreachable!("open makes one server's connection");
         };
-        *lookups += 1;
-        let current = (*lookups, conn);
+        let current = (self.lookups.fetch_add(1, Ordering::Relaxed) + 1, conn);
         *self.master.lock().unwrap_or_else(|p| p.into_inner()) = Some(current.clone());
         Ok(current)
     }
@@ -242,7 +261,7 @@ impl SentinelConn {
     }
 
     async fn run<T>(
-        &self,
+        self: &Arc<Self>,
         send: impl AsyncFnOnce(&mut ConnectionManager) -> redis::RedisResult<T>,
     ) -> redis::RedisResult<T> {
         let (lookup, mut conn) = self.master().await.map_err(|e| {
