@@ -1,15 +1,18 @@
 //! ZooKeeper under faults: a disconnection with a live session (at risk,
 //! then held again) and one past the session timeout (lost, the lock moves
-//! on), a three-server ensemble losing its leader, then its quorum, and
-//! holders and waiters on a follower cut off from the leader.
+//! on), a three-server ensemble losing its leader, then its quorum,
+//! holders and waiters on a follower cut off from the leader, and calls
+//! that share one failed attempt at a new session.
 
 mod common {
+    pub(crate) mod bounded;
     pub(crate) mod zk;
 }
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::bounded::{all_fail_within, at_once};
 use common::zk::{TTL, backend, children, locker, opts, plain, wait_for_children};
 use conformance_tests::proxy::{Fault, Proxy};
 use conformance_tests::servers::zookeeper::{ZkServer, ZooKeeper};
@@ -424,4 +427,45 @@ async fn a_grant_the_leader_cannot_confirm_is_not_made() {
         .expect("granted");
     assert!(second.token() > next_token);
     second.release().await.expect("release");
+}
+
+/// Once the session has ended and ZooKeeper is black-holed, ten `try_lock`s
+/// at once share one attempt at a new session, and its failure: each fails
+/// within 2 × (timeout + connect_timeout), not after the failed attempts of
+/// those before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_locks_share_one_failed_attempt_at_a_new_session() {
+    const TIMEOUT: Duration = Duration::from_millis(200);
+    const CONNECT_TIMEOUT: Duration = Duration::from_millis(200);
+    let zk = ZooKeeper::shared().await;
+    let proxy = Proxy::to(zk.servers[0].socket_addr()).await;
+    let a_backend = backend(&format!(
+        "zk://127.0.0.1:{}/{}?session_timeout=1500ms&timeout={}ms&connect_timeout={}ms",
+        proxy.port(),
+        fresh_table(),
+        TIMEOUT.as_millis(),
+        CONNECT_TIMEOUT.as_millis()
+    ))
+    .await;
+    let a = Locker::from_arc(a_backend.clone() as Arc<dyn LockBackend>);
+    let opts = opts(TTL, Wait::No);
+    let guard = a.lock_with("before", opts).await.expect("free");
+    guard.release().await.expect("release");
+    // The client ends the session once it has heard nothing for longer
+    // than the session timeout; the next call must make a new one.
+    proxy.set(Fault::Stall);
+    timeout(Duration::from_secs(20), async {
+        while a_backend.session_id().is_some() {
+            sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the session ended");
+    let tries = at_once(10, |i| {
+        let a = a.clone();
+        async move { a.lock_with(format!("try-{i}"), opts).await }
+    });
+    let bound = 2 * (TIMEOUT + CONNECT_TIMEOUT);
+    let slowest = all_fail_within("try_lock", tries, bound).await;
+    eprintln!("ten try_locks with ZooKeeper black-holed: the slowest took {slowest:?}");
 }

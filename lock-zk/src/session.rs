@@ -1,6 +1,8 @@
 //! The ZooKeeper session of a [`ZkBackend`]: one per backend, shared by every
 //! lock it takes, replaced when it expires; every request bounded by the
-//! configured timeout.
+//! configured timeout. Calls that find the session ended share the making
+//! of the next one, and its failure: none waits for more than one attempt
+//! (the connect timeout, then the timeout of creating the chroot).
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -8,6 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use lock_core::backend::SingleFlight;
 use lock_core::{Error, Result};
 use zookeeper_client as zk;
 
@@ -27,8 +30,9 @@ pub(crate) struct Inner {
     own_sessions: bool,
     /// Whether nodes get the creator-only ACL.
     creator_only: bool,
-    /// Held while a new session is being made, so only one is.
-    connecting: tokio::sync::Mutex<()>,
+    /// The making of a new session, which every call that finds none
+    /// joins, so that only one is made.
+    connecting: SingleFlight<zk::Client>,
     /// Whether the server accepts container nodes (cleared on `Unimplemented`).
     pub(crate) containers: AtomicBool,
     /// Leases granted by this backend, by owner token, each with the task
@@ -126,7 +130,7 @@ impl ZkBackend {
                 session: Mutex::new(None),
                 own_sessions,
                 creator_only,
-                connecting: tokio::sync::Mutex::new(()),
+                connecting: SingleFlight::new(),
                 held: Mutex::new(HashMap::new()),
                 uncertain: Mutex::new(HashSet::new()),
                 wakeups: AtomicU64::new(0),
@@ -159,12 +163,9 @@ impl ZkBackend {
         }
     }
 
-    /// The live session, or a new one if it expired.
+    /// The live session, or a new one if it expired (the one being made,
+    /// if another call is making it).
     pub(crate) async fn client(&self) -> Result<zk::Client> {
-        if let Some(c) = self.inner.live_client() {
-            return Ok(c);
-        }
-        let _one_at_a_time = self.inner.connecting.lock().await;
         if let Some(c) = self.inner.live_client() {
             return Ok(c);
         }
@@ -175,10 +176,22 @@ impl ZkBackend {
                 .map_or(zk::SessionState::Closed, |c| c.state());
             return Err(session_ended(state));
         }
-        let client = self.new_session().await?;
-        tracing::debug!(session = %client.session_id(), timeout = ?client.session_timeout(), "new ZooKeeper session");
-        *self.inner.session.lock().unwrap_or_else(|p| p.into_inner()) = Some(client.clone());
-        Ok(client)
+        let backend = self.clone();
+        let within = self.inner.config.connect_timeout + self.inner.config.timeout;
+        self.inner
+            .connecting
+            .run("making a ZooKeeper session", within, move || async move {
+                // Made while this call looked for the attempt.
+                if let Some(c) = backend.inner.live_client() {
+                    return Ok(c);
+                }
+                let client = backend.new_session().await?;
+                tracing::debug!(session = %client.session_id(), timeout = ?client.session_timeout(), "new ZooKeeper session");
+                *backend.inner.session.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(client.clone());
+                Ok(client)
+            })
+            .await
     }
 
     async fn new_session(&self) -> Result<zk::Client> {
