@@ -80,15 +80,24 @@ async fn a_black_holed_etcd_fails_each_call_within_its_timeout() {
     assert!(took < bound, "renew took {took:?}; the bound is {bound:?}");
     let (took, held) = timed(backend.is_held(&lease)).await;
     assert!(held.is_err(), "is_held through a black hole: {held:?}");
-    assert!(took < bound, "is_held took {took:?}; the bound is {bound:?}");
+    assert!(
+        took < bound,
+        "is_held took {took:?}; the bound is {bound:?}"
+    );
     let (took, released) = timed(backend.release(&lease)).await;
     assert!(released.is_err(), "released through a black hole");
-    assert!(took < bound, "release took {took:?}; the bound is {bound:?}");
+    assert!(
+        took < bound,
+        "release took {took:?}; the bound is {bound:?}"
+    );
     // One attempt, then the locker's undo of it: two requests at most.
     let bound = 3 * TIMEOUT;
     let (took, tried) = timed(locker.lock_with("another", opts)).await;
     assert!(tried.is_err(), "try_lock through a black hole: {tried:?}");
-    assert!(took < bound, "try_lock took {took:?}; the bound is {bound:?}");
+    assert!(
+        took < bound,
+        "try_lock took {took:?}; the bound is {bound:?}"
+    );
 }
 
 /// Renewals of ten leases on one session while etcd is black-holed share

@@ -266,7 +266,12 @@ impl Error {
                 name: name.clone(),
                 reason: reason.clone(),
             },
-            Error::InvalidTtl { ttl, min, max, backend } => Error::InvalidTtl {
+            Error::InvalidTtl {
+                ttl,
+                min,
+                max,
+                backend,
+            } => Error::InvalidTtl {
                 ttl: *ttl,
                 min: *min,
                 max: *max,
@@ -312,10 +317,7 @@ impl Error {
                 operation,
                 after: *after,
             },
-            Error::Unsupported { backend, operation } => Error::Unsupported {
-                backend,
-                operation,
-            },
+            Error::Unsupported { backend, operation } => Error::Unsupported { backend, operation },
             Error::Backend { message, .. } => Error::Backend {
                 message: message.clone(),
                 source: source(),
@@ -397,7 +399,13 @@ mod tests {
         let source = std::error::Error::source(&copy).expect("a source");
         assert_eq!(source.to_string(), "connection refused");
         let timeout = Error::shared(&Arc::new(Error::timeout("connect", Duration::from_secs(1))));
-        assert!(matches!(timeout, Error::Timeout { operation: "connect", .. }));
+        assert!(matches!(
+            timeout,
+            Error::Timeout {
+                operation: "connect",
+                ..
+            }
+        ));
     }
 
     #[test]

@@ -77,7 +77,12 @@ impl<T: Clone + Send + Sync + 'static> SingleFlight<T> {
     /// gets the same error (its source shared).
     ///
     /// Must be called within a Tokio runtime.
-    pub async fn run<F, Fut>(&self, operation: &'static str, within: Duration, attempt: F) -> Result<T>
+    pub async fn run<F, Fut>(
+        &self,
+        operation: &'static str,
+        within: Duration,
+        attempt: F,
+    ) -> Result<T>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T>> + Send + 'static,
@@ -119,7 +124,10 @@ impl<T: Clone + Send + Sync + 'static> SingleFlight<T> {
             // Whoever comes from now on starts a new attempt; those that
             // joined this one read its outcome from their receivers.
             let mut slot = shared.lock().unwrap_or_else(|p| p.into_inner());
-            if slot.as_ref().is_some_and(|r| r.same_channel(&done.subscribe())) {
+            if slot
+                .as_ref()
+                .is_some_and(|r| r.same_channel(&done.subscribe()))
+            {
                 *slot = None;
             }
             drop(slot);
@@ -196,7 +204,9 @@ mod tests {
         assert_eq!(started.elapsed(), took, "one attempt's time, not ten");
         assert!(!flight.is_running());
         // The next caller starts a new attempt.
-        let _ = flight.run("connect", took * 2, failing(&starts, took)).await;
+        let _ = flight
+            .run("connect", took * 2, failing(&starts, took))
+            .await;
         assert_eq!(starts.load(Ordering::SeqCst), 2);
     }
 
@@ -218,7 +228,9 @@ mod tests {
     async fn an_attempt_that_panicked_is_not_waited_on() {
         let flight: SingleFlight<u32> = SingleFlight::new();
         let died = flight
-            .run("connect", Duration::from_secs(1), || async { panic!("boom") })
+            .run("connect", Duration::from_secs(1), || async {
+                panic!("boom")
+            })
             .await;
         assert!(matches!(died, Err(Error::Backend { .. })), "{died:?}");
         let next = flight

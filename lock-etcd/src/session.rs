@@ -322,9 +322,10 @@ impl EtcdBackend {
     async fn grant_session(&self, seconds: i64) -> Result<Arc<Session>> {
         let sent = Instant::now();
         let granted = self
-            .call(GRANT, |mut c| async move {
-                c.lease_grant(seconds, None).await
-            })
+            .call(
+                GRANT,
+                |mut c| async move { c.lease_grant(seconds, None).await },
+            )
             .await?;
         // etcd may grant more than asked (its minimum), never less; count
         // on what was asked.
@@ -351,7 +352,11 @@ impl EtcdBackend {
     /// followed by another. `false` when the lease is gone; then so is
     /// every key on it. A keep-alive also starts the deletion of orphaned
     /// keys, in the background.
-    pub(crate) async fn prove_alive(&self, session: &Arc<Session>, fresh: Duration) -> Result<bool> {
+    pub(crate) async fn prove_alive(
+        &self,
+        session: &Arc<Session>,
+        fresh: Duration,
+    ) -> Result<bool> {
         if session.is_gone() {
             return Ok(false);
         }
@@ -420,9 +425,12 @@ impl EtcdBackend {
         if let [key] = keys {
             return self.leave(key, owner).await;
         }
-        let deletes = keys
-            .iter()
-            .map(|key| (key.clone(), Compare::value(key.as_str(), CompareOp::Equal, owner)));
+        let deletes = keys.iter().map(|key| {
+            (
+                key.clone(),
+                Compare::value(key.as_str(), CompareOp::Equal, owner),
+            )
+        });
         self.delete_each(deletes.collect()).await
     }
 
