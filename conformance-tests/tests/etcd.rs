@@ -4,10 +4,15 @@
 //! in a three-member cluster, and the keys, wake-ups and waits of
 //! semaphores and read-write locks.
 
+mod common {
+    pub(crate) mod etcd;
+}
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use common::etcd::{queued, wait_for_queue};
 use conformance_tests::cases;
 use conformance_tests::servers::etcd::{Etcd, etcdctl};
 use conformance_tests::targets::fresh_table;
@@ -25,26 +30,6 @@ const PATIENCE: Wait = Wait::For(Duration::from_secs(30));
 
 async fn backend(url: &str) -> Arc<EtcdBackend> {
     Arc::new(EtcdBackend::connect(url).await.expect("connect"))
-}
-
-/// Keys queued under one lock, as etcdctl sees them.
-fn queued(etcd: &Etcd, dir: &str) -> usize {
-    etcd.members[0]
-        .ctl(&["get", "--prefix", dir, "--keys-only"])
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| !l.is_empty())
-        .count()
-}
-
-async fn wait_for_queue(etcd: &Etcd, dir: &str, len: usize) {
-    timeout(Duration::from_secs(20), async {
-        while queued(etcd, dir) != len {
-            sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("the queue under {dir} never reached {len}"));
 }
 
 /// While distlock holds a lock, `etcdctl lock` waits; while `etcdctl lock`

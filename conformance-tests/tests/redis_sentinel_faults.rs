@@ -5,16 +5,15 @@
 
 mod common {
     pub(crate) mod bounded;
-    pub(crate) mod redis;
 }
 
 use std::time::Duration;
 
-use common::bounded::{all_fail_within, at_once};
-use common::redis::{locker, opts, prefix};
+use common::bounded::{all_fail_within, at_once, eventually};
 use conformance_tests::proxy::{Fault, Proxy};
 use conformance_tests::servers::redis_sentinel::RedisSentinel;
-use lock_core::Wait;
+use conformance_tests::targets::fresh_table;
+use lock_core::{AcquireOptions, Locker, Wait};
 
 /// The command timeout and the connect timeout the backend is given.
 const TIMEOUT: Duration = Duration::from_millis(200);
@@ -30,8 +29,8 @@ const TTL: Duration = Duration::from_secs(10);
 async fn try_locks_share_one_failed_master_look_up() {
     let topology = RedisSentinel::start().await;
     let mut url = topology.url(&format!(
-        "prefix={}&timeout={}ms&connect_timeout={}ms",
-        prefix(),
+        "prefix={}:&timeout={}ms&connect_timeout={}ms",
+        fresh_table(),
         TIMEOUT.as_millis(),
         CONNECT_TIMEOUT.as_millis()
     ));
@@ -45,14 +44,14 @@ async fn try_locks_share_one_failed_master_look_up() {
         );
         proxies.push(proxy);
     }
-    let l = locker(&url).await;
-    let opts = opts(TTL, Wait::No);
-    l.lock_with("before", opts)
-        .await
-        .expect("the master, through the sentinels' proxies")
-        .release()
-        .await
-        .expect("release");
+    // Timeouts this short may run out on a loaded machine: the setting up
+    // tries again.
+    let l = Locker::from_arc(eventually("connect", || distlock::connect_backend(&url)).await);
+    let opts = AcquireOptions::with_ttl(TTL).wait(Wait::No);
+    eventually("a lock through the sentinels' proxies", async || {
+        l.lock_with("before", opts).await?.release().await
+    })
+    .await;
 
     // A command on the dead master's connection fails and drops it: the
     // next one asks the sentinels.

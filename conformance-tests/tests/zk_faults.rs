@@ -12,11 +12,12 @@ mod common {
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::bounded::{all_fail_within, at_once};
+use common::bounded::{all_fail_within, at_once, eventually};
 use common::zk::{TTL, backend, children, locker, opts, plain, wait_for_children};
 use conformance_tests::proxy::{Fault, Proxy};
 use conformance_tests::servers::zookeeper::{ZkServer, ZooKeeper};
 use conformance_tests::targets::fresh_table;
+use distlock::lock_zk::ZkBackend;
 use lock_core::backend::LockBackend;
 use lock_core::{Error, LockHandle, LockState, Locker, Wait};
 use tokio::time::{sleep, timeout};
@@ -439,18 +440,22 @@ async fn try_locks_share_one_failed_attempt_at_a_new_session() {
     const CONNECT_TIMEOUT: Duration = Duration::from_millis(200);
     let zk = ZooKeeper::shared().await;
     let proxy = Proxy::to(zk.servers[0].socket_addr()).await;
-    let a_backend = backend(&format!(
+    let url = format!(
         "zk://127.0.0.1:{}/{}?session_timeout=1500ms&timeout={}ms&connect_timeout={}ms",
         proxy.port(),
         fresh_table(),
         TIMEOUT.as_millis(),
         CONNECT_TIMEOUT.as_millis()
-    ))
-    .await;
+    );
+    // Timeouts this short may run out on a loaded machine: the setting up
+    // tries again.
+    let a_backend = Arc::new(eventually("connect", || ZkBackend::connect(&url)).await);
     let a = Locker::from_arc(a_backend.clone() as Arc<dyn LockBackend>);
     let opts = opts(TTL, Wait::No);
-    let guard = a.lock_with("before", opts).await.expect("free");
-    guard.release().await.expect("release");
+    eventually("a lock through the proxy", async || {
+        a.lock_with("before", opts).await?.release().await
+    })
+    .await;
     // The client ends the session once it has heard nothing for longer
     // than the session timeout; the next call must make a new one.
     proxy.set(Fault::Stall);

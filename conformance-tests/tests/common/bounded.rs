@@ -52,3 +52,17 @@ pub(crate) async fn all_fail_within<T: std::fmt::Debug>(
     );
     slowest
 }
+
+/// Retries `call` until it succeeds, for up to 20 s: with timeouts this
+/// short, setting up (connecting, taking the locks a test holds) may time
+/// out on a loaded machine, and so may the first requests after a stall.
+pub(crate) async fn eventually<T>(what: &str, call: impl AsyncFn() -> lock_core::Result<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match call().await {
+            Ok(out) => return out,
+            Err(e) if Instant::now() >= deadline => panic!("{what}: still failing: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
