@@ -175,7 +175,7 @@ async fn bad_ttls_and_unreachable_servers_are_clear_errors() {
         Err(e @ Error::InvalidTtl { .. }) => assert!(e.to_string().contains("2s"), "{e}"),
         other => panic!("expected InvalidTtl, got {other:?}"),
     }
-    let closed = conformance_tests::servers::free_port();
+    let closed = conformance_tests::servers::ports::unused_port();
     let started = Instant::now();
     let err =
         MemcacheBackend::connect(&format!("memcache://127.0.0.1:{closed}?connect_timeout=1s"))
