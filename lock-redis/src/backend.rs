@@ -130,6 +130,13 @@ impl RedisBackend {
             // Tokens stay ordered while lock keys may be evicted, since the
             // counter has no TTL; not once the counter itself may go.
             Eviction::AnyKey => Fencing::BestEffort,
+            // A failover to a replica that missed the last grant leaves the
+            // counter behind that grant's token, and the next token is then
+            // the promoted replica's clock: ordered only while that clock is
+            // not behind the old master's by more than the failover took.
+            // With `wait_replicas` no token is handed out before the
+            // replicas have its counter.
+            _ if node.fails_over() && !confirmed => Fencing::BestEffort,
             Eviction::Never | Eviction::KeysWithTtl | Eviction::Unknown => Fencing::Strict,
         };
         // With `WAIT`, grants go out on a connection of their own.

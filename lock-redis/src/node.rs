@@ -350,6 +350,12 @@ impl Node {
         self.eviction
     }
 
+    /// Whether this node follows a failover to a replica (a cluster's
+    /// slots, the master Sentinel names), which may lack the last writes.
+    pub(crate) fn fails_over(&self) -> bool {
+        !matches!(self.source, Source::Single(_))
+    }
+
     /// Where a subscription to release notices connects; `None` for a
     /// cluster, whose notices go by shard channel.
     pub(crate) fn subscribe_to(&self) -> Option<SubscribeTo> {
