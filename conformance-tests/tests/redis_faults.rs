@@ -235,10 +235,10 @@ async fn wait_for_replicas_confirms_renewals_or_lets_the_lease_run_out() {
             .await
             .unwrap_or_else(|_| panic!("{}: not lost, now {:?}", guard.name(), guard.state()))
             .expect("watcher");
-        assert_eq!(
-            seen,
-            [LockState::Held, LockState::AtRisk, LockState::Lost],
-            "{}",
+        // Held when the replica froze; the watcher may start late.
+        assert!(
+            seen.ends_with(&[LockState::AtRisk, LockState::Lost]),
+            "{}: {seen:?}",
             guard.name()
         );
         assert!(
