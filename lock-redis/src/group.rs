@@ -94,6 +94,19 @@ impl Node {
         token: Option<FencingToken>,
         ttl: Duration,
     ) -> Result<bool> {
+        let invocation = self.renew_member_invocation(lease, token, ttl);
+        let done: i64 = self.run(invocation, "renew").await?;
+        Ok(done == 1)
+    }
+
+    /// The renewal script [`Node::renew_member`] runs, as the renewal
+    /// confirmed by `WAIT` sends it too.
+    pub(crate) fn renew_member_invocation(
+        &self,
+        lease: &Lease,
+        token: Option<FencingToken>,
+        ttl: Duration,
+    ) -> ScriptInvocation<'static> {
         let mut invocation =
             self.group_invocation(&GROUP_RENEW_SCRIPT, lease.name(), lease.kind().family());
         invocation
@@ -101,8 +114,7 @@ impl Node {
             .arg(token_arg(token))
             .arg(mode(lease.kind()))
             .arg(millis(ttl));
-        let done: i64 = self.run(invocation, "renew").await?;
-        Ok(done == 1)
+        invocation
     }
 
     /// Whether a member's grant is still there, unexpired, with `token` if
