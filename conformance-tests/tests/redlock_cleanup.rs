@@ -15,11 +15,12 @@ use lock_core::backend::{AcquireRequest, LockBackend};
 use lock_core::{LockKind, LockName};
 use tokio::time::Instant;
 
-/// The TTL of every request: its tenth, 500 ms, is the per-node limit.
-const TTL: Duration = Duration::from_secs(5);
+/// The TTL of every request: its tenth, 2 s, is the per-node limit (the
+/// `timeout` too).
+const TTL: Duration = Duration::from_secs(20);
 /// How late the slow master answers: one round trip fits in the per-node
-/// limit, two do not.
-const SLOW: Duration = Duration::from_millis(300);
+/// limit, with room for a busy machine; two do not.
+const SLOW: Duration = Duration::from_millis(1_200);
 
 /// Three masters, the third reached through a proxy that can slow it.
 struct SlowMaster {
@@ -35,7 +36,7 @@ impl SlowMaster {
         let proxy = Proxy::start(set.nodes[2].port()).await;
         let prefix = format!("{}:", fresh_table());
         let url = format!(
-            "redlock://{},{},{}?prefix={prefix}&timeout=1s",
+            "redlock://{},{},{}?prefix={prefix}&timeout=2s",
             set.nodes[0].redlock_host(),
             set.nodes[1].redlock_host(),
             set.nodes[2].redlock_host_via(proxy.port()),
