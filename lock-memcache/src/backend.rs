@@ -35,11 +35,11 @@ const CLOCK_LAG: Duration = Duration::from_secs(2);
 /// stays the owner's but its CAS moves between the read and the write.
 const OWNER_WRITE_ATTEMPTS: usize = 3;
 
-/// The shortest TTL a guard can keep: its lease, [`CLOCK_LAG`] short of
-/// the TTL, must outlast the third of the TTL after which the keep-alive
-/// renews it (TTL − 2 s > TTL / 3, so over 3 s), in whole seconds, as
-/// memcached counts them. At 4 s the lease is about 1.96 s and renewals
-/// come every 1.33 s.
+/// The shortest TTL a guard can keep: its lease, two seconds short of the
+/// TTL (memcached's clock can lag by two), must outlast the third of the
+/// TTL after which the keep-alive renews it (TTL − 2 s > TTL / 3, so over
+/// 3 s), in whole seconds, as memcached counts them. At 4 s the lease is
+/// about 1.96 s and renewals come every 1.33 s.
 pub const MIN_TTL: Duration = Duration::from_secs(4);
 
 /// Past 30 days memcached reads an expiry as an absolute Unix time; well
