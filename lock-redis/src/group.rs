@@ -9,7 +9,7 @@ use lock_core::{Family, FencingToken, LockKind, LockName, Result};
 use redis::ScriptInvocation;
 
 use crate::node::{Keys, Node};
-use crate::scripts::{GROUP_HELD_SCRIPT, GROUP_RENEW_SCRIPT, JOIN_SCRIPT, LEAVE_SCRIPT};
+use crate::scripts::{GROUP_HELD_SCRIPT, GROUP_RENEW_SCRIPT, JOIN_SCRIPT, LEAVE_TEXT, eval};
 
 impl Keys {
     /// The six keys of `name`'s group of `family` in the order the group
@@ -132,7 +132,8 @@ impl Node {
 
     /// Removes `owner`'s grant with `token`, or with no token everything
     /// `owner` has in the group (its grant, its waiting-writer mark), and
-    /// announces it to waiters. `true` if a live grant was removed.
+    /// announces it to waiters. `true` if a live grant was removed. One
+    /// `EVAL`, like every cleanup ([`eval`]).
     pub async fn leave(
         &self,
         name: &LockName,
@@ -142,14 +143,14 @@ impl Node {
     ) -> Result<bool> {
         let family = kind.family();
         let (channel, publish) = self.keys().release_channel(name);
-        let mut invocation = self.group_invocation(&LEAVE_SCRIPT, name, family);
-        invocation
+        let mut cleanup = eval(&LEAVE_TEXT, &self.keys().group(name, family));
+        cleanup
             .arg(owner.to_hex())
             .arg(token_arg(token))
             .arg(channel)
             .arg(notice(name, family))
             .arg(publish);
-        let done: i64 = self.run(invocation, "release").await?;
+        let done = self.clean_up(cleanup, "release").await?;
         Ok(done == 1)
     }
 }

@@ -14,7 +14,9 @@ use crate::config::{NodeConfig, SentinelConfig};
 use crate::conn::{Conn, SentinelConn, open, open_cluster};
 use crate::error::{convert, unanswered};
 use crate::eviction::{self, Eviction, MemoryPolicy};
-use crate::scripts::{ACQUIRE_SCRIPT, HOLDER_SCRIPT, RELEASE, RELEASE_UNANNOUNCED, RENEW_SCRIPT};
+use crate::scripts::{
+    ACQUIRE_SCRIPT, HOLDER_SCRIPT, RELEASE, RELEASE_UNANNOUNCED, RENEW_SCRIPT, eval,
+};
 
 /// The keys of one lock name under a prefix.
 #[derive(Clone, Debug)]
@@ -551,41 +553,40 @@ impl Node {
         invocation
     }
 
-    /// Deletes the lock if `owner` holds it, and announces the release.
-    ///
-    /// Sent as `EVAL` with the script's text, never as `EVALSHA`: a server
-    /// restarted since the script was loaded answers `EVALSHA` with
-    /// `NOSCRIPT`, and a release whose caller stopped waiting (a per-node
-    /// limit, a cancelled future) before the fallback went out would leave
-    /// the lock held until its TTL — a grant that reached the server late
-    /// would then outlive the release queued behind it. The server caches
-    /// the script by its hash either way.
+    /// Deletes the lock if `owner` holds it, and announces the release; as
+    /// one `EVAL`, like every cleanup ([`eval`]).
     ///
     /// Without waiting marks (Redlock), nothing is announced, and the
     /// script is the bare compare-and-delete.
     pub async fn release(&self, name: &LockName, owner: OwnerToken) -> Result<bool> {
-        let mut eval = redis::cmd("EVAL");
-        if self.keys.waiting_mark.is_zero() {
-            eval.arg(RELEASE_UNANNOUNCED)
-                .arg(1)
-                .arg(self.keys.lock(name))
-                .arg(owner.to_hex());
+        let lock = self.keys.lock(name);
+        let cleanup = if self.keys.waiting_mark.is_zero() {
+            let mut cmd = eval(RELEASE_UNANNOUNCED, &[lock]);
+            cmd.arg(owner.to_hex());
+            cmd
         } else {
             let (channel, publish) = self.keys.release_channel(name);
-            eval.arg(RELEASE)
-                .arg(2)
-                .arg(self.keys.lock(name))
-                .arg(self.keys.waiting(name))
-                .arg(owner.to_hex())
+            let mut cmd = eval(RELEASE, &[lock, self.keys.waiting(name)]);
+            cmd.arg(owner.to_hex())
                 .arg(channel)
                 .arg(name.as_str())
                 .arg(publish);
-        }
-        let done: i64 = eval
+            cmd
+        };
+        let done: i64 = self.clean_up(cleanup, "release").await?;
+        Ok(done == 1)
+    }
+
+    /// Sends a cleanup made by [`eval`] on this node's connection.
+    pub(crate) async fn clean_up(
+        &self,
+        cleanup: redis::Cmd,
+        operation: &'static str,
+    ) -> Result<i64> {
+        cleanup
             .query_async(&mut self.conn.clone())
             .await
-            .map_err(|e| self.fail("release", e))?;
-        Ok(done == 1)
+            .map_err(|e| self.fail(operation, e))
     }
 
     /// Whether `owner` holds the lock: its key is there, unexpired, with
