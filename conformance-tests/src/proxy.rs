@@ -1,6 +1,7 @@
 //! A loopback TCP proxy that injects network faults between a client and a
 //! server: forward, stall every byte (both ways, or only the client's, at
-//! once or after a few more requests), delay new connections, or cut a
+//! once or after a few more requests), delay new connections or the
+//! server's replies, or cut a
 //! connection right after the server has answered a request (so the
 //! request was applied but its reply is lost, or its reply arrives and the
 //! connection is gone).
@@ -48,6 +49,7 @@ pub struct Proxy {
     addr: SocketAddr,
     fault: Arc<Mutex<Fault>>,
     connect_delay: Arc<Mutex<Duration>>,
+    reply_delay: Arc<Mutex<Duration>>,
     cuts: Arc<AtomicU64>,
     held: Arc<AtomicU64>,
     accept: JoinHandle<()>,
@@ -74,17 +76,20 @@ impl Proxy {
         let addr = listener.local_addr().expect("proxy address");
         let fault = Arc::new(Mutex::new(Fault::None));
         let connect_delay = Arc::new(Mutex::new(Duration::ZERO));
+        let reply_delay = Arc::new(Mutex::new(Duration::ZERO));
         let counts = Counts::default();
         let (shared, delay, shared_counts) = (fault.clone(), connect_delay.clone(), counts.clone());
+        let replies = reply_delay.clone();
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let fault = shared.clone();
                 let counts = shared_counts.clone();
+                let replies = replies.clone();
                 let delay = *delay.lock().expect("poisoned");
                 tokio::spawn(async move {
                     tokio::time::sleep(delay).await;
                     if let Ok(server) = TcpStream::connect(target).await {
-                        relay(client, server, fault, counts).await;
+                        relay(client, server, fault, replies, counts).await;
                     }
                 });
             }
@@ -93,6 +98,7 @@ impl Proxy {
             addr,
             fault,
             connect_delay,
+            reply_delay,
             cuts: counts.cuts,
             held: counts.held,
             accept,
@@ -103,6 +109,14 @@ impl Proxy {
     /// relaying a byte (a slow link or TLS handshake).
     pub fn set_connect_delay(&self, delay: Duration) {
         *self.connect_delay.lock().expect("poisoned") = delay;
+    }
+
+    /// Holds every reply of the server for `delay` before relaying it, on
+    /// every connection, from now on (a slow server: each round trip takes
+    /// `delay` longer; replies read together wait together, and those
+    /// read after them wait their turn).
+    pub fn set_reply_delay(&self, delay: Duration) {
+        *self.reply_delay.lock().expect("poisoned") = delay;
     }
 
     /// How many connections a fault has cut so far.
@@ -149,7 +163,13 @@ struct Counts {
     held: Arc<AtomicU64>,
 }
 
-async fn relay(client: TcpStream, server: TcpStream, fault: Arc<Mutex<Fault>>, counts: Counts) {
+async fn relay(
+    client: TcpStream,
+    server: TcpStream,
+    fault: Arc<Mutex<Fault>>,
+    reply_delay: Arc<Mutex<Duration>>,
+    counts: Counts,
+) {
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
     // Set by the upstream pump when it forwards the request whose reply
@@ -166,7 +186,7 @@ async fn relay(client: TcpStream, server: TcpStream, fault: Arc<Mutex<Fault>>, c
         server_read,
         client_write,
         fault,
-        Direction::Reply(cut, counts.cuts),
+        Direction::Reply(cut, counts.cuts, reply_delay),
         counts.held,
     );
     // When either direction ends, both sockets are dropped: the connection
@@ -179,7 +199,7 @@ async fn relay(client: TcpStream, server: TcpStream, fault: Arc<Mutex<Fault>>, c
 
 enum Direction {
     Request(Arc<AtomicU8>),
-    Reply(Arc<AtomicU8>, Arc<AtomicU64>),
+    Reply(Arc<AtomicU8>, Arc<AtomicU64>, Arc<Mutex<Duration>>),
 }
 
 async fn pump(
@@ -221,7 +241,7 @@ async fn pump(
                     cut.store(then, Ordering::SeqCst);
                 }
             }
-            Direction::Reply(cut, cuts) => match cut.load(Ordering::SeqCst) {
+            Direction::Reply(cut, cuts, delay) => match cut.load(Ordering::SeqCst) {
                 DROP => {
                     cuts.fetch_add(1, Ordering::SeqCst);
                     return;
@@ -231,7 +251,12 @@ async fn pump(
                     cuts.fetch_add(1, Ordering::SeqCst);
                     return;
                 }
-                _ => {}
+                _ => {
+                    let delay = *delay.lock().expect("poisoned");
+                    if !delay.is_zero() {
+                        tokio::time::sleep(delay).await;
+                    }
+                }
             },
             _ => {}
         }

@@ -114,6 +114,17 @@ impl UrlTarget {
         )
     }
 
+    /// The same with `wait_replicas=1`: every grant and renewal confirmed
+    /// by the replica, and fencing `Strict` (without it, `BestEffort`).
+    #[cfg(feature = "redis")]
+    pub async fn redis_sentinel_wait() -> Self {
+        let sentinel = crate::servers::redis_sentinel::RedisSentinel::shared().await;
+        Self::new(
+            "redis-sentinel-wait",
+            sentinel.url(&format!("prefix={}:&wait_replicas=1", fresh_table())),
+        )
+    }
+
     /// A fresh key prefix on the shared one-member etcd cluster.
     #[cfg(feature = "etcd")]
     pub async fn etcd() -> Self {

@@ -161,7 +161,7 @@ async fn releases_wake_waiters_through_pub_sub() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_and_debug_never_show_the_password() {
     let server = Redis::shared().await;
-    let closed = conformance_tests::servers::free_port();
+    let closed = conformance_tests::servers::ports::unused_port();
     let url = format!(
         "redis://distlock:{}@127.0.0.1:{closed}?connect_timeout=1s",
         Redis::PASSWORD

@@ -2,24 +2,27 @@
 //! spread over every master of a cluster; after a failover new acquires
 //! succeed; what happens to locks held across it is counted (and printed,
 //! for lock-redis/README.md); with `WAIT` a grant that did not reach a
-//! replica is never kept, and without it the seed material's lock-loss
-//! window is reproduced: the promoted replica lacks a holder's key, and a
-//! second owner is granted the lock while the first still holds it.
+//! replica is never kept, nor a renewal (the lease runs out at the last
+//! deadline the replica had), and without it the seed material's
+//! lock-loss window is reproduced: the promoted replica lacks a holder's
+//! key, and a second owner is granted the lock while the first still holds
+//! it.
 //!
 //! Each failover test starts its own topology; the spread test uses the
 //! shared cluster.
 
+mod common {
+    pub(crate) mod failover;
+}
+
 use std::time::Duration;
 
+use common::failover::{eventually, granted};
 use conformance_tests::servers::redis_cluster::RedisCluster;
 use conformance_tests::servers::redis_sentinel::RedisSentinel;
 use conformance_tests::targets::fresh_table;
-use distlock::{AcquireOptions, Error, LockGuard, LockState, Locker, Wait};
+use distlock::{AcquireOptions, Error, LockGuard, LockKind, LockState, Locker, Wait};
 use tokio::time::{Instant, sleep};
-
-/// What a failover may take here: a few seconds, with room for a loaded
-/// machine.
-const FAILOVER_BOUND: Duration = Duration::from_secs(40);
 
 async fn locker(url: &str) -> Locker {
     distlock::connect(url).await.expect("connect")
@@ -27,19 +30,6 @@ async fn locker(url: &str) -> Locker {
 
 fn opts(ttl: Duration) -> AcquireOptions {
     AcquireOptions::with_ttl(ttl).wait(Wait::No)
-}
-
-/// Retries `op` until it succeeds or the failover bound passes: right after
-/// a failover the first requests may still meet the old topology.
-async fn eventually<T>(what: &str, mut op: impl AsyncFnMut() -> distlock::Result<T>) -> T {
-    let deadline = Instant::now() + FAILOVER_BOUND;
-    loop {
-        match op().await {
-            Ok(out) => return out,
-            Err(_) if Instant::now() < deadline => sleep(Duration::from_millis(200)).await,
-            Err(e) => panic!("{what}: still failing after {FAILOVER_BOUND:?}: {e}"),
-        }
-    }
 }
 
 /// Lock names, each on its own slot, spread over the cluster.
@@ -216,6 +206,96 @@ async fn with_wait_a_grant_that_missed_the_replica_is_never_granted() {
         .cli(&["--scan", "--pattern", "*unreplicated"])
         .unwrap_or_default();
     assert!(!key.lines().any(|k| !k.contains('#')), "left behind: {key}");
+    sentinel.resume_replication();
+}
+
+/// With `WAIT`, renewals count only once the replicas have them, as grants
+/// do. A lock, a permit and a write lock are granted and confirmed; then
+/// the replica's link is held, so their renewals reach the master alone.
+/// The master dies once the replica's copies of the leases have run out
+/// (so no renewal of the first holder can reach the promoted replica in
+/// time), and the promoted replica grants each lock to another client. By
+/// then each first guard must be `Lost`, its lease over: at risk since its
+/// first unconfirmed renewal, it never moved past the deadline the replica
+/// had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_wait_a_renewal_the_replica_missed_does_not_outlive_a_failover() {
+    let sentinel = RedisSentinel::start().await;
+    let query = format!("prefix={}:&timeout=500ms", fresh_table());
+    let first = locker(&sentinel.url(&format!("{query}&wait_replicas=1&wait_timeout=300ms"))).await;
+    // The promoted replica has no replica of its own to confirm with.
+    let second = locker(&sentinel.url(&query)).await;
+    // Longer than a failover takes, so that a lease renewed on the dead
+    // master alone would still run when the promoted replica grants the
+    // lock again; short enough to kill the master while the link is held.
+    let ttl = Duration::from_secs(8);
+    let kinds = [
+        ("renewed", LockKind::Exclusive),
+        ("renewed-permit", LockKind::permit(1)),
+        ("renewed-rw", LockKind::Write),
+    ];
+    let mut guards = Vec::new();
+    for (name, kind) in kinds {
+        let guard = first
+            .lock_with(name, opts(ttl).kind(kind))
+            .await
+            .expect("granted while the replica keeps up");
+        guards.push(guard);
+    }
+    let held_from = Instant::now();
+    sentinel.hold_replication().await;
+    // What the replica has: no renewal sent from now on reaches it.
+    let replicated = guards
+        .iter()
+        .map(|g| g.lease().deadline())
+        .max()
+        .expect("three guards");
+    // Until each keep-alive has tried a renewal since the hold.
+    for guard in &guards {
+        while guard.state() == LockState::Held
+            && guard.lease().sent_at() < held_from
+            && Instant::now() < replicated
+        {
+            sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let before_failover: Vec<(LockState, bool)> = guards
+        .iter()
+        .map(|g| (g.state(), g.lease().sent_at() < held_from))
+        .collect();
+    // The leases on the replica end a little after the local deadlines
+    // (the drift allowance).
+    tokio::time::sleep_until(replicated + Duration::from_millis(500)).await;
+    let old = sentinel.kill_master().await;
+    sentinel.wait_for_failover(old).await;
+    for (guard, (name, kind)) in guards.iter().zip(kinds) {
+        let taken = granted(
+            &format!("{name} on the promoted replica"),
+            ttl,
+            async || second.lock_with(name, opts(ttl).kind(kind)).await.map(Some),
+        )
+        .await;
+        let (state, left) = (guard.state(), guard.lease().remaining());
+        eprintln!(
+            "redis sentinel with WAIT: {name} granted again; the first guard was {state:?} with {left:?} left"
+        );
+        assert!(
+            state == LockState::Lost && left.is_zero(),
+            "{name}: granted to a second owner while the first guard was {state:?} with {left:?} left, its lease renewed on the old master alone"
+        );
+        drop(taken);
+    }
+    for ((name, _), (state, unmoved)) in kinds.iter().zip(before_failover) {
+        assert!(
+            unmoved,
+            "{name}: a renewal the replica never had moved the lease's deadline"
+        );
+        assert_eq!(
+            state,
+            LockState::AtRisk,
+            "{name}: after unconfirmed renewals"
+        );
+    }
     sentinel.resume_replication();
 }
 

@@ -16,7 +16,8 @@ use conformance_tests::proxy::{Fault, Proxy};
 use conformance_tests::servers::redis::Redis;
 use distlock::lock_redis::RedisBackend;
 use lock_core::backend::{AcquireRequest, LockBackend};
-use lock_core::{Error, Fencing, LockName, LockState, Wait};
+use lock_core::{Error, Fencing, LockKind, LockName, LockState, Wait};
+use tokio::sync::watch;
 use tokio::time::{Instant, sleep, timeout};
 
 /// A restart with no persistence loses every key, fence counters included;
@@ -164,6 +165,101 @@ async fn wait_for_replicas_confirms_or_fails_the_grant() {
         .release()
         .await
         .expect("release");
+}
+
+/// `wait_replicas` holds renewals to what the replicas have, as it holds
+/// grants. With the replica frozen, `extend` fails and leaves the lease as
+/// it was, and the keep-alive of every kind of lock goes at risk, then
+/// lost at the deadline of the last renewal the replica confirmed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_for_replicas_confirms_renewals_or_lets_the_lease_run_out() {
+    let primary = Redis::start().await;
+    let replica = Redis::replica_of(&primary).await;
+    let url = primary.url(&format!(
+        "prefix={}&wait_replicas=1&wait_timeout=200ms",
+        prefix()
+    ));
+    let l = locker(&url).await;
+    let ttl = Duration::from_secs(3);
+    let kinds = [
+        ("mutex", LockKind::Exclusive),
+        ("permits", LockKind::permit(2)),
+        ("readers", LockKind::Read),
+        ("writer", LockKind::Write),
+    ];
+    let mut guards = Vec::new();
+    for (name, kind) in kinds {
+        // The replica may still be syncing; the first grant waits for it.
+        let guard = timeout(Duration::from_secs(20), async {
+            loop {
+                match l.lock_with(name, opts(ttl, Wait::No).kind(kind)).await {
+                    Ok(guard) => return guard,
+                    Err(_) => sleep(Duration::from_millis(200)).await,
+                }
+            }
+        })
+        .await
+        .expect("a replica confirms a grant");
+        guards.push(guard);
+    }
+    for guard in &mut guards {
+        guard
+            .extend(ttl)
+            .await
+            .expect("an extend the replica confirms");
+    }
+    replica.process().pause();
+    let paused = Instant::now();
+    let watching: Vec<_> = guards
+        .iter()
+        .map(|g| tokio::spawn(states_until_lost(g.handle().watch())))
+        .collect();
+    for guard in &mut guards {
+        let before = guard.lease();
+        match guard.extend(ttl * 2).await {
+            Err(Error::Unavailable { message, .. }) => {
+                assert!(message.contains("renewal"), "{message}");
+                assert!(message.contains("replicas"), "{message}");
+            }
+            other => panic!("{}: an extend no replica has: {other:?}", guard.name()),
+        }
+        assert_eq!(
+            guard.lease().deadline(),
+            before.deadline(),
+            "{}",
+            guard.name()
+        );
+    }
+    for (guard, watch) in guards.iter().zip(watching) {
+        let seen = timeout(ttl * 2, watch)
+            .await
+            .unwrap_or_else(|_| panic!("{}: not lost, now {:?}", guard.name(), guard.state()))
+            .expect("watcher");
+        // Held when the replica froze; the watcher may start late.
+        assert!(
+            seen.ends_with(&[LockState::AtRisk, LockState::Lost]),
+            "{}: {seen:?}",
+            guard.name()
+        );
+        assert!(
+            guard.lease().sent_at() < paused && guard.lease().is_expired(),
+            "{}: renewed while no replica could confirm",
+            guard.name()
+        );
+    }
+    replica.process().resume();
+}
+
+/// The states a guard goes through, from now until `Lost`.
+async fn states_until_lost(mut states: watch::Receiver<LockState>) -> Vec<LockState> {
+    let mut seen = Vec::new();
+    loop {
+        let state = *states.borrow_and_update();
+        seen.push(state);
+        if state == LockState::Lost || states.changed().await.is_err() {
+            return seen;
+        }
+    }
 }
 
 /// A connection lost between the grant and `WAIT` is not a confirmation.

@@ -199,7 +199,7 @@ impl RawSession {
 /// Nothing listens: an error within the connect timeout, without the
 /// password in it.
 async fn unreachable_server(server: &dyn SqlServer) {
-    let closed = conformance_tests::servers::free_port();
+    let closed = conformance_tests::servers::ports::unused_port();
     let url = server.url_via(closed, "connect_timeout=1s");
     let started = Instant::now();
     let err = distlock::connect_backend(&url)

@@ -11,6 +11,7 @@ conformance_suite!(mariadb, UrlTarget::mariadb());
 conformance_suite!(redis, UrlTarget::redis());
 conformance_suite!(redis_cluster, UrlTarget::redis_cluster());
 conformance_suite!(redis_sentinel, UrlTarget::redis_sentinel());
+conformance_suite!(redis_sentinel_wait, UrlTarget::redis_sentinel_wait());
 conformance_suite!(redlock, UrlTarget::redlock());
 conformance_suite!(etcd, UrlTarget::etcd());
 conformance_suite!(memcache, UrlTarget::memcache());

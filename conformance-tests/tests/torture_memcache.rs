@@ -10,13 +10,15 @@ use conformance_tests::targets::fresh_table;
 use conformance_tests::torture::{
     Route, assert_faults_applied, claims, hold_to_claim, shared_nemesis,
 };
+use distlock::lock_memcache::MIN_TTL;
 
 const README: &str = include_str!("../../lock-memcache/README.md");
 const WORKER: &str = env!("CARGO_BIN_EXE_torture-worker");
 
 /// memcache's shortest TTL (`Capabilities::min_ttl`): expiry is counted in
-/// whole seconds, and the lease is taken a second early.
-const TTL: Duration = Duration::from_secs(2);
+/// whole seconds on a clock that can lag by two, and the lease is taken two
+/// seconds short.
+const TTL: Duration = MIN_TTL;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memcache_keeps_its_claims_under_faults() {

@@ -13,7 +13,8 @@ pub enum Fencing {
     Strict,
     /// Tokens increase in normal operation but can repeat or go backwards
     /// after a failure the backend cannot see (eviction, a restart without
-    /// persistence); the backend's README says which.
+    /// persistence, a failover to a replica that missed the last grant);
+    /// the backend's README says which.
     BestEffort,
     /// No usable token; [`Lease::token`](crate::Lease::token) carries no order.
     None,

@@ -13,9 +13,10 @@ use crate::token::{FencingToken, OwnerToken};
 ///
 /// The deadline is on the local monotonic clock and counted from the moment
 /// the request that granted (or last renewed) the lease was *sent*, minus a
-/// drift allowance, so it errs on the early side: the server cannot have freed
-/// the lock before [`Lease::deadline`] unless its clock runs faster than ours
-/// by more than the allowance.
+/// drift allowance (and any early expiry the backend declares:
+/// [`Lease::with_early_expiry`]), so it errs on the early side: the server
+/// cannot have freed the lock before [`Lease::deadline`] unless its clock runs
+/// faster than ours by more than the allowance.
 #[derive(Clone, Debug)]
 pub struct Lease {
     name: LockName,
@@ -27,6 +28,7 @@ pub struct Lease {
     version: Option<u64>,
     kind: LockKind,
     slot: Option<u32>,
+    early: Duration,
 }
 
 impl Lease {
@@ -45,7 +47,7 @@ impl Lease {
         sent_at: Instant,
     ) -> Self {
         Self {
-            deadline: Self::deadline_for(ttl, sent_at),
+            deadline: Self::deadline_for(ttl, sent_at, Duration::ZERO),
             name,
             owner,
             token,
@@ -54,6 +56,7 @@ impl Lease {
             version: None,
             kind: LockKind::Exclusive,
             slot: None,
+            early: Duration::ZERO,
         }
     }
 
@@ -93,21 +96,34 @@ impl Lease {
         self.slot
     }
 
+    /// The same lease, taken to end `early` sooner than its TTL says: for a
+    /// server that may let a record expire up to that long before the TTL
+    /// it was given has passed (memcache: its clock moves in whole seconds,
+    /// and can lag by two). Kept by [`renewed`](Self::renewed), so that a
+    /// renewal — and a guard's provisional deadline for an `extend` — ends
+    /// as early. The TTL and [`sent_at`](Self::sent_at) stay as they were:
+    /// renewals are still planned from the send.
+    pub fn with_early_expiry(mut self, early: Duration) -> Self {
+        self.early = early;
+        self.deadline = Self::deadline_for(self.ttl, self.sent_at, early);
+        self
+    }
+
     /// The same grant, extended by a renewal sent at `sent_at`. It keeps the
     /// [`version`](Self::version); a backend that keeps one sets the
     /// renewal's with [`with_version`](Self::with_version).
     pub fn renewed(&self, ttl: Duration, sent_at: Instant) -> Self {
         Self {
-            deadline: Self::deadline_for(ttl, sent_at),
+            deadline: Self::deadline_for(ttl, sent_at, self.early),
             ttl,
             sent_at,
             ..self.clone()
         }
     }
 
-    fn deadline_for(ttl: Duration, sent_at: Instant) -> Instant {
+    fn deadline_for(ttl: Duration, sent_at: Instant, early: Duration) -> Instant {
         let drift = ttl.mul_f64(Self::DRIFT_FACTOR) + Self::DRIFT_FLOOR;
-        sent_at + ttl.saturating_sub(drift)
+        sent_at + ttl.saturating_sub(drift + early)
     }
 
     /// What was granted: the lock, a permit, or a side of a read-write lock.
@@ -186,5 +202,26 @@ mod tests {
             "the deadline never precedes the send time"
         );
         assert_eq!(tiny.token(), lease.token());
+    }
+
+    #[test]
+    fn an_early_expiry_is_kept_by_renewals() {
+        let sent = Instant::now();
+        let name = LockName::new("a").unwrap();
+        let ttl = Duration::from_secs(10);
+        let lease = Lease::new(name, OwnerToken::random(), FencingToken::new(1), ttl, sent)
+            .with_early_expiry(Duration::from_secs(2));
+        assert_eq!(lease.deadline(), sent + Duration::from_millis(7_898));
+        assert_eq!(lease.sent_at(), sent, "renewals are planned from the send");
+        let later = sent + Duration::from_secs(1);
+        assert_eq!(
+            lease.renewed(ttl, later).deadline(),
+            later + Duration::from_millis(7_898)
+        );
+        assert_eq!(
+            lease.renewed(Duration::from_secs(1), later).deadline(),
+            later,
+            "never before the send"
+        );
     }
 }

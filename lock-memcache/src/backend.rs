@@ -13,16 +13,34 @@ use tokio::time::Instant;
 use crate::config::MemcacheConfig;
 use crate::meta::{MetaClient, Write};
 
-/// memcached counts expiry in whole seconds and ticks its clock once a
-/// second, so an item stored with `T<n>` may expire up to a second early.
-const GRANULARITY: Duration = Duration::from_secs(1);
+/// How far memcached's clock can lag the real time, so how much sooner
+/// than its TTL an item can expire: every lease is taken to end that much
+/// early.
+///
+/// memcached's clock (`current_time`) is a count of whole seconds that its
+/// main thread reads from the monotonic clock in a timer handler, re-armed
+/// for one second after each run: ticks come every second *plus* the
+/// handler's delay, at an instant that slides across the second. Just
+/// before a tick the clock is behind by the time since the last tick (up
+/// to a second and that delay) plus the fraction of a second the last tick
+/// came after the whole second it read (up to a second); the tick that
+/// follows moves it by two. An item stored with `T<n>` then expires when
+/// the clock reaches its read value plus `n`: as little as two seconds
+/// (and the delay, which the lease's drift allowance covers) before `n`
+/// seconds are up. Renewals set their expiry on the same clock, so they
+/// end as early (`Lease::renewed` keeps it).
+const CLOCK_LAG: Duration = Duration::from_secs(2);
 
 /// How often a conditional write on an owner's item is tried while the item
 /// stays the owner's but its CAS moves between the read and the write.
 const OWNER_WRITE_ATTEMPTS: usize = 3;
 
-/// The shortest TTL that leaves a lease after the granularity is taken off.
-pub const MIN_TTL: Duration = Duration::from_secs(2);
+/// The shortest TTL a guard can keep: its lease, two seconds short of the
+/// TTL (memcached's clock can lag by two), must outlast the third of the
+/// TTL after which the keep-alive renews it (TTL − 2 s > TTL / 3, so over
+/// 3 s), in whole seconds, as memcached counts them. At 4 s the lease is
+/// about 1.96 s and renewals come every 1.33 s.
+pub const MIN_TTL: Duration = Duration::from_secs(4);
 
 /// Past 30 days memcached reads an expiry as an absolute Unix time; well
 /// below that, the default maximum of a day applies.
@@ -53,9 +71,11 @@ pub(crate) struct Place {
 
 impl Place {
     /// The lease `req` gets for a grant here, sent at `sent` and holding
-    /// the item at `cas`: a granularity tick early, as every lease is.
+    /// the item at `cas`: ending [`CLOCK_LAG`] early, as every lease does.
     fn lease(&self, req: &AcquireRequest, token: FencingToken, cas: u64, sent: Instant) -> Lease {
-        let lease = Lease::granted(req, token, early(sent)).with_version(cas);
+        let lease = Lease::granted(req, token, sent)
+            .with_early_expiry(CLOCK_LAG)
+            .with_version(cas);
         match self.slot {
             Some(slot) => lease.with_slot(slot),
             None => lease,
@@ -351,12 +371,6 @@ fn exptime(ttl: Duration) -> u64 {
     ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0)
 }
 
-/// The instant a lease sent at `sent` counts from: a granularity tick
-/// early.
-fn early(sent: Instant) -> Instant {
-    sent.checked_sub(GRANULARITY).unwrap_or(sent)
-}
-
 #[async_trait]
 impl LockBackend for MemcacheBackend {
     fn capabilities(&self) -> Capabilities {
@@ -388,7 +402,11 @@ impl LockBackend for MemcacheBackend {
             .extend_if_owner(&place.key, &owner, known_cas(lease), ttl)
             .await?
         {
-            Some(cas) => Ok(lease.renewed(ttl, early(sent)).with_version(cas)),
+            // The new expiry is set on the same lagging clock.
+            Some(cas) => Ok(lease
+                .renewed(ttl, sent)
+                .with_early_expiry(CLOCK_LAG)
+                .with_version(cas)),
             None => Err(Error::not_held(lease.name())),
         }
     }
@@ -439,5 +457,34 @@ impl LockBackend for MemcacheBackend {
             self.current_token(name).await?,
             item.ttl.map(Duration::from_secs),
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease_for(ttl: Duration, sent: Instant) -> Lease {
+        let place = Place {
+            key: "k".into(),
+            fence: "k#fence".into(),
+            slot: None,
+        };
+        let req = AcquireRequest::new(LockName::new("k").expect("name"), ttl);
+        place.lease(&req, FencingToken::new(1), 1, sent)
+    }
+
+    /// A guard renews a third of the TTL after the send; at the shortest
+    /// TTL the lease, two seconds short of it, still runs long after that
+    /// (room for the renewal's round trip and a retry), and a second less
+    /// would end before the first renewal is due.
+    #[test]
+    fn the_shortest_lease_outlasts_its_first_renewal() {
+        let sent = Instant::now();
+        let left = |ttl: Duration| lease_for(ttl, sent).deadline() - sent;
+        assert!(left(MIN_TTL) > MIN_TTL / 3 + Duration::from_millis(500));
+        let shorter = MIN_TTL - Duration::from_secs(1);
+        assert!(left(shorter) < shorter / 3, "{:?}", left(shorter));
+        assert!(CAPABILITIES.check_ttl(shorter).is_err());
     }
 }

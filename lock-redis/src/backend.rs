@@ -13,6 +13,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::config::{CommonOptions, RedisConfig, RedisOptions, ReplicaWait};
+use crate::confirm::Confirmed;
 use crate::conn::{cluster_client, open_cluster};
 use crate::eviction::Eviction;
 use crate::node::{Keys, Node};
@@ -29,8 +30,9 @@ const POLL_CAP: Duration = Duration::from_millis(500);
 #[derive(Debug)]
 pub struct RedisBackend {
     node: Node,
-    /// With `wait_replicas`: the connection grants are confirmed on.
-    confirm: Option<(Node, ReplicaWait)>,
+    /// With `wait_replicas`: the connections grants and renewals are
+    /// confirmed on.
+    confirm: Option<Confirmed>,
     capabilities: Capabilities,
     signals: Arc<ReleaseSignals>,
     notices: Notices,
@@ -113,7 +115,7 @@ impl RedisBackend {
         let signals = Arc::new(ReleaseSignals::new());
         let sharded = Sharded::new(conn, pushes, keys, common.timeout, signals.clone());
         Ok(Self {
-            capabilities: Self::capabilities_of(CLUSTER_NAME, &node, true),
+            capabilities: Self::capabilities_of(CLUSTER_NAME, &node, false),
             node,
             confirm: None,
             signals,
@@ -121,16 +123,26 @@ impl RedisBackend {
         })
     }
 
-    fn capabilities_of(name: &'static str, node: &Node, ordered: bool) -> Capabilities {
-        // Tokens stay ordered while lock keys may be evicted, since the
-        // counter has no TTL; not once the counter itself may go.
+    /// `confirmed`: whether every grant waits for the replicas
+    /// (`wait_replicas`).
+    fn capabilities_of(name: &'static str, node: &Node, confirmed: bool) -> Capabilities {
         let fencing = match node.eviction() {
+            // Tokens stay ordered while lock keys may be evicted, since the
+            // counter has no TTL; not once the counter itself may go.
             Eviction::AnyKey => Fencing::BestEffort,
+            // A failover to a replica that missed the last grant leaves the
+            // counter behind that grant's token, and the next token is then
+            // the promoted replica's clock: ordered only while that clock is
+            // not behind the old master's by more than the failover took.
+            // With `wait_replicas` no token is handed out before the
+            // replicas have its counter.
+            _ if node.fails_over() && !confirmed => Fencing::BestEffort,
             Eviction::Never | Eviction::KeysWithTtl | Eviction::Unknown => Fencing::Strict,
         };
+        // With `WAIT`, grants go out on a connection of their own.
         Capabilities::new(name, fencing)
             .with_server_side_wait(true)
-            .with_ordered_requests(ordered)
+            .with_ordered_requests(!confirmed)
             .with_semaphores(true)
             .with_read_write(true)
     }
@@ -177,7 +189,10 @@ impl RedisBackend {
     /// asked for, and the release subscription.
     async fn start(node: Node, common: &CommonOptions, wait: Option<ReplicaWait>) -> Result<Self> {
         let confirm = match wait {
-            Some(wait) => Some((node.with_own_connection(wait.timeout).await?, wait)),
+            // Boxed: inline, it nests `from_client`'s future deeper than
+            // the compiler looks by default (`recursion_limit`), and an
+            // application awaiting `from_client` would not compile.
+            Some(wait) => Some(Box::pin(Confirmed::open(&node, wait)).await?),
             None => None,
         };
         let signals = Arc::new(ReleaseSignals::new());
@@ -190,9 +205,8 @@ impl RedisBackend {
             common.connect_timeout,
             signals.clone(),
         ));
-        // With `WAIT`, grants go out on a connection of their own.
         Ok(Self {
-            capabilities: Self::capabilities_of(crate::NAME, &node, confirm.is_none()),
+            capabilities: Self::capabilities_of(crate::NAME, &node, confirm.is_some()),
             node,
             confirm,
             signals,
@@ -200,30 +214,16 @@ impl RedisBackend {
         })
     }
 
-    /// Takes the lock and waits for `wait.replicas` to have it (see
-    /// [`Node::acquire_confirmed`]); gives it back unless they confirm, or
-    /// when the answer was lost (the script may have run).
+    /// Takes the lock and waits for the replicas to have it (see
+    /// [`Confirmed::grant`]); gives it back unless they confirm, or when
+    /// the answer was lost (the script may have run).
     async fn acquire_confirmed(
         &self,
-        node: &Node,
+        confirm: &Confirmed,
         req: &AcquireRequest,
-        wait: ReplicaWait,
     ) -> Result<Option<FencingToken>> {
-        let outcome = node
-            .acquire_confirmed(req, wait.replicas, wait.timeout)
-            .await;
-        let error = match outcome {
-            Ok((token, confirmed)) if token.is_none() || confirmed >= wait.replicas => {
-                return Ok(token);
-            }
-            Ok((_, confirmed)) => Error::Unavailable {
-                backend: crate::NAME,
-                message: format!(
-                    "the grant of lock \"{}\" reached too few replicas within {:?} ({} needed, {confirmed} confirmed); it was given back",
-                    req.name, wait.timeout, wait.replicas
-                ),
-                source: None,
-            },
+        let error = match confirm.grant(req).await {
+            Ok(token) => return Ok(token),
             Err(e) => e,
         };
         let _ = self.abandon(req).await;
@@ -253,7 +253,7 @@ impl LockBackend for RedisBackend {
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {
         let sent = Instant::now();
         let token = match &self.confirm {
-            Some((node, wait)) => self.acquire_confirmed(node, req, *wait).await?,
+            Some(confirm) => self.acquire_confirmed(confirm, req).await?,
             None => self.node.grant(req).await?,
         };
         Ok(token.map(|token| Lease::granted(req, token, sent)))
@@ -281,9 +281,12 @@ impl LockBackend for RedisBackend {
 
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         let sent = Instant::now();
-        let renewed = match lease.kind() {
-            LockKind::Exclusive => self.node.renew(lease.name(), lease.owner(), ttl).await?,
-            _ => {
+        let renewed = match (&self.confirm, lease.kind()) {
+            (Some(confirm), _) => confirm.renew(lease, ttl).await?,
+            (None, LockKind::Exclusive) => {
+                self.node.renew(lease.name(), lease.owner(), ttl).await?
+            }
+            (None, _) => {
                 self.node
                     .renew_member(lease, Some(lease.token()), ttl)
                     .await?

@@ -9,7 +9,7 @@ use lock_core::{Family, FencingToken, LockKind, LockName, Result};
 use redis::ScriptInvocation;
 
 use crate::node::{Keys, Node};
-use crate::scripts::{GROUP_HELD_SCRIPT, GROUP_RENEW_SCRIPT, JOIN_SCRIPT, LEAVE_SCRIPT};
+use crate::scripts::{GROUP_HELD_SCRIPT, GROUP_RENEW_SCRIPT, JOIN_SCRIPT, LEAVE_TEXT, eval};
 
 impl Keys {
     /// The six keys of `name`'s group of `family` in the order the group
@@ -94,6 +94,19 @@ impl Node {
         token: Option<FencingToken>,
         ttl: Duration,
     ) -> Result<bool> {
+        let invocation = self.renew_member_invocation(lease, token, ttl);
+        let done: i64 = self.run(invocation, "renew").await?;
+        Ok(done == 1)
+    }
+
+    /// The renewal script [`Node::renew_member`] runs, as the renewal
+    /// confirmed by `WAIT` sends it too.
+    pub(crate) fn renew_member_invocation(
+        &self,
+        lease: &Lease,
+        token: Option<FencingToken>,
+        ttl: Duration,
+    ) -> ScriptInvocation<'static> {
         let mut invocation =
             self.group_invocation(&GROUP_RENEW_SCRIPT, lease.name(), lease.kind().family());
         invocation
@@ -101,8 +114,7 @@ impl Node {
             .arg(token_arg(token))
             .arg(mode(lease.kind()))
             .arg(millis(ttl));
-        let done: i64 = self.run(invocation, "renew").await?;
-        Ok(done == 1)
+        invocation
     }
 
     /// Whether a member's grant is still there, unexpired, with `token` if
@@ -120,7 +132,8 @@ impl Node {
 
     /// Removes `owner`'s grant with `token`, or with no token everything
     /// `owner` has in the group (its grant, its waiting-writer mark), and
-    /// announces it to waiters. `true` if a live grant was removed.
+    /// announces it to waiters. `true` if a live grant was removed. One
+    /// `EVAL`, like every cleanup ([`eval`]).
     pub async fn leave(
         &self,
         name: &LockName,
@@ -130,14 +143,14 @@ impl Node {
     ) -> Result<bool> {
         let family = kind.family();
         let (channel, publish) = self.keys().release_channel(name);
-        let mut invocation = self.group_invocation(&LEAVE_SCRIPT, name, family);
-        invocation
+        let mut cleanup = eval(&LEAVE_TEXT, &self.keys().group(name, family));
+        cleanup
             .arg(owner.to_hex())
             .arg(token_arg(token))
             .arg(channel)
             .arg(notice(name, family))
             .arg(publish);
-        let done: i64 = self.run(invocation, "release").await?;
+        let done = self.clean_up(cleanup, "release").await?;
         Ok(done == 1)
     }
 }

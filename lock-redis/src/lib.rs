@@ -4,6 +4,7 @@
 
 mod backend;
 pub mod config;
+mod confirm;
 #[cfg(feature = "raw")]
 pub mod conn;
 #[cfg(not(feature = "raw"))]

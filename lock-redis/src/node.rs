@@ -15,7 +15,7 @@ use crate::conn::{Conn, SentinelConn, open, open_cluster};
 use crate::error::{convert, unanswered};
 use crate::eviction::{self, Eviction, MemoryPolicy};
 use crate::scripts::{
-    ACQUIRE_SCRIPT, HOLDER_SCRIPT, JOIN_SCRIPT, RELEASE, RELEASE_UNANNOUNCED, RENEW_SCRIPT,
+    ACQUIRE_SCRIPT, HOLDER_SCRIPT, RELEASE, RELEASE_UNANNOUNCED, RENEW_SCRIPT, eval,
 };
 
 /// The keys of one lock name under a prefix.
@@ -352,6 +352,12 @@ impl Node {
         self.eviction
     }
 
+    /// Whether this node follows a failover to a replica (a cluster's
+    /// slots, the master Sentinel names), which may lack the last writes.
+    pub(crate) fn fails_over(&self) -> bool {
+        !matches!(self.source, Source::Single(_))
+    }
+
     /// Where a subscription to release notices connects; `None` for a
     /// cluster, whose notices go by shard channel.
     pub(crate) fn subscribe_to(&self) -> Option<SubscribeTo> {
@@ -433,14 +439,6 @@ impl Node {
         Ok((token > 0).then_some(FencingToken::new(token)))
     }
 
-    /// The script that grants `req`: the mutex's, or a group's.
-    fn grant_invocation(&self, req: &AcquireRequest) -> ScriptInvocation<'static> {
-        match req.kind {
-            LockKind::Exclusive => self.acquire_invocation(&req.name, req.owner, req.ttl),
-            _ => self.join_invocation(req),
-        }
-    }
-
     /// Runs a script on this node's connection.
     pub(crate) async fn run<T: redis::FromRedisValue>(
         &self,
@@ -453,7 +451,7 @@ impl Node {
             .map_err(|e| self.fail(operation, e))
     }
 
-    fn acquire_invocation(
+    pub(crate) fn acquire_invocation(
         &self,
         name: &LockName,
         owner: OwnerToken,
@@ -470,22 +468,20 @@ impl Node {
         invocation
     }
 
-    /// The acquire script followed by `WAIT replicas timeout`, sent as one
+    /// `invocation` followed by `WAIT replicas timeout`, sent as one
     /// pipeline on one connection: `WAIT` then counts the replicas that
     /// have the script's write. Sent separately, a reconnect between the
     /// two would put `WAIT` on a connection that wrote nothing, which every
     /// replica has "acknowledged"; in one pipeline, a lost connection fails
-    /// both. Returns the token, or `None` if somebody else holds the lock,
-    /// and how many replicas confirmed.
-    pub(crate) async fn acquire_confirmed(
+    /// both. Returns the script's answer and how many replicas confirmed.
+    pub(crate) async fn confirmed<T: redis::FromRedisValue>(
         &self,
-        req: &AcquireRequest,
-        replicas: u32,
-        timeout: Duration,
-    ) -> Result<(Option<FencingToken>, u32)> {
-        let invocation = self.grant_invocation(req);
+        invocation: &ScriptInvocation<'_>,
+        (replicas, timeout): (u32, Duration),
+        operation: &'static str,
+    ) -> Result<(T, u32)> {
         let mut pipe = redis::pipe();
-        pipe.invoke_script(&invocation)
+        pipe.invoke_script(invocation)
             .cmd("WAIT")
             .arg(replicas)
             .arg(millis(timeout));
@@ -494,24 +490,19 @@ impl Node {
         if matches!(&sent, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
             // A restarted server forgot the script; the failed `EVALSHA`
             // wrote nothing.
-            let script = match req.kind {
-                LockKind::Exclusive => &*ACQUIRE_SCRIPT,
-                _ => &*JOIN_SCRIPT,
-            };
-            script
+            invocation
                 .load_async(&mut conn)
                 .await
-                .map_err(|e| self.fail("acquire", e))?;
+                .map_err(|e| self.fail(operation, e))?;
             sent = pipe.query_async(&mut conn).await;
         }
-        let (token, confirmed): (u64, u32) = sent.map_err(|e| self.fail("acquire", e))?;
-        Ok(((token > 0).then_some(FencingToken::new(token)), confirmed))
+        sent.map_err(|e| self.fail(operation, e))
     }
 
     /// The same server on a connection of its own whose commands may take
-    /// `extra` longer than the timeout: for [`Node::acquire_confirmed`],
-    /// whose `WAIT` holds its connection until the replicas answer, and
-    /// would hold up every renewal and release queued behind it.
+    /// `extra` longer than the timeout: for [`Node::confirmed`], whose
+    /// `WAIT` holds its connection until the replicas answer, and would
+    /// hold up every command queued behind it.
     pub(crate) async fn with_own_connection(&self, extra: Duration) -> Result<Self> {
         let conn = match &self.source {
             Source::Single(client) => {
@@ -542,51 +533,60 @@ impl Node {
 
     /// Extends the lock if `owner` still holds it.
     pub async fn renew(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<bool> {
-        let done: i64 = RENEW_SCRIPT
-            .key(self.keys.lock(name))
-            .arg(owner.to_hex())
-            .arg(millis(ttl))
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| self.fail("renew", e))?;
+        let done: i64 = self
+            .run(self.renew_invocation(name, owner, ttl), "renew")
+            .await?;
         Ok(done == 1)
     }
 
-    /// Deletes the lock if `owner` holds it, and announces the release.
-    ///
-    /// Sent as `EVAL` with the script's text, never as `EVALSHA`: a server
-    /// restarted since the script was loaded answers `EVALSHA` with
-    /// `NOSCRIPT`, and a release whose caller stopped waiting (a per-node
-    /// limit, a cancelled future) before the fallback went out would leave
-    /// the lock held until its TTL — a grant that reached the server late
-    /// would then outlive the release queued behind it. The server caches
-    /// the script by its hash either way.
+    pub(crate) fn renew_invocation(
+        &self,
+        name: &LockName,
+        owner: OwnerToken,
+        ttl: Duration,
+    ) -> ScriptInvocation<'static> {
+        let mut invocation = RENEW_SCRIPT.prepare_invoke();
+        invocation
+            .key(self.keys.lock(name))
+            .arg(owner.to_hex())
+            .arg(millis(ttl));
+        invocation
+    }
+
+    /// Deletes the lock if `owner` holds it, and announces the release; as
+    /// one `EVAL`, like every cleanup ([`eval`]).
     ///
     /// Without waiting marks (Redlock), nothing is announced, and the
     /// script is the bare compare-and-delete.
     pub async fn release(&self, name: &LockName, owner: OwnerToken) -> Result<bool> {
-        let mut eval = redis::cmd("EVAL");
-        if self.keys.waiting_mark.is_zero() {
-            eval.arg(RELEASE_UNANNOUNCED)
-                .arg(1)
-                .arg(self.keys.lock(name))
-                .arg(owner.to_hex());
+        let lock = self.keys.lock(name);
+        let cleanup = if self.keys.waiting_mark.is_zero() {
+            let mut cmd = eval(RELEASE_UNANNOUNCED, &[lock]);
+            cmd.arg(owner.to_hex());
+            cmd
         } else {
             let (channel, publish) = self.keys.release_channel(name);
-            eval.arg(RELEASE)
-                .arg(2)
-                .arg(self.keys.lock(name))
-                .arg(self.keys.waiting(name))
-                .arg(owner.to_hex())
+            let mut cmd = eval(RELEASE, &[lock, self.keys.waiting(name)]);
+            cmd.arg(owner.to_hex())
                 .arg(channel)
                 .arg(name.as_str())
                 .arg(publish);
-        }
-        let done: i64 = eval
+            cmd
+        };
+        let done: i64 = self.clean_up(cleanup, "release").await?;
+        Ok(done == 1)
+    }
+
+    /// Sends a cleanup made by [`eval`] on this node's connection.
+    pub(crate) async fn clean_up(
+        &self,
+        cleanup: redis::Cmd,
+        operation: &'static str,
+    ) -> Result<i64> {
+        cleanup
             .query_async(&mut self.conn.clone())
             .await
-            .map_err(|e| self.fail("release", e))?;
-        Ok(done == 1)
+            .map_err(|e| self.fail(operation, e))
     }
 
     /// Whether `owner` holds the lock: its key is there, unexpired, with

@@ -8,7 +8,7 @@
 
 use std::sync::LazyLock;
 
-use redis::Script;
+use redis::{Cmd, Script};
 
 /// `KEYS`: the lock key, the fence counter, the waiting mark. `ARGV`: owner,
 /// TTL in ms, how long a failed attempt marks the name as waited on (ms; 0
@@ -244,10 +244,31 @@ return math.min(removed, 1)
 
 /// The group scripts with their prologue.
 fn group(body: &str) -> Script {
-    Script::new(&format!("{GROUP_PROLOGUE}{body}"))
+    Script::new(&with_prologue(body))
+}
+
+fn with_prologue(body: &str) -> String {
+    format!("{GROUP_PROLOGUE}{body}")
+}
+
+/// `EVAL` of `text` on `keys`; the caller adds the `ARGV`. For every
+/// cleanup (a release, an abandon, a grant given back): each must reach
+/// the server as one command. A script run by its hash (`EVALSHA`) on a
+/// server that lost its script cache (a restart, `SCRIPT FLUSH`) fails with
+/// `NOSCRIPT`, and the fallback (`SCRIPT LOAD`, then `EVALSHA` again) takes
+/// two more round trips, which a per-node limit (Redlock's) or a cancelled
+/// future can cut off: the grant or waiting mark would then stay until it
+/// expires, and a grant that reached the server late would outlive the
+/// cleanup queued behind it. The server caches the script by its hash
+/// either way, so the text costs only the bytes.
+pub(crate) fn eval(text: &str, keys: &[String]) -> Cmd {
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(text).arg(keys.len()).arg(keys);
+    cmd
 }
 
 pub(crate) static JOIN_SCRIPT: LazyLock<Script> = LazyLock::new(|| group(JOIN));
 pub(crate) static GROUP_RENEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| group(GROUP_RENEW));
 pub(crate) static GROUP_HELD_SCRIPT: LazyLock<Script> = LazyLock::new(|| group(GROUP_HELD));
-pub(crate) static LEAVE_SCRIPT: LazyLock<Script> = LazyLock::new(|| group(LEAVE));
+/// [`LEAVE`] with its prologue, sent as text: a cleanup (see [`eval`]).
+pub(crate) static LEAVE_TEXT: LazyLock<String> = LazyLock::new(|| with_prologue(LEAVE));

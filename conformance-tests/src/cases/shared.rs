@@ -438,7 +438,7 @@ pub async fn shared_leases_renew_and_release_for_the_owner_only(t: &dyn Target) 
         // Renewed past half the lease, then checked past its first
         // deadline, each counted as the lease counts it (etcd and
         // ZooKeeper renew for their session's TTL, memcached expires up to
-        // a second early).
+        // two seconds early).
         sleep(lease.remaining().mul_f64(0.6)).await;
         let renewed = a
             .backend()

@@ -2,14 +2,16 @@
 //! cluster on 127.0.0.1, 127.0.0.2 and 127.0.0.3, with data in temporary
 //! directories; or the cluster `DISTLOCK_TEST_ETCD_URL` names.
 
+use std::net::IpAddr;
 use std::process::Command;
 use std::time::Duration;
 
 use tokio::sync::OnceCell;
 
 use super::external::{ETCD, external};
+use super::ports::{Listener, PortTaken, start_on_free_ports, wait_started};
 use super::url::ServerUrl;
-use super::{Supervised, data_dir, find_binary, free_port, log_of, started, wait_until_ready};
+use super::{Supervised, data_dir, find_binary, log_of, started, wait_until_ready};
 
 /// One etcd member.
 #[derive(Debug)]
@@ -68,56 +70,67 @@ impl Etcd {
         let etcd = find_binary("etcd", &[], "etcd-server")
             .to_string_lossy()
             .into_owned();
-        let peers: Vec<(String, String, String)> = hosts
+        let etcd = etcd.as_str();
+        // A client port and a peer port on each member's address.
+        let addrs: Vec<IpAddr> = hosts
             .iter()
-            .enumerate()
-            .map(|(i, h)| {
-                (
-                    format!("m{i}"),
-                    format!("{h}:{}", free_port()),
-                    format!("{h}:{}", free_port()),
-                )
-            })
+            .flat_map(|h| [h.parse().expect("a loopback address"); 2])
             .collect();
-        let cluster: Vec<String> = peers
-            .iter()
-            .map(|(n, _, peer)| format!("{n}=http://{peer}"))
-            .collect();
-        let cluster = cluster.join(",");
-        let token = format!("distlock-{}", free_port());
-        let members = peers
-            .into_iter()
-            .map(|(name, client, peer)| {
-                let dir = data_dir("root");
-                let args = [
-                    etcd.clone(),
-                    format!("--name={name}"),
-                    format!("--data-dir={}", dir.join("data").display()),
-                    format!("--listen-client-urls=http://{client}"),
-                    format!("--advertise-client-urls=http://{client}"),
-                    format!("--listen-peer-urls=http://{peer}"),
-                    format!("--initial-advertise-peer-urls=http://{peer}"),
-                    format!("--initial-cluster={cluster}"),
-                    format!("--initial-cluster-token={token}"),
-                    "--initial-cluster-state=new".into(),
-                    "--heartbeat-interval=100".into(),
-                    "--election-timeout=1000".into(),
-                ];
-                let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                EtcdMember {
-                    name,
-                    client_addr: client,
-                    process: Some(Supervised::start(&dir, "TERM", &args)),
-                }
-            })
-            .collect::<Vec<_>>();
-        let addrs: Vec<String> = members.iter().map(|m| m.client_addr.clone()).collect();
-        let etcd = Self {
-            members,
-            url: ServerUrl::local(distlock::lock_etcd::SCHEMES[0], None, &addrs, ""),
-        };
-        etcd.wait_ready().await;
-        etcd
+        start_on_free_ports("etcd", &addrs, |ports| async move {
+            let peers: Vec<(String, String, String)> = hosts
+                .iter()
+                .zip(ports.chunks(2))
+                .enumerate()
+                .map(|(i, (h, ports))| {
+                    (
+                        format!("m{i}"),
+                        format!("{h}:{}", ports[0]),
+                        format!("{h}:{}", ports[1]),
+                    )
+                })
+                .collect();
+            let cluster: Vec<String> = peers
+                .iter()
+                .map(|(n, _, peer)| format!("{n}=http://{peer}"))
+                .collect();
+            let cluster = cluster.join(",");
+            // Unique to this cluster: no port is handed out twice.
+            let token = format!("distlock-{}", ports[0]);
+            let members = peers
+                .into_iter()
+                .map(|(name, client, peer)| {
+                    let dir = data_dir("root");
+                    let args = [
+                        etcd.to_owned(),
+                        format!("--name={name}"),
+                        format!("--data-dir={}", dir.join("data").display()),
+                        format!("--listen-client-urls=http://{client}"),
+                        format!("--advertise-client-urls=http://{client}"),
+                        format!("--listen-peer-urls=http://{peer}"),
+                        format!("--initial-advertise-peer-urls=http://{peer}"),
+                        format!("--initial-cluster={cluster}"),
+                        format!("--initial-cluster-token={token}"),
+                        "--initial-cluster-state=new".into(),
+                        "--heartbeat-interval=100".into(),
+                        "--election-timeout=1000".into(),
+                    ];
+                    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                    EtcdMember {
+                        name,
+                        client_addr: client,
+                        process: Some(Supervised::start(&dir, "TERM", &args)),
+                    }
+                })
+                .collect::<Vec<_>>();
+            let addrs: Vec<String> = members.iter().map(|m| m.client_addr.clone()).collect();
+            let etcd = Self {
+                members,
+                url: ServerUrl::local(distlock::lock_etcd::SCHEMES[0], None, &addrs, ""),
+            };
+            etcd.wait_started(&ports).await?;
+            Ok(etcd)
+        })
+        .await
     }
 
     /// A one-member cluster shared by every test in this test binary: the
@@ -163,19 +176,43 @@ impl Etcd {
 
     /// Waits until the cluster has a leader and answers.
     pub async fn wait_ready(&self) {
-        let log = || {
-            self.members
-                .iter()
-                .map(|m| log_of(&m.process))
-                .collect::<Vec<_>>()
-                .join("\n---\n")
-        };
-        wait_until_ready("etcd", Duration::from_secs(60), log, || async {
-            etcdctl(&self.endpoints(), &["endpoint", "health", "--cluster"])
-                .output()
-                .is_ok_and(|o| o.status.success())
-        })
+        wait_until_ready(
+            "etcd",
+            Duration::from_secs(60),
+            || self.logs(),
+            || async { self.healthy() },
+        )
         .await;
+    }
+
+    /// Waits until a cluster just started on `ports` (a client and a peer
+    /// port per member) is ready; [`PortTaken`] if a member could not
+    /// listen.
+    async fn wait_started(&self, ports: &[u16]) -> Result<(), PortTaken> {
+        let listeners: Vec<Listener<'_>> = self
+            .members
+            .iter()
+            .zip(ports.chunks(2))
+            .map(|(m, ports)| (m.process(), ports.to_vec()))
+            .collect();
+        wait_started("etcd", Duration::from_secs(60), &listeners, || async {
+            self.healthy()
+        })
+        .await
+    }
+
+    fn healthy(&self) -> bool {
+        etcdctl(&self.endpoints(), &["endpoint", "health", "--cluster"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }
+
+    fn logs(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| log_of(&m.process))
+            .collect::<Vec<_>>()
+            .join("\n---\n")
     }
 
     /// The member that leads now, if one does.

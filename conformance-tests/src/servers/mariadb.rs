@@ -8,10 +8,9 @@ use std::time::Duration;
 use tokio::sync::OnceCell;
 
 use super::external::MYSQL;
+use super::ports::{start_on_loopback, wait_started};
 use super::url::ServerUrl;
-use super::{
-    SqlInstance, SqlServer, Supervised, data_dir, find_binary, free_port, run_as, wait_until_ready,
-};
+use super::{SqlInstance, Supervised, data_dir, find_binary, run_as};
 
 const LABEL: &str = "mariadb";
 const USER: &str = "distlock";
@@ -29,65 +28,71 @@ impl Mariadb {
         let install = find_binary("mariadb-install-db", SBIN, "mariadb-server");
         let mariadbd = find_binary("mariadbd", SBIN, "mariadb-server");
         let client = find_binary("mariadb", SBIN, "mariadb-client");
-        let dir = data_dir("mysql");
-        let data = dir.join("data");
-        let socket = dir.join("mysqld.sock");
-        let root = nix::unistd::geteuid().is_root();
-        let user_arg = "--user=mysql";
-        let mut install_args = vec![
-            install.to_string_lossy().into_owned(),
-            "--no-defaults".into(),
-            format!("--datadir={}", data.display()),
-            "--auth-root-authentication-method=socket".into(),
-            "--skip-test-db".into(),
-        ];
-        if root {
-            install_args.push(user_arg.into());
-        }
-        let install_args: Vec<&str> = install_args.iter().map(String::as_str).collect();
-        run_as(None, &install_args);
-        let port = free_port();
-        let mut command = vec![
-            mariadbd.to_string_lossy().into_owned(),
-            "--no-defaults".into(),
-            format!("--datadir={}", data.display()),
-            format!("--port={port}"),
-            "--bind-address=127.0.0.1".into(),
-            format!("--socket={}", socket.display()),
-            format!("--pid-file={}", dir.join("mysqld.pid").display()),
-            "--skip-name-resolve".into(),
-            "--innodb-buffer-pool-size=64M".into(),
-            "--max-connections=400".into(),
-        ];
-        if root {
-            command.push(user_arg.into());
-        }
-        let command: Vec<&str> = command.iter().map(String::as_str).collect();
-        let process = Supervised::start(&dir, "TERM", &command);
-        let setup = format!(
-            "CREATE DATABASE IF NOT EXISTS {DATABASE};
-             CREATE USER IF NOT EXISTS '{USER}'@'127.0.0.1' IDENTIFIED BY '{PASSWORD}';
-             GRANT ALL ON {DATABASE}.* TO '{USER}'@'127.0.0.1';"
-        );
-        wait_until_ready(
-            "mariadb",
-            Duration::from_secs(60),
-            || process.log(),
-            || async { root_sql(&client, &socket, &setup) },
-        )
-        .await;
-        let server = SqlInstance {
-            label: LABEL,
-            url: ServerUrl::local(
-                distlock::lock_sql::MYSQL_SCHEMES[1],
-                Some(&format!("{USER}:{PASSWORD}")),
-                &[format!("127.0.0.1:{port}")],
-                DATABASE,
-            ),
-            process: Some(process),
-        };
-        server.wait_ready().await;
-        server
+        let (install, mariadbd, client) = (&install, &mariadbd, &client);
+        // Each attempt has a new directory: the old one goes with its
+        // watchdog.
+        start_on_loopback("mariadb", 1, |ports| async move {
+            let dir = data_dir("mysql");
+            let data = dir.join("data");
+            let socket = dir.join("mysqld.sock");
+            let root = nix::unistd::geteuid().is_root();
+            let user_arg = "--user=mysql";
+            let mut install_args = vec![
+                install.to_string_lossy().into_owned(),
+                "--no-defaults".into(),
+                format!("--datadir={}", data.display()),
+                "--auth-root-authentication-method=socket".into(),
+                "--skip-test-db".into(),
+            ];
+            if root {
+                install_args.push(user_arg.into());
+            }
+            let install_args: Vec<&str> = install_args.iter().map(String::as_str).collect();
+            run_as(None, &install_args);
+            let port = ports[0];
+            let mut command = vec![
+                mariadbd.to_string_lossy().into_owned(),
+                "--no-defaults".into(),
+                format!("--datadir={}", data.display()),
+                format!("--port={port}"),
+                "--bind-address=127.0.0.1".into(),
+                format!("--socket={}", socket.display()),
+                format!("--pid-file={}", dir.join("mysqld.pid").display()),
+                "--skip-name-resolve".into(),
+                "--innodb-buffer-pool-size=64M".into(),
+                "--max-connections=400".into(),
+            ];
+            if root {
+                command.push(user_arg.into());
+            }
+            let command: Vec<&str> = command.iter().map(String::as_str).collect();
+            let process = Supervised::start(&dir, "TERM", &command);
+            let setup = format!(
+                "CREATE DATABASE IF NOT EXISTS {DATABASE};
+                 CREATE USER IF NOT EXISTS '{USER}'@'127.0.0.1' IDENTIFIED BY '{PASSWORD}';
+                 GRANT ALL ON {DATABASE}.* TO '{USER}'@'127.0.0.1';"
+            );
+            wait_started(
+                "mariadb",
+                Duration::from_secs(60),
+                &[(&process, vec![port])],
+                || async { root_sql(client, &socket, &setup) },
+            )
+            .await?;
+            let server = SqlInstance {
+                label: LABEL,
+                url: ServerUrl::local(
+                    distlock::lock_sql::MYSQL_SCHEMES[1],
+                    Some(&format!("{USER}:{PASSWORD}")),
+                    &[format!("127.0.0.1:{port}")],
+                    DATABASE,
+                ),
+                process: Some(process),
+            };
+            server.wait_started().await?;
+            Ok(server)
+        })
+        .await
     }
 
     /// One server shared by every test in this test binary: the one

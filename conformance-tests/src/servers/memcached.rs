@@ -9,8 +9,9 @@ use tokio::net::TcpStream;
 use tokio::sync::OnceCell;
 
 use super::external::{MEMCACHE, external};
+use super::ports::{start_on_loopback, wait_started};
 use super::url::ServerUrl;
-use super::{Supervised, data_dir, find_binary, free_port, log_of, started, wait_until_ready};
+use super::{Supervised, data_dir, find_binary, log_of, started, wait_until_ready};
 
 /// A running memcached.
 #[derive(Debug)]
@@ -31,35 +32,46 @@ impl Memcached {
         let memcached = find_binary("memcached", &["/usr/bin"], "memcached")
             .to_string_lossy()
             .into_owned();
-        let dir = data_dir("root");
-        let port = free_port();
-        let (port_arg, memory) = (port.to_string(), megabytes.to_string());
-        let mut command = vec![
-            memcached.as_str(),
-            "-l",
-            "127.0.0.1",
-            "-p",
-            &port_arg,
-            "-U",
-            "0",
-            "-m",
-            &memory,
-        ];
-        if nix::unistd::geteuid().is_root() {
-            // memcached will not run as root without being told whom to be.
-            command.extend(["-u", "memcache"]);
-        }
-        let server = Self {
-            url: ServerUrl::local(
-                distlock::lock_memcache::SCHEMES[0],
-                None,
-                &[format!("127.0.0.1:{port}")],
-                "",
-            ),
-            process: Some(Supervised::start(&dir, "TERM", &command)),
-        };
-        server.wait_ready().await;
-        server
+        let memcached = memcached.as_str();
+        start_on_loopback("memcached", 1, |ports| async move {
+            let dir = data_dir("root");
+            let port = ports[0];
+            let (port_arg, memory) = (port.to_string(), megabytes.to_string());
+            let mut command = vec![
+                memcached,
+                "-l",
+                "127.0.0.1",
+                "-p",
+                &port_arg,
+                "-U",
+                "0",
+                "-m",
+                &memory,
+            ];
+            if nix::unistd::geteuid().is_root() {
+                // memcached will not run as root without being told whom to be.
+                command.extend(["-u", "memcache"]);
+            }
+            let server = Self {
+                url: ServerUrl::local(
+                    distlock::lock_memcache::SCHEMES[0],
+                    None,
+                    &[format!("127.0.0.1:{port}")],
+                    "",
+                ),
+                process: Some(Supervised::start(&dir, "TERM", &command)),
+            };
+            let addr = server.addr();
+            wait_started(
+                "memcached",
+                Duration::from_secs(30),
+                &[(server.process(), vec![port])],
+                || async { TcpStream::connect(&addr).await.is_ok() },
+            )
+            .await?;
+            Ok(server)
+        })
+        .await
     }
 
     /// Waits until it accepts connections (after a start or restart).

@@ -16,6 +16,7 @@ pub mod external;
 pub mod mariadb;
 #[cfg(feature = "memcache")]
 pub mod memcached;
+pub mod ports;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "redis")]
@@ -29,7 +30,7 @@ pub mod url;
 pub mod zookeeper;
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Mutex;
@@ -40,9 +41,8 @@ use lock_core::backend::async_trait;
 use self::url::ServerUrl;
 
 /// Runs the server (the arguments after the data directory and the stop
-/// signal) and obeys `stop`, `start`, `kill`, `pause` and `resume` lines on
-/// stdin, answering
-/// each on stdout. At end of input it stops the server and deletes the
+/// signal) and obeys `stop`, `start`, `kill`, `pause`, `resume` and `pid`
+/// lines on stdin, answering each on stdout. At end of input it stops the server and deletes the
 /// directory.
 const WATCHDOG: &str = r#"
 dir=$1; sig=$2; shift 2
@@ -55,6 +55,7 @@ while read -r cmd; do
         pause) kill -s STOP "$pid"; echo paused ;;
         resume) kill -s CONT "$pid"; echo resumed ;;
         start) run "$@"; echo started ;;
+        pid) echo "$pid" ;;
     esac
 done
 kill -s "$sig" "$pid" 2>/dev/null; wait "$pid"
@@ -95,6 +96,19 @@ pub struct SqlInstance {
 }
 
 impl SqlInstance {
+    /// Waits until a server just started accepts connections;
+    /// [`PortTaken`](ports::PortTaken) if it could not listen.
+    async fn wait_started(&self) -> Result<(), ports::PortTaken> {
+        let url = self.url(SQL_READY);
+        ports::wait_started(
+            self.label,
+            Duration::from_secs(60),
+            &[(self.process(), vec![self.port()])],
+            || async { distlock::connect_backend(&url).await.is_ok() },
+        )
+        .await
+    }
+
     /// The shared server: the one `backend`'s variable names, or else one
     /// that `start` starts.
     async fn shared<F: Future<Output = Self>>(
@@ -207,12 +221,34 @@ impl Supervised {
         }
     }
 
-    fn command(&self, cmd: &str) {
+    fn command(&self, cmd: &str) -> String {
         let mut control = self.control.lock().expect("poisoned");
         let (stdin, stdout) = &mut *control;
         writeln!(stdin, "{cmd}").expect("the watchdog is gone");
         let mut answer = String::new();
         stdout.read_line(&mut answer).expect("the watchdog is gone");
+        answer
+    }
+
+    /// The server's process id (the last one started).
+    pub(crate) fn pid(&self) -> u32 {
+        let pid = self.command("pid");
+        pid.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("the watchdog gave {pid:?} for a pid"))
+    }
+
+    /// Whether the server process has exited (stopped, killed or crashed)
+    /// since it was last started. The watchdog reaps it only when told to
+    /// stop it, so an exit on its own leaves a zombie, read as exited.
+    pub fn exited(&self) -> bool {
+        match std::fs::read_to_string(format!("/proc/{}/stat", self.pid())) {
+            // The state follows the command name, which is in parentheses.
+            Ok(stat) => stat
+                .rsplit_once(") ")
+                .is_none_or(|(_, rest)| rest.starts_with(['Z', 'X'])),
+            Err(_) => true,
+        }
     }
 
     /// Stops the server gracefully and waits for it to exit.
@@ -245,22 +281,6 @@ impl Supervised {
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
     }
-}
-
-/// A loopback port nobody listens on now.
-pub fn free_port() -> u16 {
-    free_ports(1)[0]
-}
-
-/// `n` distinct loopback ports nobody listens on now: all bound at once,
-/// so none is handed out twice (a cluster node needs two).
-pub fn free_ports(n: usize) -> Vec<u16> {
-    let held: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral loopback port"))
-        .collect();
-    held.iter()
-        .map(|l| l.local_addr().expect("a bound address").port())
-        .collect()
 }
 
 /// Finds `name` on `PATH` or in `extra` directories (globs allowed in the

@@ -10,8 +10,9 @@ use std::time::Duration;
 use tokio::sync::OnceCell;
 
 use super::external::{REDIS, REDLOCK, external};
+use super::ports::{PortTaken, start_on_loopback, wait_started};
 use super::url::ServerUrl;
-use super::{Supervised, data_dir, find_binary, free_port, log_of, started, wait_until_ready};
+use super::{Supervised, data_dir, find_binary, log_of, started, wait_until_ready};
 
 /// The ACL user of the servers the harness starts (the default user is
 /// off).
@@ -52,15 +53,12 @@ impl Redis {
     /// Starts a new server with these extra `redis-server` arguments (e.g.
     /// `--maxmemory 1mb`).
     pub async fn start_with(extra: &[&str]) -> Self {
-        Self::start_on(free_port(), extra).await
-    }
-
-    /// Starts a server on `port` with these extra arguments, and waits
-    /// until it answers.
-    pub(super) async fn start_on(port: u16, extra: &[&str]) -> Self {
-        let redis = Self::spawn_on(port, extra);
-        redis.wait_ready().await;
-        redis
+        start_on_loopback("redis", 1, |ports| async move {
+            let redis = Self::spawn_on(ports[0], extra);
+            redis.wait_started(&[]).await?;
+            Ok(redis)
+        })
+        .await
     }
 
     /// Starts a server on `port` without waiting for it, so that several
@@ -167,13 +165,30 @@ impl Redis {
         log_of(&self.process)
     }
 
+    /// Waits until a server just spawned listens on its port and on
+    /// `more_ports`, and answers; [`PortTaken`] if it could not listen.
+    pub(super) async fn wait_started(&self, more_ports: &[u16]) -> Result<(), PortTaken> {
+        let ports = [&[self.port()], more_ports].concat();
+        wait_started(
+            "redis",
+            Duration::from_secs(30),
+            &[(self.process(), ports)],
+            || async { self.pings() },
+        )
+        .await
+    }
+
+    fn pings(&self) -> bool {
+        self.cli(&["PING"]).is_some_and(|out| out.trim() == "PONG")
+    }
+
     /// Waits until it answers.
     pub async fn wait_ready(&self) {
         wait_until_ready(
             "redis",
             Duration::from_secs(30),
             || log_of(&self.process),
-            || async { self.cli(&["PING"]).is_some_and(|out| out.trim() == "PONG") },
+            || async { self.pings() },
         )
         .await;
     }

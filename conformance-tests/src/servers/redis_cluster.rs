@@ -40,9 +40,10 @@ use std::time::Duration;
 use tokio::sync::OnceCell;
 
 use super::external::{REDIS_CLUSTER, external};
+use super::ports::start_on_loopback;
 use super::redis::{Redis, USER, info_field as field};
 use super::url::ServerUrl;
-use super::{find_binary, free_ports, wait_for, wait_until_ready};
+use super::{find_binary, wait_for, wait_until_ready};
 
 /// The number of hash slots.
 pub const SLOTS: u16 = 16384;
@@ -72,42 +73,45 @@ impl RedisCluster {
     /// Starts a new cluster of its own: three masters covering every slot,
     /// each with one replica in sync.
     pub async fn start() -> Self {
-        let ports = free_ports(2 * NODES);
-        let (clients, buses) = ports.split_at(NODES);
-        let nodes: Vec<Redis> = clients
-            .iter()
-            .zip(buses)
-            .map(|(port, bus)| {
-                let bus = bus.to_string();
-                Redis::spawn_on(
-                    *port,
-                    &[
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-port",
-                        &bus,
-                        // Relative to the node's data directory.
-                        "--cluster-config-file",
-                        "nodes.conf",
-                        "--cluster-node-timeout",
-                        NODE_TIMEOUT_MS,
-                        "--cluster-replica-validity-factor",
-                        "0",
-                        // The replicas' offsets move, and the cluster hears
-                        // of them, within a second rather than ten.
-                        "--repl-ping-replica-period",
-                        "1",
-                        "--masteruser",
-                        USER,
-                        "--masterauth",
-                        Redis::PASSWORD,
-                    ],
-                )
-            })
-            .collect();
-        for node in &nodes {
-            node.wait_ready().await;
-        }
+        let (clients, nodes) = start_on_loopback("redis cluster", 2 * NODES, |ports| async move {
+            let (clients, buses) = ports.split_at(NODES);
+            let nodes: Vec<Redis> = clients
+                .iter()
+                .zip(buses)
+                .map(|(port, bus)| {
+                    let bus = bus.to_string();
+                    Redis::spawn_on(
+                        *port,
+                        &[
+                            "--cluster-enabled",
+                            "yes",
+                            "--cluster-port",
+                            &bus,
+                            // Relative to the node's data directory.
+                            "--cluster-config-file",
+                            "nodes.conf",
+                            "--cluster-node-timeout",
+                            NODE_TIMEOUT_MS,
+                            "--cluster-replica-validity-factor",
+                            "0",
+                            // The replicas' offsets move, and the cluster hears
+                            // of them, within a second rather than ten.
+                            "--repl-ping-replica-period",
+                            "1",
+                            "--masteruser",
+                            USER,
+                            "--masterauth",
+                            Redis::PASSWORD,
+                        ],
+                    )
+                })
+                .collect();
+            for (node, bus) in nodes.iter().zip(buses) {
+                node.wait_started(&[*bus]).await?;
+            }
+            Ok((clients.to_vec(), nodes))
+        })
+        .await;
         create(&nodes).await;
         let hosts: Vec<String> = clients.iter().map(|p| format!("127.0.0.1:{p}")).collect();
         let text = format!(

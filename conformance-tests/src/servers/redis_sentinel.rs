@@ -42,9 +42,10 @@ use std::time::Duration;
 use tokio::sync::OnceCell;
 
 use super::external::{REDIS_SENTINEL, external};
+use super::ports::start_on_loopback;
 use super::redis::{Redis, USER, info_field as field};
 use super::url::ServerUrl;
-use super::{Supervised, data_dir, find_binary, free_ports, wait_for, wait_until_ready};
+use super::{Supervised, data_dir, find_binary, wait_for, wait_until_ready};
 use crate::proxy::{Fault, Proxy};
 
 /// The name the sentinels know the master by.
@@ -81,19 +82,27 @@ impl RedisSentinel {
         let binary = find_binary("redis-sentinel", &[], "redis-sentinel")
             .to_string_lossy()
             .into_owned();
-        let ports = free_ports(SENTINELS);
-        let sentinels: Vec<Redis> = ports
-            .iter()
-            .map(|&port| {
-                let dir = data_dir("root");
-                let conf = dir.join("sentinel.conf");
-                std::fs::write(&conf, sentinel_conf(port, &dir, master.port()))
-                    .unwrap_or_else(|e| panic!("write {}: {e}", conf.display()));
-                let conf = conf.to_string_lossy().into_owned();
-                let process = Supervised::start(&dir, "TERM", &[&binary, &conf]);
-                Redis::at(sentinel_url(&format!("127.0.0.1:{port}")), Some(process))
-            })
-            .collect();
+        let (ports, sentinels) = start_on_loopback("redis-sentinel", SENTINELS, |ports| {
+            let sentinels: Vec<Redis> = ports
+                .iter()
+                .map(|&port| {
+                    let dir = data_dir("root");
+                    let conf = dir.join("sentinel.conf");
+                    std::fs::write(&conf, sentinel_conf(port, &dir, master.port()))
+                        .unwrap_or_else(|e| panic!("write {}: {e}", conf.display()));
+                    let conf = conf.to_string_lossy().into_owned();
+                    let process = Supervised::start(&dir, "TERM", &[&binary, &conf]);
+                    Redis::at(sentinel_url(&format!("127.0.0.1:{port}")), Some(process))
+                })
+                .collect();
+            async move {
+                for sentinel in &sentinels {
+                    sentinel.wait_started(&[]).await?;
+                }
+                Ok((ports, sentinels))
+            }
+        })
+        .await;
         let hosts: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
         let text = format!(
             "{}://{USER}:{}@{}/{NAME}",

@@ -18,8 +18,9 @@ use std::time::Duration;
 use tokio::sync::OnceCell;
 
 use super::external::{ZK, configured, external};
+use super::ports::{Listener, PortTaken, start_on_free_ports, wait_started};
 use super::url::{ServerUrl, resolve};
-use super::{Supervised, data_dir, find_binary, free_port, log_of, started, wait_until_ready};
+use super::{Supervised, data_dir, find_binary, log_of, started, wait_until_ready};
 use crate::proxy::{Fault, Proxy};
 
 /// Milliseconds per ZooKeeper tick on the test servers.
@@ -145,71 +146,81 @@ impl ZooKeeper {
         if simple.is_file() {
             classpath = format!("{classpath}:{}", simple.display());
         }
-        let peers: Vec<(String, u16, u16, u16)> = hosts
+        let (java, classpath) = (java.as_str(), classpath.as_str());
+        // A client, a quorum and an election port on each server's address.
+        let addrs: Vec<IpAddr> = hosts
             .iter()
-            .map(|h| ((*h).to_owned(), free_port(), free_port(), free_port()))
+            .flat_map(|h| [h.parse().expect("a loopback address"); 3])
             .collect();
-        // A server cut off from the leader notices after syncLimit ticks;
-        // where links can be cut, that is long enough to watch what it
-        // does in between.
-        let sync_limit = if proxied { 50 } else { 10 };
-        let ids = || (1..).take(peers.len());
-        // Each server's own list of the ensemble: its peers' quorum ports
-        // are proxies where the links are proxied. A proxy listens on the
-        // peer's address, which the peer's election port shares.
-        let mut peer_links = Vec::new();
-        let mut ensembles = Vec::new();
-        for from in ids() {
-            let mut ensemble = Vec::new();
-            for ((host, _, quorum, election), to) in peers.iter().zip(ids()) {
-                let ip: IpAddr = host.parse().expect("a loopback address");
-                let quorum = if proxied && from != to {
-                    let proxy = Proxy::between(ip, SocketAddr::new(ip, *quorum)).await;
-                    let port = proxy.port();
-                    peer_links.push(PeerLink { from, to, proxy });
-                    port
-                } else {
-                    *quorum
-                };
-                ensemble.push(format!("server.{to}={host}:{quorum}:{election}"));
-            }
-            ensembles.push(ensemble);
-        }
-        let servers = peers
-            .iter()
-            .zip(ids())
-            .zip(&ensembles)
-            .map(|(((host, client, _, _), id), ensemble)| {
-                let dir = data_dir("root");
-                let config = write_config(&dir, id, host, *client, ensemble, sync_limit);
-                let args = [
-                    java.clone(),
-                    "-Xmx256m".into(),
-                    "-XX:+UseSerialGC".into(),
-                    "-XX:TieredStopAtLevel=1".into(),
-                    "-Dznode.container.checkIntervalMs=500".into(),
-                    "-Dzookeeper.admin.enableServer=false".into(),
-                    "-cp".into(),
-                    classpath.clone(),
-                    "org.apache.zookeeper.server.quorum.QuorumPeerMain".into(),
-                    config.to_string_lossy().into_owned(),
-                ];
-                let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                ZkServer {
-                    id,
-                    client_addr: format!("{host}:{client}"),
-                    process: Some(Supervised::start(&dir, "TERM", &args)),
+        start_on_free_ports("zookeeper", &addrs, |ports| async move {
+            let peers: Vec<(String, u16, u16, u16)> = hosts
+                .iter()
+                .zip(ports.chunks(3))
+                .map(|(h, p)| ((*h).to_owned(), p[0], p[1], p[2]))
+                .collect();
+            // A server cut off from the leader notices after syncLimit ticks;
+            // where links can be cut, that is long enough to watch what it
+            // does in between.
+            let sync_limit = if proxied { 50 } else { 10 };
+            let ids = || (1..).take(peers.len());
+            // Each server's own list of the ensemble: its peers' quorum ports
+            // are proxies where the links are proxied. A proxy listens on the
+            // peer's address, which the peer's election port shares.
+            let mut peer_links = Vec::new();
+            let mut ensembles = Vec::new();
+            for from in ids() {
+                let mut ensemble = Vec::new();
+                for ((host, _, quorum, election), to) in peers.iter().zip(ids()) {
+                    let ip: IpAddr = host.parse().expect("a loopback address");
+                    let quorum = if proxied && from != to {
+                        let proxy = Proxy::between(ip, SocketAddr::new(ip, *quorum)).await;
+                        let port = proxy.port();
+                        peer_links.push(PeerLink { from, to, proxy });
+                        port
+                    } else {
+                        *quorum
+                    };
+                    ensemble.push(format!("server.{to}={host}:{quorum}:{election}"));
                 }
-            })
-            .collect::<Vec<_>>();
-        let addrs: Vec<String> = servers.iter().map(|s| s.client_addr.clone()).collect();
-        let zk = Self {
-            servers,
-            peer_links,
-            url: ServerUrl::local(distlock::lock_zk::SCHEMES[0], None, &addrs, ""),
-        };
-        zk.wait_ready().await;
-        zk
+                ensembles.push(ensemble);
+            }
+            let servers = peers
+                .iter()
+                .zip(ids())
+                .zip(&ensembles)
+                .map(|(((host, client, _, _), id), ensemble)| {
+                    let dir = data_dir("root");
+                    let config = write_config(&dir, id, host, *client, ensemble, sync_limit);
+                    let args = [
+                        java.to_owned(),
+                        "-Xmx256m".into(),
+                        "-XX:+UseSerialGC".into(),
+                        "-XX:TieredStopAtLevel=1".into(),
+                        "-Dznode.container.checkIntervalMs=500".into(),
+                        "-Dzookeeper.admin.enableServer=false".into(),
+                        "-cp".into(),
+                        classpath.to_owned(),
+                        "org.apache.zookeeper.server.quorum.QuorumPeerMain".into(),
+                        config.to_string_lossy().into_owned(),
+                    ];
+                    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                    ZkServer {
+                        id,
+                        client_addr: format!("{host}:{client}"),
+                        process: Some(Supervised::start(&dir, "TERM", &args)),
+                    }
+                })
+                .collect::<Vec<_>>();
+            let addrs: Vec<String> = servers.iter().map(|s| s.client_addr.clone()).collect();
+            let zk = Self {
+                servers,
+                peer_links,
+                url: ServerUrl::local(distlock::lock_zk::SCHEMES[0], None, &addrs, ""),
+            };
+            zk.wait_started(&ports).await?;
+            Ok(zk)
+        })
+        .await
     }
 
     /// A standalone server shared by every test in this test binary: the
@@ -262,6 +273,29 @@ impl ZooKeeper {
     /// `/`) and a query string.
     pub fn url(&self, chroot: &str, query: &str) -> String {
         self.url.url_at(chroot, query)
+    }
+
+    /// Waits until every server of an ensemble just started on `ports` (a
+    /// client, a quorum and an election port per server) serves;
+    /// [`PortTaken`] if one could not listen. Only the leader listens on
+    /// its quorum port, and only once elected: the others are checked.
+    async fn wait_started(&self, ports: &[u16]) -> Result<(), PortTaken> {
+        let listeners: Vec<Listener<'_>> = self
+            .servers
+            .iter()
+            .zip(ports.chunks(3))
+            .map(|(s, p)| {
+                let election = (self.servers.len() > 1).then_some(p[2]);
+                (
+                    s.process(),
+                    [Some(p[0]), election].into_iter().flatten().collect(),
+                )
+            })
+            .collect();
+        wait_started("zookeeper", Duration::from_secs(60), &listeners, || async {
+            self.servers.iter().all(|s| s.mode().is_some())
+        })
+        .await
     }
 
     /// Waits until every server serves: standalone, or leader and followers.

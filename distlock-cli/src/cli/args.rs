@@ -247,9 +247,11 @@ pub(crate) struct TortureArgs {
     #[arg(long, value_parser = positive_duration, default_value = "30s")]
     pub(crate) duration: Duration,
 
-    /// The lease each acquire asks for; holds last up to a fifth of it.
-    #[arg(long, value_parser = positive_duration, default_value = "2s")]
-    pub(crate) ttl: Duration,
+    /// The lease each acquire asks for; holds last up to a fifth of it
+    /// [default: 2s, or the backend's shortest TTL if longer: 4s on
+    /// memcache]
+    #[arg(long, value_parser = positive_duration)]
+    pub(crate) ttl: Option<Duration>,
 
     /// Pause a holder (its whole process group) for 2×TTL every 3×TTL.
     #[arg(long, conflicts_with = "kill")]

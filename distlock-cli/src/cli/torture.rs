@@ -1,6 +1,8 @@
 //! `distlock torture`: the fault suite's client side against any URL.
 
-use distlock::{Error, Result};
+use std::time::Duration;
+
+use distlock::{Capabilities, Error, Result};
 use distlock_torture::{Calm, KillHolder, Nemesis, PauseHolder, RunPlan, WorkerPlan};
 
 use super::args::{TortureArgs, TortureWorkerArgs};
@@ -9,12 +11,21 @@ use super::exit;
 /// A run broke a promise the backend makes.
 const BROKEN: u8 = 1;
 
+/// `--ttl` when not given, unless the backend's shortest TTL is longer.
+const DEFAULT_TTL: Duration = Duration::from_secs(2);
+
+/// The TTL of a run: `--ttl`, or the default the backend accepts.
+fn ttl_of(asked: Option<Duration>, capabilities: &Capabilities) -> Duration {
+    asked.unwrap_or(DEFAULT_TTL.max(capabilities.min_ttl))
+}
+
 pub(crate) async fn torture(args: TortureArgs) -> Result<u8> {
     // Connecting first turns a bad URL or an unreachable service into one
     // clear error instead of a worker log full of them.
     let locker = distlock::connect(&args.url).await?;
     let capabilities = locker.capabilities();
-    capabilities.check_ttl(args.ttl)?;
+    let ttl = ttl_of(args.ttl, &capabilities);
+    capabilities.check_ttl(ttl)?;
     let strict = capabilities.fencing == distlock::Fencing::Strict;
     drop(locker);
 
@@ -23,7 +34,7 @@ pub(crate) async fn torture(args: TortureArgs) -> Result<u8> {
     let temp = tempfile_dir()?;
     let dir = args.keep.clone().unwrap_or_else(|| temp.clone());
     let worker = vec![exe.display().to_string(), "__torture-worker".to_owned()];
-    let mut plan = RunPlan::new(&args.url, args.ttl, args.duration, worker, &dir);
+    let mut plan = RunPlan::new(&args.url, ttl, args.duration, worker, &dir);
     plan.clients = usize::from(args.clients);
     let mut nemesis: Box<dyn Nemesis> = if args.pause {
         Box::<PauseHolder>::default()
@@ -35,7 +46,7 @@ pub(crate) async fn torture(args: TortureArgs) -> Result<u8> {
     let label = nemesis.label();
     eprintln!(
         "distlock torture: {} workers on {} for {:?} (TTL {:?}, fault: {label})",
-        plan.clients, capabilities.backend, args.duration, args.ttl
+        plan.clients, capabilities.backend, args.duration, ttl
     );
     let outcome = distlock_torture::run(plan, nemesis.as_mut()).await;
     if args.keep.is_none() {
@@ -92,4 +103,25 @@ fn tempfile_dir() -> Result<std::path::PathBuf> {
     std::fs::create_dir_all(&dir)
         .map_err(|e| Error::backend(format!("cannot create {}: {e}", dir.display())))?;
     Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use distlock::Fencing;
+
+    use super::*;
+
+    #[test]
+    fn the_default_ttl_is_one_the_backend_accepts() {
+        let short = Capabilities::new("short", Fencing::Strict);
+        assert_eq!(ttl_of(None, &short), DEFAULT_TTL);
+        let long = short.with_ttl_range(Duration::from_secs(4), Capabilities::DEFAULT_MAX_TTL);
+        assert_eq!(ttl_of(None, &long), Duration::from_secs(4));
+        let asked = Some(Duration::from_millis(300));
+        assert_eq!(
+            ttl_of(asked, &long),
+            Duration::from_millis(300),
+            "checked later"
+        );
+    }
 }
