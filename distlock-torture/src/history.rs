@@ -7,7 +7,7 @@
 //! | event | fields | meaning |
 //! |---|---|---|
 //! | `invoke` | | an acquire starts |
-//! | `grant` | token, deadline ns | the acquire returned a lease valid until the deadline |
+//! | `grant` | token, deadline ns[, kind] | the acquire returned a lease valid until the deadline; the kind (`permit/N`, `read`, `write`) is left out for the mutex |
 //! | `fail` | kind | the acquire failed |
 //! | `read` | token, value | the register let a holder with this token read it |
 //! | `read-rejected` | token | the register refused the read: it has seen a greater token |
@@ -18,6 +18,7 @@
 //! | `at-risk` / `lost` | | the guard's lost signal changed |
 //! | `fault` | label | a nemesis starts a fault |
 //! | `healed` | label | the fault ends |
+//! | `probe` | got, wanted | after the workers stopped, the probe took `got` of the `wanted` permits (1 for a mutex or a write) |
 //! | `final` | value | the register's value when the run ended |
 
 use std::fmt;
@@ -27,6 +28,10 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use lock_core::LockKind;
+
+use crate::lock::{kind_word, parse_kind};
 
 /// One event of the history.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,6 +44,8 @@ pub enum Event {
         token: u64,
         /// The holder's own lease deadline, on `CLOCK_MONOTONIC`.
         deadline_ns: u64,
+        /// What was granted.
+        kind: LockKind,
     },
     /// The acquire failed; `kind` is [`error_kind`]'s name.
     Fail(String),
@@ -79,6 +86,13 @@ pub enum Event {
     Fault(String),
     /// The fault ends.
     Healed(String),
+    /// What the probe at the end of a run could take of the whole lock.
+    Probe {
+        /// Permits granted.
+        got: u32,
+        /// Permits asked for.
+        wanted: u32,
+    },
     /// The register's value when the run ended.
     Final(u64),
 }
@@ -99,7 +113,14 @@ impl fmt::Display for Record {
         write!(f, "{} {} ", self.ns, self.pid)?;
         match &self.event {
             Event::Invoke => write!(f, "invoke"),
-            Event::Grant { token, deadline_ns } => write!(f, "grant {token} {deadline_ns}"),
+            Event::Grant {
+                token,
+                deadline_ns,
+                kind,
+            } => match kind_word(*kind) {
+                Some(word) => write!(f, "grant {token} {deadline_ns} {word}"),
+                None => write!(f, "grant {token} {deadline_ns}"),
+            },
             Event::Fail(kind) => write!(f, "fail {kind}"),
             Event::Read { token, value } => write!(f, "read {token} {value}"),
             Event::ReadRejected(token) => write!(f, "read-rejected {token}"),
@@ -113,6 +134,7 @@ impl fmt::Display for Record {
             Event::Lost => write!(f, "lost"),
             Event::Fault(label) => write!(f, "fault {label}"),
             Event::Healed(label) => write!(f, "healed {label}"),
+            Event::Probe { got, wanted } => write!(f, "probe {got} {wanted}"),
             Event::Final(value) => write!(f, "final {value}"),
         }
     }
@@ -140,6 +162,7 @@ impl FromStr for Record {
             "grant" => Event::Grant {
                 token: int(1)?,
                 deadline_ns: int(2)?,
+                kind: parse_kind(rest.get(3).copied()).ok_or_else(bad)?,
             },
             "fail" => Event::Fail(text(1)?),
             "read" => Event::Read {
@@ -162,6 +185,10 @@ impl FromStr for Record {
             "lost" => Event::Lost,
             "fault" => Event::Fault(text(1)?),
             "healed" => Event::Healed(text(1)?),
+            "probe" => Event::Probe {
+                got: u32::try_from(int(1)?).map_err(|_| bad())?,
+                wanted: u32::try_from(int(2)?).map_err(|_| bad())?,
+            },
             "final" => Event::Final(int(1)?),
             _ => return Err(bad()),
         };
@@ -317,6 +344,17 @@ mod tests {
             Event::Grant {
                 token: 7,
                 deadline_ns: 99,
+                kind: LockKind::Exclusive,
+            },
+            Event::Grant {
+                token: 8,
+                deadline_ns: 99,
+                kind: LockKind::permit(3),
+            },
+            Event::Grant {
+                token: 9,
+                deadline_ns: 99,
+                kind: LockKind::Read,
             },
             Event::Fail("timeout".into()),
             Event::Read { token: 7, value: 3 },
@@ -331,6 +369,7 @@ mod tests {
             Event::Lost,
             Event::Fault("pause-holder".into()),
             Event::Healed("pause-holder".into()),
+            Event::Probe { got: 1, wanted: 2 },
             Event::Final(12),
         ];
         for event in events {

@@ -1,27 +1,35 @@
-//! One worker process: takes the lock over and over, reads the register
-//! with its token, holds a moment, writes the value plus one back, and
-//! releases, logging every step. It writes whether or not its lease is
-//! still valid — as a process waking from a pause would, which is what
-//! the fence is for.
+//! One worker process: takes its lock over and over, holds a moment, and
+//! releases, logging every step. A holder of the mutex or a read-write
+//! lock's writer reads the register with its token, holds, and writes the
+//! value plus one back; a reader reads it and holds; a semaphore's holder
+//! only holds (see [`Lock::fenced`]). A writer writes whether or not its
+//! lease is still valid — as a process waking from a pause would, which
+//! is what the fence is for.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, LockState, Locker, Wait};
+use lock_core::{AcquireOptions, LockGuard, LockKind, LockState, Locker, Wait};
 use rand::Rng;
 
 use crate::history::{Event, History, error_kind, instant_ns, now_ns};
-use crate::register::{Register, Verdict};
+use crate::lock::Lock;
+use crate::register::{Register, Side, Verdict};
 
 /// What a worker does, passed to its process as `key=value` arguments.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkerPlan {
     /// The lock service.
     pub url: String,
-    /// The lock every worker takes.
+    /// The name every worker takes.
     pub name: String,
+    /// Which lock of that name.
+    pub lock: Lock,
+    /// Whether this process is the run's last step, the probe (see
+    /// [`probe`](crate::probe)), instead of a worker.
+    pub probe: bool,
     /// The lease each acquire asks for.
     pub ttl: Duration,
     /// The longest hold; each hold is uniformly random up to it.
@@ -42,6 +50,8 @@ impl WorkerPlan {
         vec![
             format!("url={}", self.url),
             format!("name={}", self.name),
+            format!("lock={}", self.lock.to_arg()),
+            format!("probe={}", self.probe),
             format!("ttl-ms={}", self.ttl.as_millis()),
             format!("hold-ms={}", self.hold.as_millis()),
             format!("wait-ms={}", self.wait.as_millis()),
@@ -67,6 +77,10 @@ impl WorkerPlan {
         Ok(Self {
             url: get("url")?.to_owned(),
             name: get("name")?.to_owned(),
+            lock: Lock::from_arg(get("lock")?).map_err(|e| format!("worker: lock: {e}"))?,
+            probe: get("probe")?
+                .parse()
+                .map_err(|e| format!("worker: probe: {e}"))?,
             ttl: millis("ttl-ms")?,
             hold: millis("hold-ms")?,
             wait: millis("wait-ms")?,
@@ -79,16 +93,20 @@ impl WorkerPlan {
     }
 }
 
-/// Runs the worker's loop until `plan.until_ns`. Lock errors are logged and
-/// the loop goes on; only a history or register that cannot be written
-/// ends it.
+/// Runs the worker's loop until `plan.until_ns` (or, for a probe's plan,
+/// the probe). Lock errors are logged and the loop goes on; only a history
+/// or register that cannot be written ends it.
 pub async fn work(locker: &Locker, plan: &WorkerPlan) -> std::io::Result<()> {
+    if plan.probe {
+        return crate::probe::probe(locker, plan).await;
+    }
     let history = History::open(&plan.history)?;
     let register = Register::open(&plan.register);
     let opts = AcquireOptions::with_ttl(plan.ttl).wait(Wait::For(plan.wait));
     while now_ns() < plan.until_ns {
+        let kind = plan.lock.next_kind(&mut rand::rng());
         history.log(Event::Invoke)?;
-        let guard = match locker.lock_with(&plan.name, opts).await {
+        let guard = match locker.lock_with(&plan.name, opts.kind(kind)).await {
             Ok(guard) => guard,
             Err(e) => {
                 history.log(Event::Fail(error_kind(&e).to_owned()))?;
@@ -101,28 +119,11 @@ pub async fn work(locker: &Locker, plan: &WorkerPlan) -> std::io::Result<()> {
         history.log(Event::Grant {
             token,
             deadline_ns: instant_ns(guard.lease().deadline().into()),
+            kind,
         })?;
         let signals = Signals::new(history.clone());
         let watching = tokio::spawn(signals.clone().follow(guard.handle().watch()));
-        match register.read(token)? {
-            Verdict::Served(value) => {
-                history.log(Event::Read { token, value })?;
-                let hold = rand::rng().random_range(Duration::ZERO..=plan.hold);
-                tokio::time::sleep(hold).await;
-                // A holder that slept through its lease learns it here at
-                // the latest, as `state()` reads the deadline.
-                signals.note(guard.state());
-                history.log(Event::Write {
-                    token,
-                    value: value + 1,
-                })?;
-                history.log(match register.write(token, value + 1)? {
-                    Verdict::Served(()) => Event::Accepted,
-                    Verdict::Stale => Event::Rejected,
-                })?;
-            }
-            Verdict::Stale => history.log(Event::ReadRejected(token))?,
-        }
+        hold(&history, &register, &guard, &signals, plan.hold).await?;
         history.log(Event::Release {
             deadline_ns: instant_ns(guard.lease().deadline().into()),
         })?;
@@ -135,6 +136,52 @@ pub async fn work(locker: &Locker, plan: &WorkerPlan) -> std::io::Result<()> {
         })?;
     }
     Ok(())
+}
+
+/// One critical section, by the grant's kind: a semaphore's holder only
+/// holds; a reader reads the register and holds; an exclusive holder reads,
+/// holds and writes the value plus one.
+async fn hold(
+    history: &History,
+    register: &Register,
+    guard: &LockGuard,
+    signals: &Signals,
+    longest: Duration,
+) -> std::io::Result<()> {
+    let token = guard.token().get();
+    let side = match guard.kind() {
+        LockKind::Read => Side::Shared,
+        LockKind::Exclusive | LockKind::Write => Side::Exclusive,
+        _ => {
+            sleep_up_to(longest).await;
+            return Ok(());
+        }
+    };
+    let value = match register.read(token, side)? {
+        Verdict::Served(value) => value,
+        Verdict::Stale => return history.log(Event::ReadRejected(token)),
+    };
+    history.log(Event::Read { token, value })?;
+    sleep_up_to(longest).await;
+    if side == Side::Shared {
+        return Ok(());
+    }
+    // A holder that slept through its lease learns it here at the latest,
+    // as `state()` reads the deadline.
+    signals.note(guard.state());
+    history.log(Event::Write {
+        token,
+        value: value + 1,
+    })?;
+    history.log(match register.write(token, value + 1)? {
+        Verdict::Served(()) => Event::Accepted,
+        Verdict::Stale => Event::Rejected,
+    })
+}
+
+async fn sleep_up_to(longest: Duration) {
+    let hold = rand::rng().random_range(Duration::ZERO..=longest);
+    tokio::time::sleep(hold).await;
 }
 
 /// Logs each step of a guard's lost signal once, whether the watch or the
@@ -184,6 +231,8 @@ mod tests {
         let plan = WorkerPlan {
             url: "redis://127.0.0.1:1/?prefix=a=b".into(),
             name: "torture".into(),
+            lock: Lock::Semaphore { permits: 2 },
+            probe: true,
             ttl: Duration::from_millis(500),
             hold: Duration::from_millis(100),
             wait: Duration::from_secs(2),
