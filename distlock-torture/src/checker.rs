@@ -117,6 +117,7 @@ pub fn check(records: &[Record]) -> Figures {
     };
     for r in records {
         match &r.event {
+            Event::Ready => {}
             Event::Invoke => {
                 invoked.insert(r.pid, r.ns);
             }

@@ -6,6 +6,7 @@
 //!
 //! | event | fields | meaning |
 //! |---|---|---|
+//! | `ready` | | a worker is connected and waits for the run to start |
 //! | `invoke` | | an acquire starts |
 //! | `grant` | token, deadline ns[, kind] | the acquire returned a lease valid until the deadline; the kind (`permit/N`, `read`, `write`) is left out for the mutex |
 //! | `fail` | kind | the acquire failed |
@@ -36,6 +37,8 @@ use crate::lock::{kind_word, parse_kind};
 /// One event of the history.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
+    /// A worker is connected and waits for the run to start.
+    Ready,
     /// An acquire starts.
     Invoke,
     /// The acquire returned a lease.
@@ -112,6 +115,7 @@ impl fmt::Display for Record {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {} ", self.ns, self.pid)?;
         match &self.event {
+            Event::Ready => write!(f, "ready"),
             Event::Invoke => write!(f, "invoke"),
             Event::Grant {
                 token,
@@ -158,6 +162,7 @@ impl FromStr for Record {
             rest.get(i).map(|w| (*w).to_owned()).ok_or_else(bad)
         };
         let event = match rest.first().copied().ok_or_else(bad)? {
+            "ready" => Event::Ready,
             "invoke" => Event::Invoke,
             "grant" => Event::Grant {
                 token: int(1)?,
@@ -340,6 +345,7 @@ mod tests {
     #[test]
     fn every_event_round_trips_through_its_line() {
         let events = [
+            Event::Ready,
             Event::Invoke,
             Event::Grant {
                 token: 7,

@@ -84,7 +84,8 @@ impl RunPlan {
 #[derive(Debug)]
 pub struct Run {
     plan: RunPlan,
-    until_ns: u64,
+    /// The file that starts the workers (see [`WorkerPlan::start`]).
+    start: PathBuf,
     groups: Vec<Group>,
 }
 
@@ -248,7 +249,7 @@ impl Run {
             ttl: self.plan.ttl,
             hold: self.plan.hold,
             wait: self.plan.wait,
-            until_ns: self.until_ns,
+            start: self.start.clone(),
             history: group.history.path().to_owned(),
             register: group.dir.join("register"),
         };
@@ -308,10 +309,11 @@ pub async fn run(plan: RunPlan, nemesis: &mut dyn Nemesis) -> std::io::Result<Ou
             watch: Mutex::new(Watch::new(Follower::new(path))),
         });
     }
-    let until_ns = now_ns() + plan.duration.as_nanos() as u64;
+    let start = plan.dir.join("start");
+    let _ = std::fs::remove_file(&start);
     let run = Run {
         plan,
-        until_ns,
+        start,
         groups,
     };
     for group in &run.groups {
@@ -324,6 +326,7 @@ pub async fn run(plan: RunPlan, nemesis: &mut dyn Nemesis) -> std::io::Result<Ou
                 .push(child);
         }
     }
+    let until_ns = start_when_ready(&run).await?;
     let label = nemesis.label();
     let pass = run.plan.quiet + run.plan.fault;
     tokio::time::sleep(run.plan.quiet).await;
@@ -367,6 +370,50 @@ pub async fn run(plan: RunPlan, nemesis: &mut dyn Nemesis) -> std::io::Result<Ou
         locks,
         worker_log: tail(&worker_log, 4000),
     })
+}
+
+/// The longest a worker may take to connect.
+const CONNECTING: Duration = Duration::from_secs(60);
+
+/// Waits until every worker is connected, then starts them all with the
+/// end of the run, which it returns.
+async fn start_when_ready(run: &Run) -> std::io::Result<u64> {
+    let deadline = tokio::time::Instant::now() + CONNECTING;
+    loop {
+        let mut ready = true;
+        for group in &run.groups {
+            let mut workers = group.workers.lock().unwrap_or_else(|p| p.into_inner());
+            let pids: Vec<u32> = workers.iter().filter_map(Child::id).collect();
+            let waiting = {
+                let mut watch = group.watch.lock().unwrap_or_else(|p| p.into_inner());
+                !watch.all_ready(&pids)
+            };
+            let quit = workers
+                .iter_mut()
+                .any(|c| !matches!(c.try_wait(), Ok(None)));
+            if quit || (waiting && tokio::time::Instant::now() >= deadline) {
+                let log =
+                    std::fs::read_to_string(run.plan.dir.join("workers.log")).unwrap_or_default();
+                return Err(std::io::Error::other(format!(
+                    "the workers of the {} did not all connect{}; their output:\n{}",
+                    group.lock,
+                    if quit { "" } else { " within a minute" },
+                    tail(&log, 4000)
+                )));
+            }
+            ready &= !waiting;
+        }
+        if ready {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let until_ns = now_ns() + run.plan.duration.as_nanos() as u64;
+    // Written whole, then renamed: a worker never reads half of it.
+    let part = run.start.with_extension("part");
+    std::fs::write(&part, until_ns.to_string())?;
+    std::fs::rename(&part, &run.start)?;
+    Ok(until_ns)
 }
 
 /// How long a worker (or a probe) may take past its last acquire's wait.

@@ -2,7 +2,7 @@
 //! register call, when the lock was last granted and last healed — kept up
 //! to date line by line as it grows instead of read whole at every look.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use lock_core::LockKind;
 
@@ -16,6 +16,8 @@ pub(crate) struct Watch {
     last: HashMap<u32, Event>,
     last_grant_ns: Option<u64>,
     last_heal_ns: Option<u64>,
+    /// The workers that have connected.
+    ready: HashSet<u32>,
 }
 
 /// Where a worker is in its loop, by its last event.
@@ -36,6 +38,7 @@ impl Watch {
             last: HashMap::new(),
             last_grant_ns: None,
             last_heal_ns: None,
+            ready: HashSet::new(),
         }
     }
 
@@ -49,6 +52,9 @@ impl Watch {
                 Event::AtRisk | Event::Lost => continue,
                 Event::Grant { .. } => self.last_grant_ns = self.last_grant_ns.max(Some(r.ns)),
                 Event::Healed(_) => self.last_heal_ns = self.last_heal_ns.max(Some(r.ns)),
+                Event::Ready => {
+                    self.ready.insert(r.pid);
+                }
                 _ => {}
             }
             self.last.insert(r.pid, r.event);
@@ -65,6 +71,12 @@ impl Watch {
             .collect();
         found.sort_unstable();
         found
+    }
+
+    /// Whether every one of `workers` has connected.
+    pub(crate) fn all_ready(&mut self, workers: &[u32]) -> bool {
+        self.catch_up();
+        workers.iter().all(|pid| self.ready.contains(pid))
     }
 
     /// Whether the lock was granted after the last fault ended (or no

@@ -6,7 +6,7 @@
 //! lease is still valid — as a process waking from a pause would, which
 //! is what the fence is for.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
@@ -36,8 +36,11 @@ pub struct WorkerPlan {
     pub hold: Duration,
     /// How long one acquire waits before it fails.
     pub wait: Duration,
-    /// When to stop taking the lock, on `CLOCK_MONOTONIC`.
-    pub until_ns: u64,
+    /// The file the run writes, once every worker is connected, with when
+    /// to stop taking the lock (on `CLOCK_MONOTONIC`): a worker starts when
+    /// it appears, so that slow connections (a database's schema set up by
+    /// each client) do not eat into the run.
+    pub start: PathBuf,
     /// The history file.
     pub history: PathBuf,
     /// The register file.
@@ -55,7 +58,7 @@ impl WorkerPlan {
             format!("ttl-ms={}", self.ttl.as_millis()),
             format!("hold-ms={}", self.hold.as_millis()),
             format!("wait-ms={}", self.wait.as_millis()),
-            format!("until-ns={}", self.until_ns),
+            format!("start={}", self.start.display()),
             format!("history={}", self.history.display()),
             format!("register={}", self.register.display()),
         ]
@@ -84,9 +87,7 @@ impl WorkerPlan {
             ttl: millis("ttl-ms")?,
             hold: millis("hold-ms")?,
             wait: millis("wait-ms")?,
-            until_ns: get("until-ns")?
-                .parse()
-                .map_err(|e| format!("worker: until-ns: {e}"))?,
+            start: get("start")?.into(),
             history: get("history")?.into(),
             register: get("register")?.into(),
         })
@@ -103,7 +104,9 @@ pub async fn work(locker: &Locker, plan: &WorkerPlan) -> std::io::Result<()> {
     let history = History::open(&plan.history)?;
     let register = Register::open(&plan.register);
     let opts = AcquireOptions::with_ttl(plan.ttl).wait(Wait::For(plan.wait));
-    while now_ns() < plan.until_ns {
+    history.log(Event::Ready)?;
+    let until_ns = started(&plan.start).await?;
+    while now_ns() < until_ns {
         let kind = plan.lock.next_kind(&mut rand::rng());
         history.log(Event::Invoke)?;
         let guard = match locker.lock_with(&plan.name, opts.kind(kind)).await {
@@ -136,6 +139,19 @@ pub async fn work(locker: &Locker, plan: &WorkerPlan) -> std::io::Result<()> {
         })?;
     }
     Ok(())
+}
+
+/// Waits for the run's start file and returns the end time it holds.
+async fn started(start: &Path) -> std::io::Result<u64> {
+    loop {
+        match std::fs::read_to_string(start) {
+            Ok(text) => return text.trim().parse().map_err(std::io::Error::other),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// One critical section, by the grant's kind: a semaphore's holder only
@@ -236,7 +252,7 @@ mod tests {
             ttl: Duration::from_millis(500),
             hold: Duration::from_millis(100),
             wait: Duration::from_secs(2),
-            until_ns: 123,
+            start: "/tmp/s".into(),
             history: "/tmp/h".into(),
             register: "/tmp/r".into(),
         };
