@@ -66,6 +66,21 @@ pub async fn hold_to_claim(
     row: &Row,
     nemesis: &mut dyn Nemesis,
 ) -> Outcome {
+    hold_to_claim_for(worker, backend, url, ttl, duration(ttl), row, nemesis).await
+}
+
+/// [`hold_to_claim`] for a run of `length` instead of [`duration`]'s: a
+/// fault that takes longer than a few TTLs (a failover) needs the workers
+/// to go on long enough to see it through.
+pub async fn hold_to_claim_for(
+    worker: &str,
+    backend: &str,
+    url: &str,
+    ttl: Duration,
+    length: Duration,
+    row: &Row,
+    nemesis: &mut dyn Nemesis,
+) -> Outcome {
     assert_eq!(
         nemesis.label(),
         row.fault,
@@ -73,7 +88,7 @@ pub async fn hold_to_claim(
     );
     assert_keeps_exactly(backend, url, row).await;
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let mut plan = RunPlan::new(url, ttl, duration(ttl), vec![worker.to_owned()], dir.path());
+    let mut plan = RunPlan::new(url, ttl, length, vec![worker.to_owned()], dir.path());
     plan.locks = row.locks();
     let outcome = distlock_torture::run(plan.clone(), nemesis)
         .await
