@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use conformance_tests::proxy::Proxy;
 use conformance_tests::servers::etcd::{Etcd, EtcdMember};
-use conformance_tests::torture::{LeaderKill, Route, claims, hold_to_claim, recovering_nemesis};
+use conformance_tests::torture::{LeaderKill, Route, hold_to_claim, recovering_nemesis, rows};
 
 const README: &str = include_str!("../../lock-etcd/README.md");
 const WORKER: &str = env!("CARGO_BIN_EXE_torture-worker");
@@ -25,12 +25,12 @@ async fn etcd_keeps_its_claims_under_faults() {
     let direct = format!("etcd://{}/torture", one.members[0].client_addr);
     let proxied = format!("etcd://127.0.0.1:{}/torture", proxy.port());
     let mut cluster = None;
-    for claim in claims(README, "Under faults") {
+    for row in rows(README, "Under faults") {
         // A row may end with the server still starting again.
         one.wait_ready().await;
         let mut url = direct.clone();
         let server = one.members[0].process();
-        let leader = if claim.fault == "leader-kill" {
+        let leader = if row.fault == "leader-kill" {
             let cluster = match &cluster {
                 Some(cluster) => cluster,
                 None => cluster.insert(Etcd::start_cluster().await),
@@ -44,13 +44,12 @@ async fn etcd_keeps_its_claims_under_faults() {
         };
         let proxies = std::slice::from_ref(&proxy);
         let (mut nemesis, route) =
-            recovering_nemesis(&claim.fault, server, proxies, leader, PATIENCE)
-                .unwrap_or_else(|| panic!("no nemesis for the README's fault {:?}", claim.fault));
+            recovering_nemesis(&row.fault, server, proxies, leader, PATIENCE)
+                .unwrap_or_else(|| panic!("no nemesis for the README's fault {:?}", row.fault));
         if route == Route::Proxied {
             url.clone_from(&proxied);
         }
-        let outcome = hold_to_claim(WORKER, "etcd", &url, TTL, &claim, nemesis.as_mut()).await;
-        eprintln!("etcd × {}: {:?}", claim.fault, outcome.figures);
+        hold_to_claim(WORKER, "etcd", &url, TTL, &row, nemesis.as_mut()).await;
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use conformance_tests::proxy::Proxy;
 use conformance_tests::servers::zookeeper::{ZkServer, ZooKeeper};
-use conformance_tests::torture::{LeaderKill, Route, claims, hold_to_claim, recovering_nemesis};
+use conformance_tests::torture::{LeaderKill, Route, hold_to_claim, recovering_nemesis, rows};
 
 const README: &str = include_str!("../../lock-zk/README.md");
 const WORKER: &str = env!("CARGO_BIN_EXE_torture-worker");
@@ -30,12 +30,12 @@ async fn zookeeper_keeps_its_claims_under_faults() {
     let direct = one.url("torture", SESSION);
     let proxied = format!("zk://127.0.0.1:{}/torture?{SESSION}", proxy.port());
     let mut ensemble = None;
-    for claim in claims(README, "Under faults") {
+    for row in rows(README, "Under faults") {
         // A row may end with the server still starting again.
         one.wait_ready().await;
         let mut url = direct.clone();
         let server = one.servers[0].process();
-        let leader = if claim.fault == "leader-kill" {
+        let leader = if row.fault == "leader-kill" {
             let cluster = match &ensemble {
                 Some(cluster) => cluster,
                 None => ensemble.insert(ZooKeeper::start_ensemble().await),
@@ -47,12 +47,11 @@ async fn zookeeper_keeps_its_claims_under_faults() {
         };
         let proxies = std::slice::from_ref(&proxy);
         let (mut nemesis, route) =
-            recovering_nemesis(&claim.fault, server, proxies, leader, PATIENCE)
-                .unwrap_or_else(|| panic!("no nemesis for the README's fault {:?}", claim.fault));
+            recovering_nemesis(&row.fault, server, proxies, leader, PATIENCE)
+                .unwrap_or_else(|| panic!("no nemesis for the README's fault {:?}", row.fault));
         if route == Route::Proxied {
             url.clone_from(&proxied);
         }
-        let outcome = hold_to_claim(WORKER, "zookeeper", &url, TTL, &claim, nemesis.as_mut()).await;
-        eprintln!("zookeeper × {}: {:?}", claim.fault, outcome.figures);
+        hold_to_claim(WORKER, "zookeeper", &url, TTL, &row, nemesis.as_mut()).await;
     }
 }

@@ -1,5 +1,8 @@
-//! `distlock torture` end to end on SQLite: worker processes, a paused
-//! holder, the checker's figures as JSON, and clear failures on bad input.
+//! `distlock torture` end to end on SQLite: worker processes of the mutex,
+//! a semaphore and a read-write lock, a paused or killed holder, the
+//! checker's figures as JSON, exit 1 on a broken promise (the in-memory
+//! backend, whose locks each worker process keeps to itself), and clear
+//! failures on bad input.
 
 use std::process::{Command, Output};
 
@@ -54,10 +57,100 @@ fn a_paused_holder_is_fenced_and_nothing_breaks() {
         assert_eq!(figures[zero], 0, "{zero}: {report}");
     }
     // The history it kept has the pause and every worker's grants.
-    let history = std::fs::read_to_string(keep.join("history")).unwrap();
+    let history = std::fs::read_to_string(keep.join("mutex/history")).unwrap();
     assert!(history.contains(" fault pause-holder"), "{history}");
     assert!(history.contains(" healed pause-holder"), "{history}");
+    assert!(
+        history.lines().any(|l| l.ends_with(" probe 1 1")),
+        "{history}"
+    );
     assert!(history.lines().any(|l| l.contains(" final ")), "{history}");
+}
+
+/// A semaphore with a paused holder, and a read-write lock with a killed
+/// one: nothing broken, every permit back at the end.
+#[test]
+fn a_semaphore_and_a_read_write_lock_keep_their_promises() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/locks.db", dir.path().display());
+    for (family, fault, lock, grant) in [
+        ("--permits=2", "--pause", "semaphore/2", " permit/2"),
+        ("--read-write", "--kill", "read-write", " write"),
+    ] {
+        let keep = dir.path().join(lock.replace('/', "-"));
+        let run = torture(&[
+            "--url",
+            &url,
+            "--duration",
+            "2500ms",
+            "--ttl",
+            "400ms",
+            "--clients",
+            "4",
+            family,
+            fault,
+            "--json",
+            "--keep",
+            keep.to_str().unwrap(),
+        ]);
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert!(run.status.success(), "{family}: {stderr}");
+        let report: Value = serde_json::from_slice(&run.stdout).unwrap();
+        assert_eq!(report["lock"], lock);
+        let figures = &report["figures"];
+        assert!(figures["grants"].as_u64().unwrap() > 0, "{report}");
+        assert_eq!(figures["faults"], 1, "{report}");
+        for zero in [
+            "unsafe_overlaps",
+            "stale_writes_accepted",
+            "token_order_violations",
+            "lost_writes",
+            "leaked_permits",
+        ] {
+            assert_eq!(figures[zero], 0, "{family} {zero}: {report}");
+        }
+        let label = lock.split('/').next().unwrap();
+        let history = std::fs::read_to_string(keep.join(label).join("history")).unwrap();
+        assert!(history.lines().any(|l| l.ends_with(grant)), "{history}");
+        let whole = if lock == "semaphore/2" { 2 } else { 1 };
+        assert!(
+            history
+                .lines()
+                .any(|l| l.ends_with(&format!(" probe {whole} {whole}"))),
+            "the probe took the whole lock: {history}"
+        );
+    }
+}
+
+/// The in-memory backend keeps its locks inside each process, so the
+/// workers hold side by side: every family's run reports the broken
+/// promise and exits 1.
+#[test]
+fn a_broken_promise_exits_1_for_every_lock() {
+    for family in [&[][..], &["--permits", "2"], &["--read-write"]] {
+        let mut args = vec![
+            "--url",
+            "memory://",
+            "--duration",
+            "1s",
+            "--ttl",
+            "300ms",
+            "--clients",
+            "3",
+        ];
+        args.extend_from_slice(family);
+        let run = torture(&args);
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(1), "{family:?}: {stderr}");
+        assert!(
+            stderr.contains("broken promises: ") && stderr.contains(" unsafe overlaps"),
+            "{family:?}: {stderr}"
+        );
+        assert!(
+            stderr.contains("the workers will not exclude each other"),
+            "{stderr}"
+        );
+    }
 }
 
 #[test]
@@ -78,6 +171,13 @@ fn bad_input_and_an_unusable_service_fail_at_once() {
 
     let run = torture(&["--url", &url, "--pause", "--kill"]);
     assert_eq!(run.status.code(), Some(64), "--pause and --kill conflict");
+
+    let run = torture(&["--url", &url, "--permits", "2", "--read-write"]);
+    assert_eq!(run.status.code(), Some(64), "one lock at a time");
+    for bad in ["0", "1025", "x"] {
+        let run = torture(&["--url", &url, "--permits", bad]);
+        assert_eq!(run.status.code(), Some(64), "--permits {bad}");
+    }
 
     let run = torture(&["--url", "sqlite:///nonexistent-distlock-dir/locks.db"]);
     assert_eq!(

@@ -6,8 +6,9 @@
 //!
 //! | event | fields | meaning |
 //! |---|---|---|
+//! | `ready` | | a worker is connected and waits for the run to start |
 //! | `invoke` | | an acquire starts |
-//! | `grant` | token, deadline ns | the acquire returned a lease valid until the deadline |
+//! | `grant` | token, deadline ns[, kind] | the acquire returned a lease valid until the deadline; the kind (`permit/N`, `read`, `write`) is left out for the mutex |
 //! | `fail` | kind | the acquire failed |
 //! | `read` | token, value | the register let a holder with this token read it |
 //! | `read-rejected` | token | the register refused the read: it has seen a greater token |
@@ -18,6 +19,7 @@
 //! | `at-risk` / `lost` | | the guard's lost signal changed |
 //! | `fault` | label | a nemesis starts a fault |
 //! | `healed` | label | the fault ends |
+//! | `probe` | got, wanted | after the workers stopped, the probe took `got` of the `wanted` permits (1 for a mutex or a write) |
 //! | `final` | value | the register's value when the run ended |
 
 use std::fmt;
@@ -28,9 +30,15 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use lock_core::LockKind;
+
+use crate::lock::{kind_word, parse_kind};
+
 /// One event of the history.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
+    /// A worker is connected and waits for the run to start.
+    Ready,
     /// An acquire starts.
     Invoke,
     /// The acquire returned a lease.
@@ -39,6 +47,8 @@ pub enum Event {
         token: u64,
         /// The holder's own lease deadline, on `CLOCK_MONOTONIC`.
         deadline_ns: u64,
+        /// What was granted.
+        kind: LockKind,
     },
     /// The acquire failed; `kind` is [`error_kind`]'s name.
     Fail(String),
@@ -79,6 +89,13 @@ pub enum Event {
     Fault(String),
     /// The fault ends.
     Healed(String),
+    /// What the probe at the end of a run could take of the whole lock.
+    Probe {
+        /// Permits granted.
+        got: u32,
+        /// Permits asked for.
+        wanted: u32,
+    },
     /// The register's value when the run ended.
     Final(u64),
 }
@@ -98,8 +115,16 @@ impl fmt::Display for Record {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {} ", self.ns, self.pid)?;
         match &self.event {
+            Event::Ready => write!(f, "ready"),
             Event::Invoke => write!(f, "invoke"),
-            Event::Grant { token, deadline_ns } => write!(f, "grant {token} {deadline_ns}"),
+            Event::Grant {
+                token,
+                deadline_ns,
+                kind,
+            } => match kind_word(*kind) {
+                Some(word) => write!(f, "grant {token} {deadline_ns} {word}"),
+                None => write!(f, "grant {token} {deadline_ns}"),
+            },
             Event::Fail(kind) => write!(f, "fail {kind}"),
             Event::Read { token, value } => write!(f, "read {token} {value}"),
             Event::ReadRejected(token) => write!(f, "read-rejected {token}"),
@@ -113,6 +138,7 @@ impl fmt::Display for Record {
             Event::Lost => write!(f, "lost"),
             Event::Fault(label) => write!(f, "fault {label}"),
             Event::Healed(label) => write!(f, "healed {label}"),
+            Event::Probe { got, wanted } => write!(f, "probe {got} {wanted}"),
             Event::Final(value) => write!(f, "final {value}"),
         }
     }
@@ -136,10 +162,12 @@ impl FromStr for Record {
             rest.get(i).map(|w| (*w).to_owned()).ok_or_else(bad)
         };
         let event = match rest.first().copied().ok_or_else(bad)? {
+            "ready" => Event::Ready,
             "invoke" => Event::Invoke,
             "grant" => Event::Grant {
                 token: int(1)?,
                 deadline_ns: int(2)?,
+                kind: parse_kind(rest.get(3).copied()).ok_or_else(bad)?,
             },
             "fail" => Event::Fail(text(1)?),
             "read" => Event::Read {
@@ -162,6 +190,10 @@ impl FromStr for Record {
             "lost" => Event::Lost,
             "fault" => Event::Fault(text(1)?),
             "healed" => Event::Healed(text(1)?),
+            "probe" => Event::Probe {
+                got: u32::try_from(int(1)?).map_err(|_| bad())?,
+                wanted: u32::try_from(int(2)?).map_err(|_| bad())?,
+            },
             "final" => Event::Final(int(1)?),
             _ => return Err(bad()),
         };
@@ -313,10 +345,22 @@ mod tests {
     #[test]
     fn every_event_round_trips_through_its_line() {
         let events = [
+            Event::Ready,
             Event::Invoke,
             Event::Grant {
                 token: 7,
                 deadline_ns: 99,
+                kind: LockKind::Exclusive,
+            },
+            Event::Grant {
+                token: 8,
+                deadline_ns: 99,
+                kind: LockKind::permit(3),
+            },
+            Event::Grant {
+                token: 9,
+                deadline_ns: 99,
+                kind: LockKind::Read,
             },
             Event::Fail("timeout".into()),
             Event::Read { token: 7, value: 3 },
@@ -331,6 +375,7 @@ mod tests {
             Event::Lost,
             Event::Fault("pause-holder".into()),
             Event::Healed("pause-holder".into()),
+            Event::Probe { got: 1, wanted: 2 },
             Event::Final(12),
         ];
         for event in events {

@@ -1,8 +1,16 @@
 //! The fenced register: the protected resource of Kleppmann's argument,
-//! outside the lock service. A file holding `<highest token> <value>`,
-//! read and written under `flock`, that serves a holder only if its token
-//! is at least the highest it has seen — reads included, so a holder that
-//! read with a newer token makes every older token stale at once.
+//! outside the lock service. A file holding the highest token it has seen
+//! from anybody, its value, and the highest token it has seen from an
+//! exclusive holder, read and written under `flock`.
+//!
+//! An exclusive holder (the mutex's, a read-write lock's writer) is served
+//! only if its token is at least every token seen, reads included, so a
+//! holder that read with a newer token makes every older token stale at
+//! once. A shared holder (a reader) is served only if its token is at least
+//! every exclusive holder's: readers hold together, so one reader's token
+//! says nothing against another's, but a reader that read makes every
+//! older writer stale, and a writer that read makes every older reader
+//! stale. With only exclusive holders this is the classic fence.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -17,6 +25,15 @@ pub enum Verdict<T> {
     Served(T),
     /// Refused: the register has seen a greater token.
     Stale,
+}
+
+/// How a holder uses the register.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// Alone: the mutex's holder, a writer.
+    Exclusive,
+    /// Beside other shared holders: a reader.
+    Shared,
 }
 
 /// A handle on the register file; every call locks it for its duration.
@@ -36,35 +53,48 @@ impl Register {
         &self.path
     }
 
-    /// Reads the value as the holder of `token`.
-    pub fn read(&self, token: u64) -> std::io::Result<Verdict<u64>> {
-        self.exchange(token, |_, value| (value, value))
+    /// Reads the value as the holder of `token`, on `side`.
+    pub fn read(&self, token: u64, side: Side) -> std::io::Result<Verdict<u64>> {
+        self.exchange(token, side, |value| (value, value))
     }
 
-    /// Stores `value` as the holder of `token`.
+    /// Stores `value` as the exclusive holder of `token` (only they write).
     pub fn write(&self, token: u64, value: u64) -> std::io::Result<Verdict<()>> {
-        self.exchange(token, |_, _| (value, ()))
+        self.exchange(token, Side::Exclusive, |_| (value, ()))
     }
 
-    /// The value, without a token and without raising the highest one.
+    /// The value, without a token and without raising any.
     pub fn value(&self) -> std::io::Result<u64> {
         let mut file = self.locked()?;
-        Ok(state(&mut file)?.1)
+        Ok(State::read(&mut file)?.value)
     }
 
     fn exchange<T>(
         &self,
         token: u64,
-        apply: impl FnOnce(u64, u64) -> (u64, T),
+        side: Side,
+        apply: impl FnOnce(u64) -> (u64, T),
     ) -> std::io::Result<Verdict<T>> {
         let mut file = self.locked()?;
-        let (highest, value) = state(&mut file)?;
-        if token < highest {
+        let was = State::read(&mut file)?;
+        let bar = match side {
+            Side::Exclusive => was.seen,
+            Side::Shared => was.exclusive,
+        };
+        if token < bar {
             return Ok(Verdict::Stale);
         }
-        let (stored, answer) = apply(highest, value);
-        if (token, stored) != (highest, value) {
-            let text = format!("{token} {stored}\n");
+        let (value, answer) = apply(was.value);
+        let now = State {
+            seen: was.seen.max(token),
+            value,
+            exclusive: match side {
+                Side::Exclusive => token,
+                Side::Shared => was.exclusive,
+            },
+        };
+        if now != was {
+            let text = format!("{} {} {}\n", now.seen, now.value, now.exclusive);
             file.seek(SeekFrom::Start(0))?;
             file.set_len(0)?;
             file.write_all(text.as_bytes())?;
@@ -83,18 +113,38 @@ impl Register {
     }
 }
 
-fn state(file: &mut File) -> std::io::Result<(u64, u64)> {
-    let mut text = String::new();
-    file.seek(SeekFrom::Start(0))?;
-    file.read_to_string(&mut text)?;
-    let mut numbers = text.split_whitespace().map(str::parse::<u64>);
-    match (numbers.next(), numbers.next()) {
-        (None, _) => Ok((0, 0)),
-        (Some(Ok(highest)), Some(Ok(value))) => Ok((highest, value)),
-        _ => Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("the register holds {text:?}"),
-        )),
+/// The register's contents: `<seen> <value> <exclusive>`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct State {
+    /// The highest token of any holder served.
+    seen: u64,
+    value: u64,
+    /// The highest token of an exclusive holder served.
+    exclusive: u64,
+}
+
+impl State {
+    fn read(file: &mut File) -> std::io::Result<Self> {
+        let mut text = String::new();
+        file.seek(SeekFrom::Start(0))?;
+        file.read_to_string(&mut text)?;
+        let numbers: Result<Vec<u64>, _> = text.split_whitespace().map(str::parse).collect();
+        match numbers.as_deref() {
+            Ok([]) => Ok(State {
+                seen: 0,
+                value: 0,
+                exclusive: 0,
+            }),
+            Ok(&[seen, value, exclusive]) => Ok(State {
+                seen,
+                value,
+                exclusive,
+            }),
+            _ => Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("the register holds {text:?}"),
+            )),
+        }
     }
 }
 
@@ -106,13 +156,34 @@ mod tests {
     fn serves_the_highest_token_and_refuses_older_ones() {
         let dir = tempfile::tempdir().unwrap();
         let register = Register::open(dir.path().join("r"));
-        assert_eq!(register.read(3).unwrap(), Verdict::Served(0));
+        let read = |token| register.read(token, Side::Exclusive).unwrap();
+        assert_eq!(read(3), Verdict::Served(0));
         assert_eq!(register.write(3, 1).unwrap(), Verdict::Served(()));
         // A newer holder's read makes token 3 stale before it writes.
-        assert_eq!(register.read(5).unwrap(), Verdict::Served(1));
+        assert_eq!(read(5), Verdict::Served(1));
         assert_eq!(register.write(3, 9).unwrap(), Verdict::Stale);
-        assert_eq!(register.read(4).unwrap(), Verdict::Stale);
+        assert_eq!(read(4), Verdict::Stale);
         assert_eq!(register.write(5, 2).unwrap(), Verdict::Served(()));
         assert_eq!(register.value().unwrap(), 2);
+    }
+
+    #[test]
+    fn readers_share_and_fence_writers_both_ways() {
+        let dir = tempfile::tempdir().unwrap();
+        let register = Register::open(dir.path().join("r"));
+        let shared = |token| register.read(token, Side::Shared).unwrap();
+        let exclusive = |token| register.read(token, Side::Exclusive).unwrap();
+        // Readers in any order of their tokens.
+        assert_eq!(shared(6), Verdict::Served(0));
+        assert_eq!(shared(5), Verdict::Served(0));
+        // A writer granted before reader 6 is stale.
+        assert_eq!(exclusive(4), Verdict::Stale);
+        assert_eq!(register.write(4, 1).unwrap(), Verdict::Stale);
+        // A later writer is served, and then older readers are stale.
+        assert_eq!(exclusive(7), Verdict::Served(0));
+        assert_eq!(register.write(7, 1).unwrap(), Verdict::Served(()));
+        assert_eq!(shared(6), Verdict::Stale);
+        assert_eq!(shared(8), Verdict::Served(1));
+        assert_eq!(register.write(7, 2).unwrap(), Verdict::Stale);
     }
 }

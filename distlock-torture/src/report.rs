@@ -1,9 +1,10 @@
 //! The figures as text: one table for a terminal or a Markdown page.
 
 use crate::checker::Figures;
+use crate::lock::Lock;
 
 /// The column headers of [`table`].
-pub const HEADERS: [&str; 10] = [
+pub const HEADERS: [&str; 11] = [
     "fault",
     "grants",
     "unsafe overlaps",
@@ -11,27 +12,38 @@ pub const HEADERS: [&str; 10] = [
     "stale writes rejected",
     "token-order violations",
     "lost writes",
+    "leaked permits",
     "recovery ms",
     "lost signals",
     "errors",
 ];
 
-/// A Markdown table, one row per labelled run.
-pub fn table<'a>(rows: impl IntoIterator<Item = (&'a str, &'a Figures)>) -> String {
+/// A Markdown table of runs of `lock`, one row per labelled run. The
+/// register's figures are `–` for a lock whose holders do not use it (a
+/// semaphore's).
+pub fn table<'a>(lock: Lock, rows: impl IntoIterator<Item = (&'a str, &'a Figures)>) -> String {
     let mut out = format!(
         "| {} |\n|{}\n",
         HEADERS.join(" | "),
         "---|".repeat(HEADERS.len())
     );
+    let fenced = |count: u64| {
+        if lock.fenced() {
+            count.to_string()
+        } else {
+            "–".to_owned()
+        }
+    };
     for (label, f) in rows {
         let cells = [
             format!("`{label}`"),
             f.grants.to_string(),
             f.unsafe_overlaps.to_string(),
-            f.stale_writes_accepted.to_string(),
-            f.stale_writes_rejected.to_string(),
+            fenced(f.stale_writes_accepted),
+            fenced(f.stale_writes_rejected),
             f.token_order_violations.to_string(),
-            f.lost_writes.to_string(),
+            fenced(f.lost_writes),
+            f.leaked_permits.to_string(),
             f.recovery_ms
                 .map_or("never".to_owned(), |ms| ms.to_string()),
             f.lost_signals.to_string(),
@@ -54,11 +66,13 @@ fn errors(f: &Figures) -> String {
 }
 
 impl Figures {
-    /// What these figures break of what every backend promises: no unsafe
-    /// overlap (a lease is counted conservatively, so a paused or killed
-    /// holder's lease ends before anybody else's begins) and, when the
-    /// tokens are `strict`, none of the fence's figures either.
-    pub fn broken_promises(&self, strict: bool) -> Vec<String> {
+    /// What these figures of `lock` break of what every backend promises:
+    /// no unsafe overlap (a lease is counted conservatively, so a paused or
+    /// killed holder's lease ends before anybody else's begins), no permit
+    /// that never came back (leases end) and, when the tokens are
+    /// `strict`, no token out of order and none of the fence's figures
+    /// either.
+    pub fn broken_promises(&self, lock: Lock, strict: bool) -> Vec<String> {
         let mut broken = Vec::new();
         let mut check = |count: u64, what: &str| {
             if count > 0 {
@@ -66,10 +80,13 @@ impl Figures {
             }
         };
         check(self.unsafe_overlaps, "unsafe overlaps");
+        check(self.leaked_permits, "leaked permits");
         if strict {
-            check(self.stale_writes_accepted, "stale writes accepted");
             check(self.token_order_violations, "token-order violations");
-            check(self.lost_writes, "lost writes");
+            if lock.fenced() {
+                check(self.stale_writes_accepted, "stale writes accepted");
+                check(self.lost_writes, "lost writes");
+            }
         }
         broken
     }
@@ -88,12 +105,18 @@ mod tests {
             errors: [("acquire:timeout".to_owned(), 3)].into(),
             ..Figures::default()
         };
-        let text = table([("pause-holder", &f)]);
+        let text = table(Lock::Mutex, [("pause-holder", &f)]);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3);
         assert_eq!(
             lines[2],
-            "| `pause-holder` | 9 | 0 | 0 | 2 | 0 | 0 | never | 0 | acquire:timeout 3 |"
+            "| `pause-holder` | 9 | 0 | 0 | 2 | 0 | 0 | 0 | never | 0 | acquire:timeout 3 |"
+        );
+        let text = table(Lock::Semaphore { permits: 2 }, [("pause-holder", &f)]);
+        assert_eq!(
+            text.lines().nth(2),
+            Some("| `pause-holder` | 9 | 0 | – | – | 0 | – | 0 | never | 0 | acquire:timeout 3 |"),
+            "a semaphore's holders do not use the register"
         );
     }
 
@@ -103,7 +126,24 @@ mod tests {
             lost_writes: 1,
             ..Figures::default()
         };
-        assert!(f.broken_promises(false).is_empty());
-        assert_eq!(f.broken_promises(true), ["1 lost writes"]);
+        assert!(f.broken_promises(Lock::Mutex, false).is_empty());
+        assert_eq!(f.broken_promises(Lock::Mutex, true), ["1 lost writes"]);
+        assert!(
+            f.broken_promises(Lock::Semaphore { permits: 2 }, true)
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn leaked_permits_and_overlaps_are_always_broken_promises() {
+        let f = Figures {
+            unsafe_overlaps: 2,
+            leaked_permits: 1,
+            ..Figures::default()
+        };
+        assert_eq!(
+            f.broken_promises(Lock::ReadWrite, false),
+            ["2 unsafe overlaps", "1 leaked permits"]
+        );
     }
 }

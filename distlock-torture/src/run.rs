@@ -1,20 +1,22 @@
-//! One run: worker processes taking one lock while a nemesis strikes on a
-//! schedule, then the checker's figures.
+//! One run: worker processes taking one or more locks of one name side by
+//! side while a nemesis strikes them all on one schedule, then a probe of
+//! each lock and the checker's figures for each.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use lock_core::backend::async_trait;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 
 use crate::checker::{Figures, check};
 use crate::history::{Event, Follower, History, now_ns};
+use crate::lock::Lock;
+use crate::nemesis::Nemesis;
 use crate::register::Register;
+use crate::watch::{Phase, Watch};
 use crate::worker::WorkerPlan;
 
 /// What a run does.
@@ -22,9 +24,13 @@ use crate::worker::WorkerPlan;
 pub struct RunPlan {
     /// The lock service.
     pub url: String,
-    /// The lock every worker takes.
+    /// The name every worker takes.
     pub name: String,
-    /// Worker processes.
+    /// The locks of that name the workers take, each by workers of its
+    /// own, side by side (a mutex, a semaphore and a read-write lock of one
+    /// name are three locks).
+    pub locks: Vec<Lock>,
+    /// Worker processes per lock.
     pub clients: usize,
     /// How long the workers take the lock.
     pub duration: Duration,
@@ -42,13 +48,14 @@ pub struct RunPlan {
     /// The program and leading arguments that run one worker; the
     /// [`WorkerPlan`]'s arguments follow.
     pub worker: Vec<String>,
-    /// Where the history, the register and the workers' output go.
+    /// Where the histories, the registers and the workers' output go: a
+    /// directory per lock (`mutex/history`, `semaphore/register`, …).
     pub dir: PathBuf,
 }
 
 impl RunPlan {
-    /// A plan with the usual proportions for `ttl`: holds of up to a fifth
-    /// of it, faults of twice it, and quiet times of one TTL.
+    /// A plan of the mutex with the usual proportions for `ttl`: holds of
+    /// up to a fifth of it, faults of twice it, and quiet times of one TTL.
     pub fn new(
         url: &str,
         ttl: Duration,
@@ -59,6 +66,7 @@ impl RunPlan {
         Self {
             url: url.to_owned(),
             name: format!("torture-{:08x}", rand::random::<u32>()),
+            locks: vec![Lock::Mutex],
             clients: 4,
             duration,
             ttl,
@@ -72,134 +80,34 @@ impl RunPlan {
     }
 }
 
-/// A fault: started by [`inject`](Nemesis::inject), ended by
-/// [`heal`](Nemesis::heal).
-#[async_trait]
-pub trait Nemesis: Send {
-    /// A name without spaces, for the history and the report.
-    fn label(&self) -> String;
-    /// Starts the fault.
-    async fn inject(&mut self, run: &Run) -> std::io::Result<()>;
-    /// Ends it.
-    async fn heal(&mut self, run: &Run) -> std::io::Result<()>;
-}
-
-/// No fault: the baseline.
-#[derive(Debug, Default)]
-pub struct Calm;
-
-#[async_trait]
-impl Nemesis for Calm {
-    fn label(&self) -> String {
-        "none".into()
-    }
-    async fn inject(&mut self, _: &Run) -> std::io::Result<()> {
-        Ok(())
-    }
-    async fn heal(&mut self, _: &Run) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// SIGSTOP of a holder's whole process group for the fault's length (set
-/// it past the TTL), then SIGCONT: a GC pause, a stalled VM.
-#[derive(Debug, Default)]
-pub struct PauseHolder {
-    paused: Option<u32>,
-}
-
-#[async_trait]
-impl Nemesis for PauseHolder {
-    fn label(&self) -> String {
-        "pause-holder".into()
-    }
-    async fn inject(&mut self, run: &Run) -> std::io::Result<()> {
-        self.paused = Some(run.pause_holder().await?);
-        Ok(())
-    }
-    async fn heal(&mut self, run: &Run) -> std::io::Result<()> {
-        match self.paused.take() {
-            Some(pid) => run.signal(pid, Signal::SIGCONT),
-            None => Ok(()),
-        }
-    }
-}
-
-/// SIGKILL of a holder; a new worker takes its place, as a supervisor
-/// would restart it.
-#[derive(Debug, Default)]
-pub struct KillHolder;
-
-#[async_trait]
-impl Nemesis for KillHolder {
-    fn label(&self) -> String {
-        "kill-holder".into()
-    }
-    async fn inject(&mut self, run: &Run) -> std::io::Result<()> {
-        let pid = run.holder().await;
-        run.replace(pid).await
-    }
-    async fn heal(&mut self, _: &Run) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// A run in progress, as a nemesis sees it.
 #[derive(Debug)]
 pub struct Run {
     plan: RunPlan,
-    until_ns: u64,
+    /// The file that starts the workers (see [`WorkerPlan::start`]).
+    start: PathBuf,
+    groups: Vec<Group>,
+}
+
+/// The workers of one lock, and its history.
+#[derive(Debug)]
+struct Group {
+    lock: Lock,
+    dir: PathBuf,
     history: History,
     workers: Mutex<Vec<Child>>,
     watch: Mutex<Watch>,
 }
 
-/// What the nemeses ask of the history, kept up to date line by line as it
-/// grows instead of read whole at every look.
-#[derive(Debug)]
-struct Watch {
-    follower: Follower,
-    /// Each process's last event, signals left out.
-    last: HashMap<u32, Event>,
-    last_grant_ns: Option<u64>,
-    last_heal_ns: Option<u64>,
-}
-
-impl Watch {
-    fn catch_up(&mut self) {
-        // A line that cannot be read now is read at the next look.
-        let Ok(records) = self.follower.new_records() else {
-            return;
-        };
-        for r in records {
-            match r.event {
-                Event::AtRisk | Event::Lost => continue,
-                Event::Grant { .. } => self.last_grant_ns = self.last_grant_ns.max(Some(r.ns)),
-                Event::Healed(_) => self.last_heal_ns = self.last_heal_ns.max(Some(r.ns)),
-                _ => {}
-            }
-            self.last.insert(r.pid, r.event);
-        }
+impl Group {
+    fn pids(&self) -> Vec<u32> {
+        let workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        workers.iter().filter_map(Child::id).collect()
     }
 
-    /// The workers (in pid order) whose last event puts them in `wanted`.
-    fn in_phase(&mut self, workers: &[u32], wanted: Phase) -> Vec<u32> {
-        self.catch_up();
-        let mut found: Vec<u32> = workers
-            .iter()
-            .copied()
-            .filter(|pid| match (wanted, self.last.get(pid)) {
-                (Phase::Holding, Some(Event::Read { .. })) => true,
-                (Phase::Holding, _) => false,
-                // A grant is followed by a read, a write line by the write.
-                (Phase::OutsideTheRegister, Some(Event::Grant { .. } | Event::Write { .. })) => {
-                    false
-                }
-                (Phase::OutsideTheRegister, _) => true,
-            })
-            .collect();
-        found.sort_unstable();
-        found
+    fn in_phase(&self, workers: &[u32], wanted: Phase) -> Vec<u32> {
+        let mut watch = self.watch.lock().unwrap_or_else(|p| p.into_inner());
+        watch.in_phase(workers, wanted)
     }
 }
 
@@ -209,75 +117,92 @@ impl Run {
         &self.plan
     }
 
-    /// The history file.
-    pub fn history(&self) -> &History {
-        &self.history
+    /// The locks the workers take.
+    pub fn locks(&self) -> Vec<Lock> {
+        self.groups.iter().map(|g| g.lock).collect()
     }
 
-    /// The workers' process ids.
+    /// Every worker's process id.
     pub fn workers(&self) -> Vec<u32> {
-        let workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
-        workers.iter().filter_map(Child::id).collect()
+        self.groups.iter().flat_map(Group::pids).collect()
     }
 
-    /// A worker that holds the lock now, by the history (it has read the
-    /// register and not yet written it: it is in its hold); if none does
-    /// within a TTL, any worker.
+    /// A worker that holds one of the locks now, by the histories (it is
+    /// in its hold); if none does within a TTL, any worker.
     pub async fn holder(&self) -> u32 {
+        self.holder_among(&self.groups).await
+    }
+
+    /// A worker that holds `lock` now; if none does within a TTL, any
+    /// worker of that lock (or of the run, if it has no such lock).
+    pub async fn holder_of(&self, lock: Lock) -> u32 {
+        let group = self.groups.iter().position(|g| g.lock == lock);
+        match group {
+            Some(at) => self.holder_among(&self.groups[at..=at]).await,
+            None => self.holder().await,
+        }
+    }
+
+    async fn holder_among(&self, groups: &[Group]) -> u32 {
         let deadline = tokio::time::Instant::now() + self.plan.ttl;
         loop {
-            let workers = self.workers();
-            if let Some(pid) = self.in_phase(&workers, Phase::Holding).first() {
-                return *pid;
+            for group in groups {
+                if let Some(pid) = group.in_phase(&group.pids(), Phase::Holding).first() {
+                    return *pid;
+                }
             }
             if tokio::time::Instant::now() >= deadline {
+                let workers: Vec<u32> = groups.iter().flat_map(Group::pids).collect();
                 return workers[rand::random_range(0..workers.len())];
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     }
 
-    /// Stops a holder's process group with SIGSTOP and returns its pid. The
-    /// holder is caught in its hold, never inside a register call: a worker
-    /// stopped with the register's `flock` would stop every other worker
-    /// too. So it is stopped, then the history is read again, and if it
-    /// had gone on to its write meanwhile it is continued and another
-    /// chance is taken. If no holder is caught within a TTL, a worker that
-    /// is not in a register call is stopped instead.
-    pub async fn pause_holder(&self) -> std::io::Result<u32> {
+    /// Stops a holder of each lock (its process group) with SIGSTOP and
+    /// returns their pids. A holder is caught in its hold, never inside a
+    /// register call: a worker stopped with the register's `flock` would
+    /// stop every other worker too. So it is stopped, then the history is
+    /// read again, and if it had gone on to its write meanwhile it is
+    /// continued and another chance is taken. For a lock none of whose
+    /// workers is caught holding within a TTL, a worker that is not in a
+    /// register call is stopped instead.
+    pub async fn pause_holders(&self) -> std::io::Result<Vec<u32>> {
         let deadline = tokio::time::Instant::now() + self.plan.ttl;
+        let mut paused: Vec<Option<u32>> = vec![None; self.groups.len()];
         loop {
             let wanted = if tokio::time::Instant::now() < deadline {
                 Phase::Holding
             } else {
                 Phase::OutsideTheRegister
             };
-            let workers = self.workers();
-            for pid in self.in_phase(&workers, wanted) {
-                self.signal(pid, Signal::SIGSTOP)?;
-                if self.in_phase(&[pid], wanted) == [pid] {
-                    return Ok(pid);
+            for (group, paused) in self.groups.iter().zip(&mut paused) {
+                if paused.is_some() {
+                    continue;
                 }
-                self.signal(pid, Signal::SIGCONT)?;
+                for pid in group.in_phase(&group.pids(), wanted) {
+                    self.signal(pid, Signal::SIGSTOP)?;
+                    if group.in_phase(&[pid], wanted) == [pid] {
+                        *paused = Some(pid);
+                        break;
+                    }
+                    self.signal(pid, Signal::SIGCONT)?;
+                }
+            }
+            if paused.iter().all(Option::is_some) {
+                return Ok(paused.into_iter().flatten().collect());
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     }
 
-    /// Whether a worker was granted the lock after the last fault ended
-    /// (or no fault has ended yet).
+    /// Whether every lock was granted to a worker after the last fault
+    /// ended (or no fault has ended yet).
     pub fn granted_since_heal(&self) -> bool {
-        let mut watch = self.watch.lock().unwrap_or_else(|p| p.into_inner());
-        watch.catch_up();
-        match (watch.last_heal_ns, watch.last_grant_ns) {
-            (None, _) => true,
-            (Some(heal), grant) => grant.is_some_and(|g| g > heal),
-        }
-    }
-
-    fn in_phase(&self, workers: &[u32], wanted: Phase) -> Vec<u32> {
-        let mut watch = self.watch.lock().unwrap_or_else(|p| p.into_inner());
-        watch.in_phase(workers, wanted)
+        self.groups.iter().all(|g| {
+            let mut watch = g.watch.lock().unwrap_or_else(|p| p.into_inner());
+            watch.granted_since_heal()
+        })
     }
 
     /// Sends `signal` to a worker's process group.
@@ -285,35 +210,48 @@ impl Run {
         killpg(Pid::from_raw(pid as i32), signal).map_err(std::io::Error::from)
     }
 
-    /// Kills a worker with SIGKILL and starts another in its place.
+    /// Kills a worker with SIGKILL and starts another in its place, on the
+    /// same lock.
     pub async fn replace(&self, pid: u32) -> std::io::Result<()> {
-        let old = {
-            let mut workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
-            let at = workers.iter().position(|c| c.id() == Some(pid));
-            at.map(|at| workers.swap_remove(at))
-        };
-        if let Some(mut old) = old {
+        for group in &self.groups {
+            let old = {
+                let mut workers = group.workers.lock().unwrap_or_else(|p| p.into_inner());
+                let at = workers.iter().position(|c| c.id() == Some(pid));
+                at.map(|at| workers.swap_remove(at))
+            };
+            let Some(mut old) = old else { continue };
             self.signal(pid, Signal::SIGKILL)?;
             old.wait().await?;
+            let fresh = self.spawn(group, false)?;
+            group
+                .workers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(fresh);
         }
-        let fresh = self.spawn()?;
-        self.workers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(fresh);
         Ok(())
     }
 
-    fn spawn(&self) -> std::io::Result<Child> {
+    /// Appends `event` to every lock's history.
+    fn log(&self, event: &Event) -> std::io::Result<()> {
+        self.groups
+            .iter()
+            .try_for_each(|g| g.history.log(event.clone()))
+    }
+
+    /// A worker of `group`, or its probe.
+    fn spawn(&self, group: &Group, probe: bool) -> std::io::Result<Child> {
         let plan = WorkerPlan {
             url: self.plan.url.clone(),
             name: self.plan.name.clone(),
+            lock: group.lock,
+            probe,
             ttl: self.plan.ttl,
             hold: self.plan.hold,
             wait: self.plan.wait,
-            until_ns: self.until_ns,
-            history: self.history.path().to_owned(),
-            register: self.plan.dir.join("register"),
+            start: self.start.clone(),
+            history: group.history.path().to_owned(),
+            register: group.dir.join("register"),
         };
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -332,98 +270,195 @@ impl Run {
     }
 }
 
-/// Where a worker is in its loop, by its last event.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    /// Between its read of the register and its write.
-    Holding,
-    /// Not between announcing a register call and finishing it.
-    OutsideTheRegister,
-}
-
 /// What a run produced.
 #[derive(Debug)]
 pub struct Outcome {
-    /// The checker's figures.
-    pub figures: Figures,
-    /// The history file.
-    pub history: PathBuf,
+    /// Each lock's figures, in the plan's order.
+    pub locks: Vec<LockOutcome>,
     /// The tail of the workers' output, for failure messages.
     pub worker_log: String,
 }
 
-/// Starts the workers, applies `nemesis` on the plan's schedule until the
-/// duration is over, waits for the workers, and checks the history.
+/// What a run produced for one lock.
+#[derive(Debug)]
+pub struct LockOutcome {
+    /// The lock.
+    pub lock: Lock,
+    /// The checker's figures.
+    pub figures: Figures,
+    /// The history file.
+    pub history: PathBuf,
+}
+
+/// Starts the workers of every lock, applies `nemesis` on the plan's
+/// schedule until the duration is over, waits for the workers, probes each
+/// lock, and checks each history.
 pub async fn run(plan: RunPlan, nemesis: &mut dyn Nemesis) -> std::io::Result<Outcome> {
-    std::fs::create_dir_all(&plan.dir)?;
-    let path = plan.dir.join("history");
-    let _ = std::fs::remove_file(&path);
-    let _ = std::fs::remove_file(plan.dir.join("register"));
-    let history = History::open(&path)?;
-    let started = now_ns();
-    let until_ns = started + plan.duration.as_nanos() as u64;
+    let mut groups = Vec::new();
+    for &lock in &plan.locks {
+        let dir = plan.dir.join(lock.label());
+        std::fs::create_dir_all(&dir)?;
+        let path = dir.join("history");
+        let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_file(dir.join("register"));
+        groups.push(Group {
+            lock,
+            history: History::open(&path)?,
+            dir,
+            workers: Mutex::new(Vec::new()),
+            watch: Mutex::new(Watch::new(Follower::new(path))),
+        });
+    }
+    let start = plan.dir.join("start");
+    let _ = std::fs::remove_file(&start);
     let run = Run {
         plan,
-        until_ns,
-        history,
-        workers: Mutex::new(Vec::new()),
-        watch: Mutex::new(Watch {
-            follower: Follower::new(path),
-            last: HashMap::new(),
-            last_grant_ns: None,
-            last_heal_ns: None,
-        }),
+        start,
+        groups,
     };
-    for _ in 0..run.plan.clients {
-        let child = run.spawn()?;
-        run.workers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(child);
+    for group in &run.groups {
+        for _ in 0..run.plan.clients {
+            let child = run.spawn(group, false)?;
+            group
+                .workers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(child);
+        }
     }
+    let until_ns = start_when_ready(&run).await?;
     let label = nemesis.label();
     let pass = run.plan.quiet + run.plan.fault;
     tokio::time::sleep(run.plan.quiet).await;
     while now_ns() + (pass.as_nanos() as u64) <= until_ns {
-        run.history.log(Event::Fault(label.clone()))?;
+        run.log(&Event::Fault(label.clone()))?;
         let injected = nemesis.inject(&run).await;
         if injected.is_ok() {
             tokio::time::sleep(run.plan.fault).await;
         }
         // Heal even after a failed injection: it may have half-happened.
         let healed = nemesis.heal(&run).await;
-        run.history.log(Event::Healed(label.clone()))?;
+        run.log(&Event::Healed(label.clone()))?;
         injected.and(healed)?;
         tokio::time::sleep(run.plan.quiet).await;
     }
     finish(&run).await?;
-    let value = Register::open(run.plan.dir.join("register")).value()?;
-    run.history.log(Event::Final(value))?;
-    let records =
-        History::read(run.history.path()).map_err(|e| std::io::Error::other(e.to_string()))?;
+    probe(&run).await?;
     let worker_log = std::fs::read_to_string(run.plan.dir.join("workers.log")).unwrap_or_default();
+    let mut locks = Vec::new();
+    for group in &run.groups {
+        let value = Register::open(group.dir.join("register")).value()?;
+        group.history.log(Event::Final(value))?;
+        let records = History::read(group.history.path()).map_err(std::io::Error::other)?;
+        if !records
+            .iter()
+            .any(|r| matches!(r.event, Event::Probe { .. }))
+        {
+            return Err(std::io::Error::other(format!(
+                "the probe of the {} wrote no result; the workers' output:\n{}",
+                group.lock,
+                tail(&worker_log, 4000)
+            )));
+        }
+        locks.push(LockOutcome {
+            lock: group.lock,
+            figures: check(&records),
+            history: group.history.path().to_owned(),
+        });
+    }
     Ok(Outcome {
-        figures: check(&records),
-        history: run.history.path().to_owned(),
+        locks,
         worker_log: tail(&worker_log, 4000),
     })
 }
 
+/// The longest a worker may take to connect.
+const CONNECTING: Duration = Duration::from_secs(60);
+
+/// Waits until every worker is connected, then starts them all with the
+/// end of the run, which it returns.
+async fn start_when_ready(run: &Run) -> std::io::Result<u64> {
+    let deadline = tokio::time::Instant::now() + CONNECTING;
+    loop {
+        let mut ready = true;
+        for group in &run.groups {
+            let mut workers = group.workers.lock().unwrap_or_else(|p| p.into_inner());
+            let pids: Vec<u32> = workers.iter().filter_map(Child::id).collect();
+            let waiting = {
+                let mut watch = group.watch.lock().unwrap_or_else(|p| p.into_inner());
+                !watch.all_ready(&pids)
+            };
+            let quit = workers
+                .iter_mut()
+                .any(|c| !matches!(c.try_wait(), Ok(None)));
+            if quit || (waiting && tokio::time::Instant::now() >= deadline) {
+                let log =
+                    std::fs::read_to_string(run.plan.dir.join("workers.log")).unwrap_or_default();
+                return Err(std::io::Error::other(format!(
+                    "the workers of the {} did not all connect{}; their output:\n{}",
+                    group.lock,
+                    if quit { "" } else { " within a minute" },
+                    tail(&log, 4000)
+                )));
+            }
+            ready &= !waiting;
+        }
+        if ready {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let until_ns = now_ns() + run.plan.duration.as_nanos() as u64;
+    // Written whole, then renamed: a worker never reads half of it.
+    let part = run.start.with_extension("part");
+    std::fs::write(&part, until_ns.to_string())?;
+    std::fs::rename(&part, &run.start)?;
+    Ok(until_ns)
+}
+
+/// How long a worker (or a probe) may take past its last acquire's wait.
+fn grace(plan: &RunPlan) -> Duration {
+    plan.wait + plan.ttl * 2 + Duration::from_secs(5)
+}
+
 /// Lets the workers finish their last round, then kills stragglers.
 async fn finish(run: &Run) -> std::io::Result<()> {
-    let workers = std::mem::take(&mut *run.workers.lock().unwrap_or_else(|p| p.into_inner()));
-    let grace = run.plan.wait + run.plan.ttl * 2 + Duration::from_secs(5);
-    for mut child in workers {
+    let mut workers = Vec::new();
+    for group in &run.groups {
+        workers.append(&mut group.workers.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+    for child in workers {
         // A worker left paused by a failed heal would never finish.
         if let Some(pid) = child.id() {
             let _ = run.signal(pid, Signal::SIGCONT);
         }
-        if tokio::time::timeout(grace, child.wait()).await.is_err() {
-            if let Some(pid) = child.id() {
-                let _ = run.signal(pid, Signal::SIGKILL);
-            }
-            child.wait().await?;
+        reap(run, child, grace(&run.plan)).await?;
+    }
+    Ok(())
+}
+
+/// Once every worker has stopped, takes each lock whole (see
+/// [`probe`](crate::probe)), the locks side by side. A probe waits for
+/// its lock at most a permit's wait per permit.
+async fn probe(run: &Run) -> std::io::Result<()> {
+    let probes = run
+        .groups
+        .iter()
+        .map(|g| Ok((run.spawn(g, true)?, g.lock.whole().1)))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    for (child, permits) in probes {
+        reap(run, child, grace(&run.plan) * permits).await?;
+    }
+    Ok(())
+}
+
+/// Waits for `child` at most `grace`, then kills it.
+async fn reap(run: &Run, mut child: Child, grace: Duration) -> std::io::Result<()> {
+    if tokio::time::timeout(grace, child.wait()).await.is_err() {
+        if let Some(pid) = child.id() {
+            let _ = run.signal(pid, Signal::SIGKILL);
         }
+        child.wait().await?;
     }
     Ok(())
 }

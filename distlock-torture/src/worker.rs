@@ -1,35 +1,46 @@
-//! One worker process: takes the lock over and over, reads the register
-//! with its token, holds a moment, writes the value plus one back, and
-//! releases, logging every step. It writes whether or not its lease is
-//! still valid — as a process waking from a pause would, which is what
-//! the fence is for.
+//! One worker process: takes its lock over and over, holds a moment, and
+//! releases, logging every step. A holder of the mutex or a read-write
+//! lock's writer reads the register with its token, holds, and writes the
+//! value plus one back; a reader reads it and holds; a semaphore's holder
+//! only holds (see [`Lock::fenced`]). A writer writes whether or not its
+//! lease is still valid — as a process waking from a pause would, which
+//! is what the fence is for.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, LockState, Locker, Wait};
+use lock_core::{AcquireOptions, LockGuard, LockKind, LockState, Locker, Wait};
 use rand::Rng;
 
 use crate::history::{Event, History, error_kind, instant_ns, now_ns};
-use crate::register::{Register, Verdict};
+use crate::lock::Lock;
+use crate::register::{Register, Side, Verdict};
 
 /// What a worker does, passed to its process as `key=value` arguments.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkerPlan {
     /// The lock service.
     pub url: String,
-    /// The lock every worker takes.
+    /// The name every worker takes.
     pub name: String,
+    /// Which lock of that name.
+    pub lock: Lock,
+    /// Whether this process is the run's last step, the probe (see
+    /// [`probe`](crate::probe)), instead of a worker.
+    pub probe: bool,
     /// The lease each acquire asks for.
     pub ttl: Duration,
     /// The longest hold; each hold is uniformly random up to it.
     pub hold: Duration,
     /// How long one acquire waits before it fails.
     pub wait: Duration,
-    /// When to stop taking the lock, on `CLOCK_MONOTONIC`.
-    pub until_ns: u64,
+    /// The file the run writes, once every worker is connected, with when
+    /// to stop taking the lock (on `CLOCK_MONOTONIC`): a worker starts when
+    /// it appears, so that slow connections (a database's schema set up by
+    /// each client) do not eat into the run.
+    pub start: PathBuf,
     /// The history file.
     pub history: PathBuf,
     /// The register file.
@@ -42,10 +53,12 @@ impl WorkerPlan {
         vec![
             format!("url={}", self.url),
             format!("name={}", self.name),
+            format!("lock={}", self.lock.to_arg()),
+            format!("probe={}", self.probe),
             format!("ttl-ms={}", self.ttl.as_millis()),
             format!("hold-ms={}", self.hold.as_millis()),
             format!("wait-ms={}", self.wait.as_millis()),
-            format!("until-ns={}", self.until_ns),
+            format!("start={}", self.start.display()),
             format!("history={}", self.history.display()),
             format!("register={}", self.register.display()),
         ]
@@ -67,28 +80,36 @@ impl WorkerPlan {
         Ok(Self {
             url: get("url")?.to_owned(),
             name: get("name")?.to_owned(),
+            lock: Lock::from_arg(get("lock")?).map_err(|e| format!("worker: lock: {e}"))?,
+            probe: get("probe")?
+                .parse()
+                .map_err(|e| format!("worker: probe: {e}"))?,
             ttl: millis("ttl-ms")?,
             hold: millis("hold-ms")?,
             wait: millis("wait-ms")?,
-            until_ns: get("until-ns")?
-                .parse()
-                .map_err(|e| format!("worker: until-ns: {e}"))?,
+            start: get("start")?.into(),
             history: get("history")?.into(),
             register: get("register")?.into(),
         })
     }
 }
 
-/// Runs the worker's loop until `plan.until_ns`. Lock errors are logged and
-/// the loop goes on; only a history or register that cannot be written
-/// ends it.
+/// Runs the worker's loop until `plan.until_ns` (or, for a probe's plan,
+/// the probe). Lock errors are logged and the loop goes on; only a history
+/// or register that cannot be written ends it.
 pub async fn work(locker: &Locker, plan: &WorkerPlan) -> std::io::Result<()> {
+    if plan.probe {
+        return crate::probe::probe(locker, plan).await;
+    }
     let history = History::open(&plan.history)?;
     let register = Register::open(&plan.register);
     let opts = AcquireOptions::with_ttl(plan.ttl).wait(Wait::For(plan.wait));
-    while now_ns() < plan.until_ns {
+    history.log(Event::Ready)?;
+    let until_ns = started(&plan.start).await?;
+    while now_ns() < until_ns {
+        let kind = plan.lock.next_kind(&mut rand::rng());
         history.log(Event::Invoke)?;
-        let guard = match locker.lock_with(&plan.name, opts).await {
+        let guard = match locker.lock_with(&plan.name, opts.kind(kind)).await {
             Ok(guard) => guard,
             Err(e) => {
                 history.log(Event::Fail(error_kind(&e).to_owned()))?;
@@ -101,28 +122,11 @@ pub async fn work(locker: &Locker, plan: &WorkerPlan) -> std::io::Result<()> {
         history.log(Event::Grant {
             token,
             deadline_ns: instant_ns(guard.lease().deadline().into()),
+            kind,
         })?;
         let signals = Signals::new(history.clone());
         let watching = tokio::spawn(signals.clone().follow(guard.handle().watch()));
-        match register.read(token)? {
-            Verdict::Served(value) => {
-                history.log(Event::Read { token, value })?;
-                let hold = rand::rng().random_range(Duration::ZERO..=plan.hold);
-                tokio::time::sleep(hold).await;
-                // A holder that slept through its lease learns it here at
-                // the latest, as `state()` reads the deadline.
-                signals.note(guard.state());
-                history.log(Event::Write {
-                    token,
-                    value: value + 1,
-                })?;
-                history.log(match register.write(token, value + 1)? {
-                    Verdict::Served(()) => Event::Accepted,
-                    Verdict::Stale => Event::Rejected,
-                })?;
-            }
-            Verdict::Stale => history.log(Event::ReadRejected(token))?,
-        }
+        hold(&history, &register, &guard, &signals, plan.hold).await?;
         history.log(Event::Release {
             deadline_ns: instant_ns(guard.lease().deadline().into()),
         })?;
@@ -135,6 +139,65 @@ pub async fn work(locker: &Locker, plan: &WorkerPlan) -> std::io::Result<()> {
         })?;
     }
     Ok(())
+}
+
+/// Waits for the run's start file and returns the end time it holds.
+async fn started(start: &Path) -> std::io::Result<u64> {
+    loop {
+        match std::fs::read_to_string(start) {
+            Ok(text) => return text.trim().parse().map_err(std::io::Error::other),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// One critical section, by the grant's kind: a semaphore's holder only
+/// holds; a reader reads the register and holds; an exclusive holder reads,
+/// holds and writes the value plus one.
+async fn hold(
+    history: &History,
+    register: &Register,
+    guard: &LockGuard,
+    signals: &Signals,
+    longest: Duration,
+) -> std::io::Result<()> {
+    let token = guard.token().get();
+    let side = match guard.kind() {
+        LockKind::Read => Side::Shared,
+        LockKind::Exclusive | LockKind::Write => Side::Exclusive,
+        _ => {
+            sleep_up_to(longest).await;
+            return Ok(());
+        }
+    };
+    let value = match register.read(token, side)? {
+        Verdict::Served(value) => value,
+        Verdict::Stale => return history.log(Event::ReadRejected(token)),
+    };
+    history.log(Event::Read { token, value })?;
+    sleep_up_to(longest).await;
+    if side == Side::Shared {
+        return Ok(());
+    }
+    // A holder that slept through its lease learns it here at the latest,
+    // as `state()` reads the deadline.
+    signals.note(guard.state());
+    history.log(Event::Write {
+        token,
+        value: value + 1,
+    })?;
+    history.log(match register.write(token, value + 1)? {
+        Verdict::Served(()) => Event::Accepted,
+        Verdict::Stale => Event::Rejected,
+    })
+}
+
+async fn sleep_up_to(longest: Duration) {
+    let hold = rand::rng().random_range(Duration::ZERO..=longest);
+    tokio::time::sleep(hold).await;
 }
 
 /// Logs each step of a guard's lost signal once, whether the watch or the
@@ -184,10 +247,12 @@ mod tests {
         let plan = WorkerPlan {
             url: "redis://127.0.0.1:1/?prefix=a=b".into(),
             name: "torture".into(),
+            lock: Lock::Semaphore { permits: 2 },
+            probe: true,
             ttl: Duration::from_millis(500),
             hold: Duration::from_millis(100),
             wait: Duration::from_secs(2),
-            until_ns: 123,
+            start: "/tmp/s".into(),
             history: "/tmp/h".into(),
             register: "/tmp/r".into(),
         };

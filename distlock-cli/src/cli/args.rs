@@ -63,15 +63,20 @@ pub(crate) enum Command {
     /// Starts --clients worker processes that take one lock over and over;
     /// each reads a fenced register (a file that serves only the highest
     /// fencing token it has seen) with its token, holds for a moment,
-    /// writes the register back, and releases. With --pause or --kill, a
-    /// holder is paused past its TTL (SIGSTOP, then SIGCONT) or killed and
-    /// replaced, every 3×TTL. Then it checks the history and prints what
-    /// broke: critical sections overlapping while both leases were valid,
+    /// writes the register back, and releases. With --permits N they take
+    /// permits of a semaphore instead, and only hold; with --read-write,
+    /// the sides of a read-write lock (writers as above, readers read the
+    /// register and hold). With --pause or --kill, a holder is paused past
+    /// its TTL (SIGSTOP, then SIGCONT) or killed and replaced, every
+    /// 3×TTL. At the end one process takes the whole lock (every permit).
+    /// Then it checks the history and prints what broke: holders beside
+    /// each other against the lock's rule while their leases were valid,
     /// stale writes the fence let through, tokens out of order, lost
-    /// writes, and how long the lock took to come back. Exits 1 if the
-    /// backend broke a promise it makes (any overlap; the fence's figures
-    /// when its tokens are strict). Server and network faults are yours
-    /// to inject meanwhile.
+    /// writes, permits that never came back, and how long the lock took
+    /// to come back. Exits 1 if the backend broke a promise it makes (any
+    /// overlap or leaked permit; the tokens' order and the fence's figures
+    /// when its tokens are strict). Server and network faults are yours to
+    /// inject meanwhile.
     Torture(TortureArgs),
 
     /// Print a shell completion script.
@@ -261,6 +266,19 @@ pub(crate) struct TortureArgs {
     #[arg(long)]
     pub(crate) kill: bool,
 
+    /// Measure a semaphore of N permits instead of the lock: at most N
+    /// holders with valid leases at any instant, and all N permits back
+    /// at the end. Its holders do not use the fenced register.
+    #[arg(long, value_name = "N", conflicts_with = "read_write",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(LockKind::MAX_PERMITS)))]
+    pub(crate) permits: Option<u32>,
+
+    /// Measure a read-write lock instead of the lock: one acquisition in
+    /// three writes (reads the register, writes it back), the others read
+    /// it; no writer beside any other holder with a valid lease.
+    #[arg(long)]
+    pub(crate) read_write: bool,
+
     /// Print the figures as JSON instead of a table.
     #[arg(long)]
     pub(crate) json: bool,
@@ -268,6 +286,17 @@ pub(crate) struct TortureArgs {
     /// Keep the history (one event per line) in this directory.
     #[arg(long)]
     pub(crate) keep: Option<PathBuf>,
+}
+
+impl TortureArgs {
+    /// The lock `--permits` or `--read-write` ask for; the mutex without.
+    pub(crate) fn lock(&self) -> distlock_torture::Lock {
+        match (self.permits, self.read_write) {
+            (Some(permits), _) => distlock_torture::Lock::Semaphore { permits },
+            (None, true) => distlock_torture::Lock::ReadWrite,
+            (None, false) => distlock_torture::Lock::Mutex,
+        }
+    }
 }
 
 #[derive(Debug, Args)]

@@ -26,6 +26,8 @@ pub(crate) async fn torture(args: TortureArgs) -> Result<u8> {
     let capabilities = locker.capabilities();
     let ttl = ttl_of(args.ttl, &capabilities);
     capabilities.check_ttl(ttl)?;
+    let lock = args.lock();
+    capabilities.check_kind(lock.whole().0)?;
     let strict = capabilities.fencing == distlock::Fencing::Strict;
     drop(locker);
 
@@ -36,6 +38,7 @@ pub(crate) async fn torture(args: TortureArgs) -> Result<u8> {
     let worker = vec![exe.display().to_string(), "__torture-worker".to_owned()];
     let mut plan = RunPlan::new(&args.url, ttl, args.duration, worker, &dir);
     plan.clients = usize::from(args.clients);
+    plan.locks = vec![lock];
     let mut nemesis: Box<dyn Nemesis> = if args.pause {
         Box::<PauseHolder>::default()
     } else if args.kill {
@@ -45,18 +48,25 @@ pub(crate) async fn torture(args: TortureArgs) -> Result<u8> {
     };
     let label = nemesis.label();
     eprintln!(
-        "distlock torture: {} workers on {} for {:?} (TTL {:?}, fault: {label})",
+        "distlock torture: {} workers take a {lock} on {} for {:?} (TTL {:?}, fault: {label})",
         plan.clients, capabilities.backend, args.duration, ttl
     );
+    if !capabilities.shared_across_processes {
+        eprintln!(
+            "distlock torture: {} keeps its locks inside each process: the workers will not exclude each other",
+            capabilities.backend
+        );
+    }
     let outcome = distlock_torture::run(plan, nemesis.as_mut()).await;
     if args.keep.is_none() {
         let _ = std::fs::remove_dir_all(&temp);
     }
     let outcome = outcome.map_err(|e| Error::backend(format!("the run failed: {e}")))?;
-    let figures = &outcome.figures;
+    let figures = &outcome.locks[0].figures;
     if args.json {
         let json = serde_json::json!({
             "backend": capabilities.backend,
+            "lock": lock.to_arg(),
             "fault": label,
             "strict_fencing": strict,
             "figures": figures,
@@ -65,7 +75,7 @@ pub(crate) async fn torture(args: TortureArgs) -> Result<u8> {
     } else {
         print!(
             "{}",
-            distlock_torture::report::table([(label.as_str(), figures)])
+            distlock_torture::report::table(lock, [(label.as_str(), figures)])
         );
     }
     if figures.grants == 0 {
@@ -75,7 +85,7 @@ pub(crate) async fn torture(args: TortureArgs) -> Result<u8> {
         );
         return Ok(exit::UNAVAILABLE);
     }
-    let broken = figures.broken_promises(strict);
+    let broken = figures.broken_promises(lock, strict);
     if broken.is_empty() {
         Ok(0)
     } else {
