@@ -94,9 +94,10 @@ impl WorkerPlan {
     }
 }
 
-/// Runs the worker's loop until `plan.until_ns` (or, for a probe's plan,
-/// the probe). Lock errors are logged and the loop goes on; only a history
-/// or register that cannot be written ends it.
+/// Runs the worker's loop from when the run's start file appears until the
+/// end time it holds (or, for a probe's plan, the probe). Lock errors are
+/// logged and the loop goes on; only a history or register that cannot be
+/// written ends it.
 pub async fn work(locker: &Locker, plan: &WorkerPlan) -> std::io::Result<()> {
     if plan.probe {
         return crate::probe::probe(locker, plan).await;

@@ -1,7 +1,8 @@
 //! One worker process of the fault suite (see `distlock_torture::worker`).
 //!
-//! Usage: `torture-worker url=URL name=NAME ttl-ms=… hold-ms=… wait-ms=…
-//! until-ns=… history=PATH register=PATH`
+//! Usage: `torture-worker url=URL name=NAME lock=mutex|semaphore/N|read-write
+//! probe=false|true ttl-ms=… hold-ms=… wait-ms=… start=PATH history=PATH
+//! register=PATH`
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
