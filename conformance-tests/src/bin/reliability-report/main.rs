@@ -3,7 +3,8 @@
 //! docs/reliability.json.
 //!
 //! Usage: `reliability-report FIGURES.jsonl DOCS_DIR COMMAND [--merge]`.
-//! Each run in FIGURES is stamped with the date, this machine and COMMAND.
+//! Each run in FIGURES is stamped with the date, this machine and COMMAND
+//! (unless it has a stamp already).
 //! Without `--merge` they are the whole page; with it, they replace the
 //! runs of the same backend, fault and lock in DOCS_DIR/reliability.json
 //! and every other run stays, with its own stamp. `reliability-report
@@ -43,7 +44,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .filter(|l| !l.trim().is_empty())
                 .map(|l| {
                     let mut run: Value = serde_json::from_str(l)?;
-                    run["measured"] = stamp.clone();
+                    if run["measured"].is_null() {
+                        run["measured"] = stamp.clone();
+                    }
                     Ok(run)
                 })
                 .collect::<Result<Vec<Value>, serde_json::Error>>()?
@@ -52,20 +55,26 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if merge {
         let path = format!("{docs}/reliability.json");
         let published: Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
-        let mut kept: Vec<Value> = published_runs(&published)
+        // The new runs take the places of the ones they replace; a new row
+        // comes after its backend's, or at the end.
+        let mut fresh: Vec<Option<Value>> = runs.into_iter().map(Some).collect();
+        let mut merged: Vec<Value> = published_runs(&published)
             .into_iter()
-            .filter(|old| !runs.iter().any(|new| same_row(old, new)))
+            .map(|old| {
+                let new = fresh
+                    .iter_mut()
+                    .find(|new| new.as_ref().is_some_and(|new| same_row(&old, new)));
+                new.and_then(Option::take).unwrap_or(old)
+            })
             .collect();
-        // The new runs take the places of the ones they replace, or come
-        // after their backend's.
-        for run in runs {
-            let at = kept
+        for run in fresh.into_iter().flatten() {
+            let at = merged
                 .iter()
                 .rposition(|k| k["backend"] == run["backend"])
-                .map_or(kept.len(), |i| i + 1);
-            kept.insert(at, run);
+                .map_or(merged.len(), |i| i + 1);
+            merged.insert(at, run);
         }
-        runs = kept;
+        runs = merged;
     }
     let json = serde_json::json!({ "runs": runs });
     std::fs::write(format!("{docs}/reliability.json"), format!("{json:#}\n"))?;
