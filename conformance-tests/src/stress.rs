@@ -24,7 +24,9 @@ const CLIENTS: usize = 4;
 const TASKS_PER_CLIENT: usize = 6;
 /// Names the tasks fight over.
 const NAMES: usize = 3;
-/// How long the storm lasts.
+/// How long the storm lasts at least; never less than two TTLs, since a
+/// name whose release was cut stays taken until its TTL runs out (memcache's
+/// shortest is 4 s), and the storm must go on long after that.
 const STORM: Duration = Duration::from_secs(3);
 /// The permits of the semaphores in a storm of permits.
 const PERMITS: u32 = 2;
@@ -196,10 +198,11 @@ async fn worker(
     storm: Storm,
     names: Arc<Vec<String>>,
     ttl: Duration,
+    length: Duration,
     shared: Shared,
 ) {
     let fencing = locker.capabilities().fencing;
-    let end = Instant::now() + STORM;
+    let end = Instant::now() + length;
     while Instant::now() < end {
         let (name, kind, wait, hold, ending) = {
             let mut rng = rand::rng();
@@ -289,6 +292,7 @@ async fn storm(t: &dyn Target, storm: Storm) -> Verdict {
         ));
     }
     let ttl = caps.min_ttl.max(Duration::from_secs(1));
+    let length = STORM.max(ttl * 2);
     let tag: u32 = rand::rng().random();
     let names: Arc<Vec<String>> =
         Arc::new((0..NAMES).map(|i| format!("storm-{tag:08x}-{i}")).collect());
@@ -302,6 +306,7 @@ async fn storm(t: &dyn Target, storm: Storm) -> Verdict {
                 storm,
                 names.clone(),
                 ttl,
+                length,
                 shared.clone(),
             )));
         }
@@ -370,7 +375,7 @@ async fn storm(t: &dyn Target, storm: Storm) -> Verdict {
     );
     assert!(
         record.grants >= NAMES * 5,
-        "{}: only {} grants in {STORM:?}: the storm did not run",
+        "{}: only {} grants in {length:?}: the storm did not run",
         t.label(),
         record.grants
     );
