@@ -118,8 +118,7 @@ async fn a_black_holed_etcd_fails_each_call_within_its_timeout() {
         took < bound,
         "release took {took:?}; the bound is {bound:?}"
     );
-    // One attempt, then the locker's undo of it: two requests at most.
-    let bound = 3 * TIMEOUT;
+    // The locker's undo of the attempt runs in the background.
     let (took, tried) = timed(locker.lock_with("another", opts)).await;
     assert!(tried.is_err(), "try_lock through a black hole: {tried:?}");
     assert!(
@@ -168,6 +167,6 @@ async fn concurrent_first_acquires_share_one_failed_lease_grant() {
         let locker = locker.clone();
         async move { locker.lock_with(format!("new-{i}"), opts).await }
     });
-    // The grant, then the locker's undo of the attempt.
-    all_fail_within("try_lock", acquires, 3 * TIMEOUT).await;
+    // The locker's undo of each attempt runs in the background.
+    all_fail_within("try_lock", acquires, 2 * TIMEOUT).await;
 }

@@ -23,8 +23,9 @@ const TTL: Duration = Duration::from_secs(10);
 
 /// The master dies, then the sentinels are black-holed: ten `try_lock`s at
 /// once each need a look-up of the master, and all fail within
-/// 2 × (timeout + connect_timeout) — one failed look-up for the attempt,
-/// one for the locker's undo of it — not one after another.
+/// 2 × (timeout + connect_timeout) — one shared failed look-up for the
+/// attempts (the locker's undo of each runs in the background) — not one
+/// after another.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn try_locks_share_one_failed_master_look_up() {
     let topology = RedisSentinel::start().await;

@@ -428,13 +428,23 @@ impl Locker {
                 Ok(lease) => {
                     tracing::Span::current().record("token", lease.token().get());
                 }
-                Err(e) if outcome_unknown(e) || !exclusive => {
+                Err(e) if outcome_unknown(e) => {
                     // The last request may have been applied even though
-                    // its reply never came; and a writer that gave up must
-                    // not be left marked as waiting, holding readers back.
-                    if let Err(cleanup) = backend.abandon(&req).await {
-                        tracing::debug!(error = %cleanup, "could not undo a failed acquire; its TTL will");
-                    }
+                    // its reply never came. The undo goes to a task of its
+                    // own: the server that did not answer may not answer it
+                    // either, and the caller must not wait a second timeout.
+                    let backend = backend.clone();
+                    tokio::spawn(
+                        async move { undo(&*backend, &req).await }
+                            .instrument(tracing::Span::current()),
+                    );
+                }
+                Err(_) if !exclusive => {
+                    // A writer that gave up must not be left marked as
+                    // waiting, holding readers back. The server has just
+                    // answered, and a caller that tries again next must find
+                    // the mark gone, so this undo runs before returning.
+                    undo(&*backend, &req).await;
                 }
                 Err(_) => {}
             }
@@ -511,6 +521,14 @@ impl Drop for InFlight {
                 let _ = backend.release(&orphan).await;
             }
         });
+    }
+}
+
+/// Removes whatever a failed acquire may have left behind; its TTL frees
+/// anything this cannot reach.
+async fn undo(backend: &dyn LockBackend, req: &AcquireRequest) {
+    if let Err(cleanup) = backend.abandon(req).await {
+        tracing::debug!(error = %cleanup, "could not undo a failed acquire; its TTL will");
     }
 }
 
