@@ -59,6 +59,16 @@ pub enum Error {
         reason: String,
     },
 
+    /// A backend's configuration cannot be used as given: a TLS file that
+    /// is missing, unreadable or not what its option needs, say.
+    #[error("{backend}: invalid configuration: {reason}")]
+    InvalidConfig {
+        /// The backend whose configuration it is.
+        backend: &'static str,
+        /// What is wrong and what is accepted.
+        reason: String,
+    },
+
     /// The URL scheme is not one this build knows.
     #[error("unknown URL scheme \"{scheme}\"; this build supports: {}", supported.join(", "))]
     UnknownScheme {
@@ -200,6 +210,7 @@ impl Error {
                 | Error::InvalidTtl { .. }
                 | Error::InvalidPermits { .. }
                 | Error::InvalidUrl { .. }
+                | Error::InvalidConfig { .. }
                 | Error::UnknownScheme { .. }
                 | Error::FeatureDisabled { .. }
         )
@@ -283,6 +294,10 @@ impl Error {
             },
             Error::InvalidUrl { url, reason } => Error::InvalidUrl {
                 url: url.clone(),
+                reason: reason.clone(),
+            },
+            Error::InvalidConfig { backend, reason } => Error::InvalidConfig {
+                backend,
                 reason: reason.clone(),
             },
             Error::UnknownScheme { scheme, supported } => Error::UnknownScheme {

@@ -19,6 +19,7 @@ mod per_name;
 mod renewal;
 mod renewal_queue;
 mod single_flight;
+pub mod tls;
 mod token;
 mod turns;
 pub mod url;

@@ -88,6 +88,11 @@ impl QueryOptions {
         })
     }
 
+    /// An [`Error::InvalidUrl`] for this URL.
+    pub(crate) fn invalid(&self, reason: impl Into<String>) -> Error {
+        Error::invalid_url(&self.url, reason)
+    }
+
     /// Removes and returns the raw value of `key`.
     pub fn take(&mut self, key: &str) -> Option<String> {
         self.values.remove(key)

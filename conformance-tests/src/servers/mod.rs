@@ -25,6 +25,7 @@ pub mod redis;
 pub mod redis_cluster;
 #[cfg(feature = "redis")]
 pub mod redis_sentinel;
+pub mod tls;
 pub mod url;
 #[cfg(feature = "zk")]
 pub mod zookeeper;
