@@ -146,3 +146,28 @@ macro_rules! conformance_suite {
         )*
     };
 }
+
+/// Generates the suite's core cases for one backend reached another way
+/// (over TLS, say): grant and release under contention with waiters woken
+/// by releases, try on a held lock, renewal by the owner only, release by
+/// a non-owner, fencing order, expiry of a crashed holder and bad input.
+/// The same `$target` rules as [`conformance_suite!`].
+#[macro_export]
+macro_rules! conformance_core {
+    ($backend:ident, $target:expr) => {
+        mod $backend {
+            #[allow(unused_imports)]
+            use super::*;
+
+            $crate::conformance_suite!(@cases $target;
+                mutual_exclusion,
+                try_acquire_on_held_lock,
+                renew_extends_only_for_the_owner,
+                non_owner_release_never_deletes,
+                fencing_tokens_strictly_increase,
+                ttl_expiry_frees_crashed_holder,
+                bad_input_rejected,
+            );
+        }
+    };
+}
