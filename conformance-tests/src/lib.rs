@@ -20,6 +20,7 @@ pub mod proxy;
 pub mod servers;
 pub mod stress;
 pub mod targets;
+pub mod tls_refusals;
 pub mod torture;
 
 use std::sync::Arc;

@@ -156,6 +156,17 @@ impl UrlTarget {
         )
     }
 
+    /// A fresh key prefix on the shared TLS-only memcached, reached with
+    /// the test CA and a client certificate.
+    #[cfg(feature = "memcache")]
+    pub async fn memcache_tls() -> Self {
+        let server = crate::servers::memcached::Memcached::shared_tls().await;
+        Self::new(
+            "memcache_tls",
+            server.url(&format!("prefix={}:", fresh_table())),
+        )
+    }
+
     /// A fresh key prefix on five shared independent Redis masters.
     #[cfg(feature = "redlock")]
     pub async fn redlock() -> Self {

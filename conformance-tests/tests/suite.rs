@@ -1,8 +1,8 @@
 //! The conformance suite, once per backend. Adding a backend is one line.
 #![recursion_limit = "256"]
 
-use conformance_tests::conformance_suite;
 use conformance_tests::targets::*;
+use conformance_tests::{conformance_core, conformance_suite};
 
 conformance_suite!(memory, async { MemoryTarget::new() });
 conformance_suite!(sqlite, async { UrlTarget::sqlite() });
@@ -17,3 +17,4 @@ conformance_suite!(etcd, UrlTarget::etcd());
 conformance_suite!(memcache, UrlTarget::memcache());
 conformance_suite!(zk, UrlTarget::zk());
 conformance_suite!(zk_ensemble, UrlTarget::zk_ensemble());
+conformance_core!(memcache_tls, UrlTarget::memcache_tls());

@@ -9,6 +9,7 @@ use lock_core::backend::{
 };
 use lock_core::{Capabilities, Error, Fencing, FencingToken, LockKind, LockName, Result};
 use tokio::time::Instant;
+use tokio_rustls::TlsConnector;
 
 use crate::config::MemcacheConfig;
 use crate::meta::{MetaClient, Write};
@@ -98,9 +99,14 @@ impl MemcacheBackend {
             timeout,
             connect_timeout,
             pool_size,
+            tls,
         } = config;
+        let tls = match tls.load(crate::NAME)? {
+            Some(material) => Some(TlsConnector::from(material.client_config()?)),
+            None => None,
+        };
         let backend = Self {
-            client: MetaClient::new(addr, pool_size, timeout, connect_timeout),
+            client: MetaClient::new(addr, tls, pool_size, timeout, connect_timeout),
             prefix,
             signals: ReleaseSignals::new(),
             permit_signals: ReleaseSignals::new(),

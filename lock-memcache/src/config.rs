@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use lock_core::backend::QueryOptions;
+use lock_core::tls::TlsOptions;
 use lock_core::url::host_with_port;
 use lock_core::{Error, Result};
 
@@ -21,10 +22,23 @@ pub struct MemcacheConfig {
     pub connect_timeout: Duration,
     /// Connections at most (`pool_size`, 1 to 64, default 4).
     pub pool_size: usize,
+    /// TLS to a server started with `-Z` (`tls`, `tls_ca`, `tls_cert`,
+    /// `tls_key`). memcached has no users: with `ssl_verify_mode=2` and a
+    /// CA of its own, the client certificate is its only gate.
+    pub tls: TlsOptions,
 }
 
 impl MemcacheConfig {
-    const OPTIONS: &'static [&'static str] = &["prefix", "timeout", "connect_timeout", "pool_size"];
+    const OPTIONS: &'static [&'static str] = &[
+        "prefix",
+        "timeout",
+        "connect_timeout",
+        "pool_size",
+        "tls",
+        "tls_ca",
+        "tls_cert",
+        "tls_key",
+    ];
     const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
 
     /// Parses a `memcache://host:port[?options]` URL.
@@ -53,6 +67,7 @@ impl MemcacheConfig {
                 "option \"pool_size\" must be from 1 to 64",
             ));
         }
+        let tls = TlsOptions::from_query(&mut q, false)?;
         q.finish(Self::OPTIONS)?;
         Ok(Self {
             addr,
@@ -60,6 +75,29 @@ impl MemcacheConfig {
             timeout,
             connect_timeout,
             pool_size,
+            tls,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_options_come_from_the_url() {
+        let plain = MemcacheConfig::parse("memcache://h:1").unwrap();
+        assert!(!plain.tls.is_enabled());
+        let tls =
+            MemcacheConfig::parse("memcache://h:1?tls_ca=/ca.pem&tls_cert=/c.pem&tls_key=/c.key")
+                .unwrap();
+        assert_eq!(
+            tls.tls,
+            TlsOptions::on()
+                .ca("/ca.pem")
+                .client_cert("/c.pem", "/c.key")
+        );
+        let e = MemcacheConfig::parse("memcache://h:1?tls_cert=/c.pem").unwrap_err();
+        assert!(e.to_string().contains("go together"), "{e}");
     }
 }

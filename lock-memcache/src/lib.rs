@@ -14,6 +14,7 @@ pub mod meta;
 #[allow(unreachable_pub)]
 mod meta;
 mod semaphore;
+mod stream;
 
 /// The backend's name, as [`Capabilities::backend`](lock_core::Capabilities::backend) and
 /// error messages give it.

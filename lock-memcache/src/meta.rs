@@ -1,5 +1,5 @@
 //! The few memcached meta-protocol commands distlock needs (memcached 1.6+),
-//! over a small pool of plain TCP connections.
+//! over a small pool of connections (plain TCP, or TLS).
 //!
 //! The classic text protocol has no conditional delete; the meta protocol
 //! does (`md key C<cas>`), and a conditional set (`ms … C<cas>`).
@@ -18,10 +18,12 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use lock_core::{Error, Result};
+
+use crate::stream::{Stream, dial};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 use tokio::time::{Instant, timeout, timeout_at};
+use tokio_rustls::TlsConnector;
 
 /// A value with its CAS unique and remaining lifetime.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,12 +53,13 @@ impl Reply {
     }
 }
 
-type Connection = BufReader<TcpStream>;
+type Connection = BufReader<Stream>;
 
 /// A pool of meta-protocol connections to one memcached.
-#[derive(Debug)]
 pub struct MetaClient {
     addr: String,
+    /// Handshakes with the server, for a server that takes TLS.
+    tls: Option<TlsConnector>,
     /// Open connections not in use, none with a reply left unread.
     idle: Mutex<Vec<Connection>>,
     /// One permit per connection that may be open at once.
@@ -66,12 +69,25 @@ pub struct MetaClient {
     connect_timeout: Duration,
 }
 
+impl std::fmt::Debug for MetaClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetaClient")
+            .field("addr", &self.addr)
+            .field("tls", &self.tls.is_some())
+            .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
 impl MetaClient {
     /// A client for `addr` (`host:port`) with up to `pool_size` connections,
-    /// made on first use. A request waits for a free connection and its reply
-    /// within `timeout`; making a connection has `connect_timeout` of its own.
+    /// made on first use, over TLS when `tls` is given. A request waits for
+    /// a free connection and its reply within `timeout`; making a
+    /// connection, handshake included, has `connect_timeout` of its own.
     pub fn new(
         addr: String,
+        tls: Option<TlsConnector>,
         pool_size: usize,
         timeout: Duration,
         connect_timeout: Duration,
@@ -79,6 +95,7 @@ impl MetaClient {
         let pool_size = pool_size.max(1);
         Self {
             addr,
+            tls,
             idle: Mutex::new(Vec::with_capacity(pool_size)),
             permits: Semaphore::new(pool_size),
             opaque: AtomicU32::new(0),
@@ -96,12 +113,43 @@ impl MetaClient {
     }
 
     async fn connect(&self) -> Result<Connection> {
-        let stream = timeout(self.connect_timeout, TcpStream::connect(&self.addr))
+        let stream = timeout(self.connect_timeout, dial(&self.addr, self.tls.as_ref()))
             .await
             .map_err(|_| Error::timeout("connecting to memcached", self.connect_timeout))?
-            .map_err(|e| self.unavailable(format!("connect: {e}")))?;
-        let _ = stream.set_nodelay(true);
+            .map_err(|e| match e.kind() {
+                // A certificate refused by either side: trying again does
+                // not help.
+                std::io::ErrorKind::InvalidData => Error::Backend {
+                    message: format!(
+                        "{}: TLS handshake with {} failed: {e}",
+                        crate::NAME,
+                        self.addr
+                    ),
+                    source: Some(Box::new(e)),
+                },
+                _ => self.unavailable(format!("connect: {e}")),
+            })?;
         Ok(BufReader::new(stream))
+    }
+
+    /// The error for a failed read or write on a connection.
+    fn broken(&self, operation: &str, e: std::io::Error) -> Error {
+        use std::io::ErrorKind::{ConnectionReset, InvalidData, UnexpectedEof};
+        if e.kind() == InvalidData && self.tls.is_some() {
+            // TLS 1.3 servers refuse a client certificate after the
+            // handshake, with an alert read here; retrying will not help.
+            return Error::Backend {
+                message: format!("{}: {operation} on {}: TLS: {e}", crate::NAME, self.addr),
+                source: Some(Box::new(e)),
+            };
+        }
+        let hint = match (&self.tls, e.kind()) {
+            (None, UnexpectedEof | ConnectionReset) => {
+                "; a server that takes TLS only closes plain connections: add tls=true"
+            }
+            _ => "",
+        };
+        self.unavailable(format!("{operation}: {e}{hint}"))
     }
 
     /// Sends one request (and its data block) and reads the reply.
@@ -159,8 +207,10 @@ impl MetaClient {
             .collect();
         let request = encode(commands, &opaques);
         let exchange = async {
-            let io = |e: std::io::Error| self.unavailable(format!("{operation}: {e}"));
+            let io = |e: std::io::Error| self.broken(operation, e);
             conn.get_mut().write_all(&request).await.map_err(io)?;
+            // TLS may hold written bytes back until a flush.
+            conn.get_mut().flush().await.map_err(io)?;
             let mut replies = Vec::with_capacity(commands.len());
             for opaque in &opaques {
                 let reply = read_reply(&mut conn).await.map_err(io)?;

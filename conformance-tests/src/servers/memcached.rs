@@ -10,6 +10,7 @@ use tokio::sync::OnceCell;
 
 use super::external::{MEMCACHE, external};
 use super::ports::{start_on_loopback, wait_started};
+use super::tls::TestCa;
 use super::url::ServerUrl;
 use super::{Supervised, data_dir, find_binary, log_of, started, wait_until_ready};
 
@@ -17,6 +18,8 @@ use super::{Supervised, data_dir, find_binary, log_of, started, wait_until_ready
 #[derive(Debug)]
 pub struct Memcached {
     url: ServerUrl,
+    /// The TLS options every URL of a TLS-only server carries, or nothing.
+    tls_query: String,
     process: Option<Supervised>,
 }
 
@@ -29,10 +32,30 @@ impl Memcached {
     /// Starts a server with `megabytes` of item memory (small values make it
     /// evict).
     pub async fn start_with_memory(megabytes: u32) -> Self {
+        Self::start_with(megabytes, false).await
+    }
+
+    /// Starts a server that takes TLS only, with the certificate of
+    /// [`TestCa::shared`] and client certificates required (signed by that
+    /// CA): [`url`](Self::url) carries the options that get through.
+    pub async fn start_tls() -> Self {
+        Self::start_with(64, true).await
+    }
+
+    async fn start_with(megabytes: u32, tls: bool) -> Self {
         let memcached = find_binary("memcached", &["/usr/bin"], "memcached")
             .to_string_lossy()
             .into_owned();
         let memcached = memcached.as_str();
+        let pki = TestCa::shared();
+        // Verify mode 2: a client without a certificate is refused.
+        let tls_options = format!(
+            "ssl_chain_cert={},ssl_key={},ssl_ca_cert={},ssl_verify_mode=2",
+            pki.server.cert.display(),
+            pki.server.key.display(),
+            pki.ca.display()
+        );
+        let tls_options = tls_options.as_str();
         start_on_loopback("memcached", 1, |ports| async move {
             let dir = data_dir("root");
             let port = ports[0];
@@ -48,10 +71,18 @@ impl Memcached {
                 "-m",
                 &memory,
             ];
+            if tls {
+                command.extend(["-Z", "-o", tls_options]);
+            }
             if nix::unistd::geteuid().is_root() {
                 // memcached will not run as root without being told whom to be.
                 command.extend(["-u", "memcache"]);
             }
+            let query = if tls {
+                pki.url_options("distlock")
+            } else {
+                String::new()
+            };
             let server = Self {
                 url: ServerUrl::local(
                     distlock::lock_memcache::SCHEMES[0],
@@ -59,6 +90,7 @@ impl Memcached {
                     &[format!("127.0.0.1:{port}")],
                     "",
                 ),
+                tls_query: query,
                 process: Some(Supervised::start(&dir, "TERM", &command)),
             };
             let addr = server.addr();
@@ -93,11 +125,21 @@ impl Memcached {
         SHARED
             .get_or_init(|| async {
                 match external(&MEMCACHE, "").await {
-                    Some(url) => Self { url, process: None },
+                    Some(url) => Self {
+                        url,
+                        tls_query: String::new(),
+                        process: None,
+                    },
                     None => Self::start().await,
                 }
             })
             .await
+    }
+
+    /// One TLS-only server shared by every test in this test binary.
+    pub async fn shared_tls() -> &'static Self {
+        static SHARED: OnceCell<Memcached> = OnceCell::const_new();
+        SHARED.get_or_init(Self::start_tls).await
     }
 
     /// `host:port`.
@@ -115,14 +157,15 @@ impl Memcached {
         self.url.port()
     }
 
-    /// A `memcache://` URL with the given query string.
+    /// A `memcache://` URL with the given query string (and the TLS
+    /// options, for a TLS-only server).
     pub fn url(&self, query: &str) -> String {
-        self.url.url(query)
+        self.url.url(&join(&self.tls_query, query))
     }
 
     /// The same URL, through another port (a proxy's).
     pub fn url_via(&self, port: u16, query: &str) -> String {
-        self.url.url_via(port, query)
+        self.url.url_via(port, &join(&self.tls_query, query))
     }
 
     /// The process, to stop or restart it.
@@ -149,5 +192,14 @@ impl Memcached {
         conn.get_mut().write_all(b"mn\r\n").await.expect("write mn");
         let mut line = String::new();
         conn.read_line(&mut line).await.expect("read MN");
+    }
+}
+
+/// Two query strings as one.
+fn join(first: &str, second: &str) -> String {
+    match (first.is_empty(), second.is_empty()) {
+        (true, _) => second.to_owned(),
+        (_, true) => first.to_owned(),
+        _ => format!("{first}&{second}"),
     }
 }
