@@ -18,6 +18,7 @@ mod options;
 mod per_name;
 mod renewal;
 mod renewal_queue;
+pub mod secret;
 mod single_flight;
 pub mod tls;
 mod token;

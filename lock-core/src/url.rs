@@ -61,11 +61,20 @@ fn redact_userinfo(base: &str) -> String {
 }
 
 /// The query options of a URL, consumed key by key so that a key nobody
-/// asked for is reported instead of silently ignored.
-#[derive(Debug)]
+/// asked for is reported instead of silently ignored. `Debug` shows the
+/// URL redacted and the keys left, never their values.
 pub struct QueryOptions {
     url: String,
     values: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for QueryOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueryOptions")
+            .field("url", &redact(&self.url))
+            .field("keys", &self.values.keys().collect::<Vec<_>>())
+            .finish()
+    }
 }
 
 impl QueryOptions {

@@ -2,8 +2,15 @@
 //! accepts.
 
 use std::time::Duration;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+use std::{
+    fmt,
+    path::{Path, PathBuf},
+};
 
 use lock_core::backend::QueryOptions;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+use lock_core::secret::Password;
 use lock_core::{Error, Result};
 
 use crate::backend::SqlBackend;
@@ -129,6 +136,45 @@ pub(crate) fn driver_url(url: &str, q: &mut QueryOptions, passthrough: &[&str]) 
         base.to_owned()
     } else {
         format!("{base}?{query}")
+    }
+}
+
+/// The password file named by `password_file`, read when the backend
+/// connects; refused beside a password in the URL's user-info.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) fn password_file(url: &str, q: &mut QueryOptions) -> Result<Option<PathBuf>> {
+    let base = url.split_once('?').map_or(url, |(b, _)| b);
+    let authority = base
+        .split_once("://")
+        .map_or("", |(_, rest)| rest.split('/').next().unwrap_or_default());
+    let given = authority
+        .rsplit_once('@')
+        .and_then(|(userinfo, _)| userinfo.split_once(':'))
+        .map(|(_, password)| password.to_owned());
+    Ok(match Password::from_query(q, given)? {
+        Some(Password::File(path)) => Some(path),
+        _ => None,
+    })
+}
+
+/// What `Debug` shows of a server dialect's config: the URL without its
+/// password, and where the password comes from; never the driver's
+/// connect options, whose `Debug` prints the password.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) struct Shown<'a> {
+    pub(crate) redacted: &'a str,
+    pub(crate) common: &'a CommonOptions,
+    pub(crate) password_file: Option<&'a Path>,
+}
+
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+impl Shown<'_> {
+    pub(crate) fn fmt(&self, name: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct(name)
+            .field("url", &self.redacted)
+            .field("common", self.common)
+            .field("password_file", &self.password_file)
+            .finish_non_exhaustive()
     }
 }
 

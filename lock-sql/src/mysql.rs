@@ -12,11 +12,15 @@
 //! stopped by the server instead of running, and perhaps taking the row,
 //! after the client gave up on it.
 
+use std::fmt;
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::backend::{QueryOptions, async_trait};
+use lock_core::secret::{PASSWORD_FILE, read_password_file};
+use lock_core::url::redact;
 use lock_core::{Capabilities, Error, Fencing, FencingToken, LockName, Result};
 use sqlx::error::DatabaseError;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions};
@@ -25,7 +29,7 @@ use tokio::sync::OnceCell;
 
 use crate::admission::Admission;
 use crate::backend::{SqlBackend, within};
-use crate::config::{COMMON, CommonOptions, driver_url, server_limit};
+use crate::config::{COMMON, CommonOptions, Shown, driver_url, password_file, server_limit};
 use crate::driver::{Driver, Released, Row};
 use crate::error::ErrorMap;
 use crate::groups::{GroupKey, Want};
@@ -59,32 +63,59 @@ pub(crate) fn transient(e: &dyn DatabaseError) -> bool {
 }
 
 /// The parts of a `mysql://` or `mariadb://` URL.
-#[derive(Debug)]
 pub(crate) struct Config {
     common: CommonOptions,
     options: MySqlConnectOptions,
+    /// The URL without its password, for `Debug`.
+    redacted: String,
+    password_file: Option<PathBuf>,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shown = Shown {
+            redacted: &self.redacted,
+            common: &self.common,
+            password_file: self.password_file.as_deref(),
+        };
+        shown.fmt("MySql", f)
+    }
 }
 
 impl Config {
     pub(crate) fn parse(url: &str) -> Result<Self> {
         let mut q = QueryOptions::parse(url)?;
         let common = CommonOptions::take(&mut q, url)?;
+        let password_file = password_file(url, &mut q)?;
         let sqlx_url = driver_url(url, &mut q, PASSTHROUGH);
-        q.finish(&[COMMON, PASSTHROUGH].concat())?;
+        q.finish(&[COMMON, &[PASSWORD_FILE], PASSTHROUGH].concat())?;
         // sqlx knows the `mysql` scheme only; both name the same protocol.
         let sqlx_url = sqlx_url
             .strip_prefix("mariadb:")
             .map_or(sqlx_url.clone(), |rest| format!("mysql:{rest}"));
         let options = MySqlConnectOptions::from_str(&sqlx_url)
             .map_err(|e| Error::invalid_url(url, e.to_string()))?;
-        Ok(Self { common, options })
+        Ok(Self {
+            common,
+            options,
+            redacted: redact(url),
+            password_file,
+        })
     }
 }
 
 /// Connects to the database `config` names, creating the table if it is
 /// missing.
 pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
-    let Config { common, options } = config;
+    let Config {
+        common,
+        mut options,
+        password_file,
+        ..
+    } = config;
+    if let Some(path) = password_file {
+        options = options.password(&read_password_file(crate::MYSQL_NAME, &path)?);
+    }
     let errors = ErrorMap {
         backend: crate::MYSQL_NAME,
         pool_timeout: common.connect_timeout,

@@ -6,18 +6,22 @@
 //! freed. Each backend instance keeps one listening connection; waiters still
 //! poll, rarely, in case a notice is lost while that connection reconnects.
 
+use std::fmt;
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::backend::{AcquireRequest, QueryOptions};
+use lock_core::secret::{PASSWORD_FILE, read_password_file};
+use lock_core::url::redact;
 use lock_core::{Capabilities, Error, Fencing, LockName, Result};
 use sqlx::AssertSqlSafe;
 use sqlx::error::DatabaseError;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 
 use crate::backend::{SqlBackend, within};
-use crate::config::{COMMON, CommonOptions, driver_url, server_limit};
+use crate::config::{COMMON, CommonOptions, Shown, driver_url, password_file, server_limit};
 use crate::error::ErrorMap;
 use crate::pool::Checked;
 use crate::returning::{Join, ReturningDriver, Statements};
@@ -86,11 +90,24 @@ pub(crate) fn transient(e: &dyn DatabaseError) -> bool {
 }
 
 /// The parts of a `postgres://` URL.
-#[derive(Debug)]
 pub(crate) struct Config {
     common: CommonOptions,
     location: Location,
     options: PgConnectOptions,
+    /// The URL without its password, for `Debug`.
+    redacted: String,
+    password_file: Option<PathBuf>,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shown = Shown {
+            redacted: &self.redacted,
+            common: &self.common,
+            password_file: self.password_file.as_deref(),
+        };
+        shown.fmt("Postgres", f)
+    }
 }
 
 impl Config {
@@ -101,8 +118,9 @@ impl Config {
             .take("schema")
             .map(|s| TableName::new(&s, url))
             .transpose()?;
+        let password_file = password_file(url, &mut q)?;
         let sqlx_url = driver_url(url, &mut q, PASSTHROUGH);
-        q.finish(&[COMMON, &["schema"], PASSTHROUGH].concat())?;
+        q.finish(&[COMMON, &["schema", PASSWORD_FILE], PASSTHROUGH].concat())?;
         let location = Location {
             schema,
             table: common.table.clone(),
@@ -114,6 +132,8 @@ impl Config {
             common,
             location,
             options,
+            redacted: redact(url),
+            password_file,
         })
     }
 }
@@ -124,8 +144,13 @@ pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
     let Config {
         common,
         location,
-        options,
+        mut options,
+        password_file,
+        ..
     } = config;
+    if let Some(path) = password_file {
+        options = options.password(&read_password_file(crate::POSTGRES_NAME, &path)?);
+    }
     let errors = ErrorMap {
         backend: crate::POSTGRES_NAME,
         pool_timeout: common.connect_timeout,
