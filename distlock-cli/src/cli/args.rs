@@ -9,6 +9,36 @@ use distlock::LockKind;
 
 const DEFAULT_URL: &str = "sqlite://distlock.db";
 
+/// The environment variable that gives `--url`.
+pub(crate) const URL_ENV: &str = "DISTLOCK_URL";
+
+/// A lock store's URL, which may hold a password: `Debug` shows it
+/// redacted.
+#[derive(Clone)]
+pub(crate) struct StoreUrl(String);
+
+impl std::ops::Deref for StoreUrl {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::str::FromStr for StoreUrl {
+    type Err = std::convert::Infallible;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Self(s.to_owned()))
+    }
+}
+
+impl std::fmt::Debug for StoreUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&distlock::url::redact(&self.0))
+    }
+}
+
 /// Run commands under a distributed lock.
 ///
 /// distlock holds a named lock while a command runs, renews it in the
@@ -105,8 +135,8 @@ pub(crate) enum Command {
 pub(crate) struct Backend {
     /// Where the locks live: sqlite://PATH, memory://, … Query options such
     /// as ?ttl=10s are accepted too.
-    #[arg(long, env = "DISTLOCK_URL", default_value = DEFAULT_URL, hide_env_values = true)]
-    pub(crate) url: String,
+    #[arg(long, env = URL_ENV, default_value = DEFAULT_URL, hide_env_values = true)]
+    pub(crate) url: StoreUrl,
 
     /// The lock name: 1-128 ASCII letters, digits, '-', '_', '.', ':'.
     #[arg(long, short = 'n')]
@@ -154,6 +184,13 @@ pub(crate) struct RunArgs {
     /// 10s or a third of --ttl, whichever is less]
     #[arg(long, value_parser = duration)]
     pub(crate) grace: Option<Duration>,
+
+    /// Give the command the lock store's URL, password included, as
+    /// DISTLOCK_URL. Without it the command gets no DISTLOCK_URL, even if
+    /// distlock was given one: the lock store's credentials are not the
+    /// command's.
+    #[arg(long)]
+    pub(crate) pass_url: bool,
 
     /// The command and its arguments.
     #[arg(required = true, last = true, value_name = "COMMAND")]
@@ -208,8 +245,8 @@ pub(crate) struct BenchArgs {
     /// such as ?ttl=10s or ?synchronous=normal apply to the floor too.
     /// Repeat it to measure several backends side by side in one run, taking
     /// turns round by round, with a comparison table, JSON and chart.
-    #[arg(long, env = "DISTLOCK_URL", hide_env_values = true, required = true)]
-    pub(crate) url: Vec<String>,
+    #[arg(long, env = URL_ENV, hide_env_values = true, required = true)]
+    pub(crate) url: Vec<StoreUrl>,
 
     /// Clients in the contended, hand-off, wake-ups and many-names
     /// workloads.
@@ -241,8 +278,8 @@ pub(crate) struct BenchArgs {
 pub(crate) struct TortureArgs {
     /// The lock service to measure: sqlite://PATH, redis://…, … The lock
     /// name is unique to the run.
-    #[arg(long, env = "DISTLOCK_URL", hide_env_values = true)]
-    pub(crate) url: String,
+    #[arg(long, env = URL_ENV, hide_env_values = true)]
+    pub(crate) url: StoreUrl,
 
     /// Worker processes.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(2..=256))]
@@ -334,4 +371,34 @@ fn positive_duration(text: &str) -> Result<Duration, String> {
 
 fn duration(text: &str) -> Result<Duration, String> {
     distlock::url::parse_duration(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::{Cli, Command};
+
+    #[test]
+    fn debug_of_the_arguments_hides_the_store_password() {
+        let cli = Cli::try_parse_from([
+            "distlock",
+            "run",
+            "--url",
+            "postgres://app:hunter2@db/locks",
+            "--name",
+            "x",
+            "--",
+            "true",
+        ])
+        .unwrap();
+        let debug = format!("{cli:?}");
+        assert!(!debug.contains("hunter2"), "{debug}");
+        assert!(debug.contains("app:***@db"), "{debug}");
+        let Command::Run(run) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(&*run.backend.url, "postgres://app:hunter2@db/locks");
+        assert!(!run.pass_url);
+    }
 }

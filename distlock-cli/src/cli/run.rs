@@ -10,7 +10,7 @@ use distlock::{
 };
 use tokio::process::{Child, Command};
 
-use super::args::RunArgs;
+use super::args::{RunArgs, URL_ENV};
 use super::exit;
 use super::group::Group;
 use super::human;
@@ -157,19 +157,24 @@ fn spawn(
         .command
         .split_first()
         .ok_or((exit::USAGE, "no command given".to_owned()))?;
-    Command::new(program)
+    let mut command = Command::new(program);
+    command
         .args(rest)
         .env("DISTLOCK_NAME", guard.name().as_str())
         .env("DISTLOCK_TOKEN", guard.token().to_string())
-        .process_group(group.0.as_raw())
-        .spawn()
-        .map_err(|e| {
-            let shown = program.to_string_lossy();
-            match e.kind() {
-                ErrorKind::NotFound => (exit::NOT_FOUND, format!("command not found: {shown}")),
-                _ => (exit::CANNOT_EXECUTE, format!("cannot execute {shown}: {e}")),
-            }
-        })
+        .process_group(group.0.as_raw());
+    if args.pass_url {
+        command.env(URL_ENV, &*args.backend.url);
+    } else {
+        command.env_remove(URL_ENV);
+    }
+    command.spawn().map_err(|e| {
+        let shown = program.to_string_lossy();
+        match e.kind() {
+            ErrorKind::NotFound => (exit::NOT_FOUND, format!("command not found: {shown}")),
+            _ => (exit::CANNOT_EXECUTE, format!("cannot execute {shown}: {e}")),
+        }
+    })
 }
 
 async fn release(guard: LockGuard) {

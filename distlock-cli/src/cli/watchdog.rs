@@ -85,6 +85,8 @@ impl Watchdog {
             .arg0("distlock")
             .arg(SUBCOMMAND)
             .arg(format!("--grace={}ms", grace.as_millis()))
+            // It never reaches the lock store: no credentials for it.
+            .env_remove(super::args::URL_ENV)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .process_group(join.map_or(0, |g| g.0.as_raw()))
