@@ -106,9 +106,37 @@ impl EtcdBackend {
     }
 }
 
+/// `key` as logs and errors show it: the key ID that ends it (63 bits of
+/// the owner's token) cut to 8 hex digits, so that no log line carries
+/// enough of an owner token to tell its key from a guess.
+pub(crate) fn shown(key: &str) -> String {
+    match key.rsplit_once('/') {
+        Some((dir, id)) if id.len() > 8 && id.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            format!("{dir}/{}…", &id[..8])
+        }
+        _ => key.to_owned(),
+    }
+}
+
 /// The key ID for an owner: 63 bits of its token (the key's value holds all
 /// of it).
 pub(crate) fn key_id(owner: OwnerToken) -> i64 {
     let bits = (owner.to_u128() as u64) >> 1;
     i64::try_from(bits).unwrap_or(i64::MAX).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_shown_with_their_id_cut_short() {
+        let owner = OwnerToken::random();
+        let id = format!("{:x}", key_id(owner));
+        let key = format!("app/job/{id}");
+        let shown = shown(&key);
+        assert!(!shown.contains(&id), "{shown}");
+        assert_eq!(shown, format!("app/job/{}…", &id[..8]));
+        assert_eq!(super::shown("app/job/"), "app/job/");
+    }
 }

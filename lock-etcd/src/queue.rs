@@ -132,7 +132,8 @@ impl EtcdBackend {
             };
             if kv.value() != owner.as_bytes() {
                 return Err(Error::backend(format!(
-                    "the queue key {key} belongs to another owner"
+                    "the queue key {} belongs to another owner",
+                    crate::layout::shown(&key)
                 )));
             }
             if kv.lease() != session.id {

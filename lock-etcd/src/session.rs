@@ -44,6 +44,7 @@ use lock_core::backend::SingleFlight;
 use tokio::time::Instant;
 
 use crate::backend::EtcdBackend;
+use crate::layout::shown;
 
 /// One session lease.
 #[derive(Debug)]
@@ -89,13 +90,23 @@ impl Orphan {
     }
 }
 
-/// What tells our key from anybody else's.
-#[derive(Clone, Debug)]
+/// What tells our key from anybody else's. `Debug` shows the first 8 hex
+/// digits of an owner token only.
+#[derive(Clone)]
 pub(crate) enum Mark {
     /// A queue entry: its value, the owner token.
     Owner(String),
     /// A grant: its create revision, the fencing token.
     Token(i64),
+}
+
+impl std::fmt::Debug for Mark {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Owner(owner) => write!(f, "Owner({}…)", owner.get(..8).unwrap_or(owner)),
+            Self::Token(token) => write!(f, "Token({token})"),
+        }
+    }
 }
 
 impl Session {
@@ -386,6 +397,10 @@ impl EtcdBackend {
     /// delete wait for the next keep-alive.
     fn clean_up(&self, session: &Arc<Session>) {
         let orphans = session.take_orphans();
+        if !orphans.is_empty() {
+            let keys: Vec<String> = orphans.iter().map(|o| shown(&o.key)).collect();
+            tracing::debug!(?keys, "deleting orphaned and expired keys");
+        }
         for chunk in orphans.chunks(MAX_TXN_OPS) {
             let (backend, session, chunk) = (self.clone(), session.clone(), chunk.to_vec());
             tokio::spawn(async move {

@@ -220,7 +220,7 @@ impl ZkBackend {
                         return;
                     }
                     Ok(Err(e)) if no_data_change(&e) && !matches!(e, zk::Error::Throttled) => {
-                        tracing::warn!(error = %e, node = %path, "cannot delete a lock node");
+                        tracing::warn!(error = %e, node = %crate::layout::shown(path), "cannot delete a lock node");
                         return;
                     }
                     _ => {}

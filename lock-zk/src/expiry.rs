@@ -198,7 +198,7 @@ async fn expire_when_due(
         drop(held);
         break (ZkBackend { inner: strong }, path, session);
     };
-    tracing::debug!(node = %path, "lease not renewed in time; deleting its node");
+    tracing::debug!(node = %crate::layout::shown(&path), "lease not renewed in time; deleting its node");
     backend.keep_deleting(session, &path, &stop).await;
     if stop.is_cancelled() {
         return;

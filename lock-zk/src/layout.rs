@@ -175,6 +175,22 @@ pub(crate) fn owner_prefix(owner: OwnerToken) -> String {
     )
 }
 
+/// `path` as logs show it: the owner's UUID in a node name cut to its
+/// first 8 hex digits (the holder id `distlock status` shows), so that no
+/// log line carries a whole owner token, which would let its reader renew
+/// or release the lock.
+pub(crate) fn shown(path: &str) -> String {
+    const UUID: usize = 36;
+    match path.rfind(PROTECTED) {
+        Some(at) if path.len() >= at + PROTECTED.len() + UUID => {
+            let start = at + PROTECTED.len();
+            let short = &path[start..start + 8];
+            format!("{}{short}…{}", &path[..start], &path[start + UUID..])
+        }
+        _ => path.to_owned(),
+    }
+}
+
 /// Whether `path` is one of the families' roots, which stay when empty.
 pub(crate) fn is_root(path: &str) -> bool {
     path.is_empty() || [ROOT, SEMAPHORES, RW_LOCKS].contains(&path)
@@ -194,6 +210,13 @@ mod tests {
         let name = LockName::new("x").unwrap();
         let uuid = "_c_01234567-89ab-cdef-0011-223344556677-";
         assert!(owner_prefix(owner)[3..].starts_with(&owner.short()));
+        let node = format!("/locks/job/{}lock-0000000007", owner_prefix(owner));
+        let shown = shown(&node);
+        assert_eq!(
+            shown,
+            format!("/locks/job/_c_{}…-lock-0000000007", owner.short())
+        );
+        assert_eq!(super::shown("/locks/job"), "/locks/job");
         for (queue, parent, prefix) in [
             (Queue::mutex(&name), "/locks/x", "lock-"),
             (

@@ -241,7 +241,7 @@ impl ZkBackend {
                 });
                 continue;
             }
-            tracing::debug!(node = %path, "deleting a stale or second node of the same owner");
+            tracing::debug!(node = %crate::layout::shown(&path), "deleting a stale or second node of the same owner");
             match self
                 .call("delete a stale node", client.delete(&path, None))
                 .await?

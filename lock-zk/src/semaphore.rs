@@ -165,7 +165,7 @@ impl ZkBackend {
                 self.tidy_parent(client, &mutex.parent).await;
             }
             outcome => {
-                tracing::debug!(?outcome, node = %path, "could not let go of the semaphore's mutex; retrying in the background");
+                tracing::debug!(?outcome, node = %crate::layout::shown(&path), "could not let go of the semaphore's mutex; retrying in the background");
                 let (backend, session) = (self.clone(), *session);
                 tokio::spawn(async move {
                     backend

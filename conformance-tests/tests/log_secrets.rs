@@ -1,0 +1,163 @@
+//! No owner token whole in the logs: every event at debug level is captured
+//! (a global subscriber writing to a buffer) while a ZooKeeper lease expires
+//! and while etcd deletes a grant that expired unrenewed, on real servers.
+//! Node names and keys that carry a token must show a short holder id only.
+//! The ZooKeeper driver's own debug events (`zookeeper_client`) print every
+//! request's path, owner UUID included; they are captured from `info` up,
+//! as lock-zk's README advises.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use conformance_tests::servers::etcd::Etcd;
+use conformance_tests::servers::zookeeper::ZooKeeper;
+use conformance_tests::targets::fresh_table;
+use distlock::lock_etcd::EtcdBackend;
+use distlock::lock_zk::ZkBackend;
+use lock_core::backend::{AcquireRequest, LockBackend};
+use lock_core::{LockName, OwnerToken};
+use tokio::time::{Instant, sleep};
+
+/// Everything logged in this test binary.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+/// The one subscriber of this binary (tasks run on any thread, so a
+/// thread-local one would miss them).
+fn logs() -> &'static Captured {
+    static LOGS: OnceLock<Captured> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter("debug,zookeeper_client=info")
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
+        captured
+    })
+}
+
+/// The forms an owner token takes on the servers: its hex, Curator's UUID
+/// (ZooKeeper node names) and etcd's key ID (63 of its bits).
+fn whole_forms(owner: OwnerToken) -> Vec<String> {
+    let hex = owner.to_hex();
+    let uuid = format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    );
+    let key_id = format!("{:x}", ((owner.to_u128() as u64) >> 1).max(1));
+    vec![hex, uuid, key_id]
+}
+
+/// Waits until `line` (a message) was logged with `holder` on the same line,
+/// then checks that no form of `owner` was logged anywhere.
+async fn logged_without_token(line: &str, holder: &str, owner: OwnerToken) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = logs().text();
+        if text.lines().any(|l| l.contains(line) && l.contains(holder)) {
+            for form in whole_forms(owner) {
+                assert!(
+                    !text.contains(&form),
+                    "the owner token ({form}) is in the logs:\n{text}"
+                );
+            }
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no \"{line}\" naming {holder} in 30 s:\n{text}"
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expiring_zookeeper_lease_is_logged_by_its_holder_id() {
+    logs();
+    let zk = ZooKeeper::shared().await;
+    let backend = ZkBackend::connect(&zk.url(&fresh_table(), ""))
+        .await
+        .expect("connect");
+    let mut req = AcquireRequest::new(
+        LockName::new("expiring").unwrap(),
+        Duration::from_millis(300),
+    );
+    req.owner = OwnerToken::random();
+    let lease = backend
+        .try_acquire(&req)
+        .await
+        .unwrap()
+        .expect("a free lock");
+    // Never renewed: the backend deletes its node once the deadline passes.
+    let owner = lease.owner();
+    let text = logged_without_token(
+        "lease not renewed in time; deleting its node",
+        &format!("_c_{}…", owner.short()),
+        owner,
+    )
+    .await;
+    assert!(text.contains("DEBUG"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_cleanup_logs_keys_by_a_short_id() {
+    logs();
+    let etcd = Etcd::shared().await;
+    let url = etcd.url(&fresh_table(), "");
+    let backend = Arc::new(EtcdBackend::connect(&url).await.expect("connect"));
+    let name = LockName::new("expiring").unwrap();
+    let ttl = distlock::lock_etcd::MIN_TTL;
+    let req = AcquireRequest::new(name.clone(), ttl);
+    let lease = backend
+        .try_acquire(&req)
+        .await
+        .unwrap()
+        .expect("a free lock");
+    let owner = lease.owner();
+    // Never renewed; another lock, renewed, keeps the session's lease
+    // alive: the keep-alive after the first lock's deadline deletes its key.
+    let locker = lock_core::Locker::from_arc(backend.clone());
+    let _kept = locker
+        .lock_with("kept", lock_core::AcquireOptions::with_ttl(ttl))
+        .await
+        .unwrap();
+    sleep(ttl).await;
+    let other = AcquireRequest::new(name, distlock::lock_etcd::MIN_TTL);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while backend.try_acquire(&other).await.unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the expired grant stayed");
+        sleep(Duration::from_millis(100)).await;
+    }
+    let key_id = format!("{:x}", ((owner.to_u128() as u64) >> 1).max(1));
+    logged_without_token(
+        "deleting orphaned and expired keys",
+        &format!("/{}…", &key_id[..8]),
+        owner,
+    )
+    .await;
+}
