@@ -102,6 +102,11 @@ impl QueryOptions {
         Error::invalid_url(&self.url, reason)
     }
 
+    /// Whether the query gives `key` (and it was not taken yet).
+    pub fn contains(&self, key: &str) -> bool {
+        self.values.contains_key(key)
+    }
+
     /// Removes and returns the raw value of `key`.
     pub fn take(&mut self, key: &str) -> Option<String> {
         self.values.remove(key)

@@ -165,6 +165,7 @@ pub(crate) struct Shown<'a> {
     pub(crate) redacted: &'a str,
     pub(crate) common: &'a CommonOptions,
     pub(crate) password_file: Option<&'a Path>,
+    pub(crate) tls: &'a crate::tls::Tls,
 }
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
@@ -174,6 +175,7 @@ impl Shown<'_> {
             .field("url", &self.redacted)
             .field("common", self.common)
             .field("password_file", &self.password_file)
+            .field("tls", self.tls)
             .finish_non_exhaustive()
     }
 }

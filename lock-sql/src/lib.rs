@@ -22,6 +22,8 @@ mod signals;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod table;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod tls;
 
 pub use backend::SqlBackend;
 #[cfg(feature = "raw")]

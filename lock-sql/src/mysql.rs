@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use lock_core::backend::{QueryOptions, async_trait};
 use lock_core::secret::{PASSWORD_FILE, read_password_file};
+use lock_core::tls::TlsOptions;
 use lock_core::url::redact;
 use lock_core::{Capabilities, Error, Fencing, FencingToken, LockName, Result};
 use sqlx::error::DatabaseError;
@@ -35,9 +36,12 @@ use crate::error::ErrorMap;
 use crate::groups::{GroupKey, Want};
 use crate::pool::Checked;
 use crate::table::TableName;
+use crate::tls::Tls;
 
-/// Options handed to sqlx unchanged: TLS.
+/// Options handed to sqlx unchanged: its TLS options, accepted unless the
+/// shared names are given.
 const PASSTHROUGH: &[&str] = &["ssl-mode", "ssl-ca", "ssl-cert", "ssl-key"];
+const DRIVER_TLS: &[&str] = PASSTHROUGH;
 
 const CAPABILITIES: Capabilities = Capabilities::new(crate::MYSQL_NAME, Fencing::Strict)
     .with_semaphores(true)
@@ -69,6 +73,7 @@ pub(crate) struct Config {
     /// The URL without its password, for `Debug`.
     redacted: String,
     password_file: Option<PathBuf>,
+    tls: Tls,
 }
 
 impl fmt::Debug for Config {
@@ -77,6 +82,7 @@ impl fmt::Debug for Config {
             redacted: &self.redacted,
             common: &self.common,
             password_file: self.password_file.as_deref(),
+            tls: &self.tls,
         };
         shown.fmt("MySql", f)
     }
@@ -87,8 +93,17 @@ impl Config {
         let mut q = QueryOptions::parse(url)?;
         let common = CommonOptions::take(&mut q, url)?;
         let password_file = password_file(url, &mut q)?;
+        let tls = Tls::take(&mut q, url, DRIVER_TLS)?;
         let sqlx_url = driver_url(url, &mut q, PASSTHROUGH);
-        q.finish(&[COMMON, &[PASSWORD_FILE], PASSTHROUGH].concat())?;
+        q.finish(
+            &[
+                COMMON,
+                &[PASSWORD_FILE],
+                &TlsOptions::URL_OPTIONS,
+                PASSTHROUGH,
+            ]
+            .concat(),
+        )?;
         // sqlx knows the `mysql` scheme only; both name the same protocol.
         let sqlx_url = sqlx_url
             .strip_prefix("mariadb:")
@@ -100,6 +115,7 @@ impl Config {
             options,
             redacted: redact(url),
             password_file,
+            tls,
         })
     }
 }
@@ -111,8 +127,10 @@ pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
         common,
         mut options,
         password_file,
+        tls,
         ..
     } = config;
+    options = crate::tls::mysql(&tls, options)?;
     if let Some(path) = password_file {
         options = options.password(&read_password_file(crate::MYSQL_NAME, &path)?);
     }

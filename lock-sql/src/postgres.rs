@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use lock_core::backend::{AcquireRequest, QueryOptions};
 use lock_core::secret::{PASSWORD_FILE, read_password_file};
+use lock_core::tls::TlsOptions;
 use lock_core::url::redact;
 use lock_core::{Capabilities, Error, Fencing, LockName, Result};
 use sqlx::AssertSqlSafe;
@@ -27,13 +28,17 @@ use crate::pool::Checked;
 use crate::returning::{Join, ReturningDriver, Statements};
 use crate::signals::Signals;
 use crate::table::TableName;
+use crate::tls::Tls;
 
-/// Options handed to sqlx unchanged: TLS and the session's name.
+/// sqlx's own TLS options, accepted unless the shared names are given.
+const DRIVER_TLS: &[&str] = &["sslmode", "sslrootcert", "sslcert", "sslkey"];
+
+/// Options handed to sqlx unchanged: its TLS options and the session's name.
 const PASSTHROUGH: &[&str] = &[
-    "sslmode",
-    "sslrootcert",
-    "sslcert",
-    "sslkey",
+    DRIVER_TLS[0],
+    DRIVER_TLS[1],
+    DRIVER_TLS[2],
+    DRIVER_TLS[3],
     "application_name",
 ];
 
@@ -97,6 +102,7 @@ pub(crate) struct Config {
     /// The URL without its password, for `Debug`.
     redacted: String,
     password_file: Option<PathBuf>,
+    tls: Tls,
 }
 
 impl fmt::Debug for Config {
@@ -105,6 +111,7 @@ impl fmt::Debug for Config {
             redacted: &self.redacted,
             common: &self.common,
             password_file: self.password_file.as_deref(),
+            tls: &self.tls,
         };
         shown.fmt("Postgres", f)
     }
@@ -119,8 +126,17 @@ impl Config {
             .map(|s| TableName::new(&s, url))
             .transpose()?;
         let password_file = password_file(url, &mut q)?;
+        let tls = Tls::take(&mut q, url, DRIVER_TLS)?;
         let sqlx_url = driver_url(url, &mut q, PASSTHROUGH);
-        q.finish(&[COMMON, &["schema", PASSWORD_FILE], PASSTHROUGH].concat())?;
+        q.finish(
+            &[
+                COMMON,
+                &["schema", PASSWORD_FILE],
+                &TlsOptions::URL_OPTIONS,
+                PASSTHROUGH,
+            ]
+            .concat(),
+        )?;
         let location = Location {
             schema,
             table: common.table.clone(),
@@ -134,6 +150,7 @@ impl Config {
             options,
             redacted: redact(url),
             password_file,
+            tls,
         })
     }
 }
@@ -146,8 +163,10 @@ pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
         location,
         mut options,
         password_file,
+        tls,
         ..
     } = config;
+    options = crate::tls::postgres(&tls, options)?;
     if let Some(path) = password_file {
         options = options.password(&read_password_file(crate::POSTGRES_NAME, &path)?);
     }
