@@ -86,6 +86,30 @@ impl UrlTarget {
         Self::new("mariadb", server.url(&format!("table={}", fresh_table())))
     }
 
+    /// A fresh locks table on the shared TLS-only PostgreSQL, reached with
+    /// the test CA and a client certificate.
+    #[cfg(feature = "postgres")]
+    pub async fn postgres_tls() -> Self {
+        use crate::servers::SqlServer;
+        let server = crate::servers::postgres::Postgres::shared_tls().await;
+        Self::new(
+            "postgres_tls",
+            server.url(&format!("table={}", fresh_table())),
+        )
+    }
+
+    /// A fresh locks table on the shared MariaDB whose user needs TLS and
+    /// a client certificate (`REQUIRE X509`).
+    #[cfg(feature = "mysql")]
+    pub async fn mariadb_tls() -> Self {
+        use crate::servers::SqlServer;
+        let server = crate::servers::mariadb::Mariadb::shared_tls().await;
+        Self::new(
+            "mariadb_tls",
+            server.url(&format!("table={}", fresh_table())),
+        )
+    }
+
     /// A fresh key prefix on the shared Redis test server.
     #[cfg(feature = "redis")]
     pub async fn redis() -> Self {

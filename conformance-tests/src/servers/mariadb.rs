@@ -9,10 +9,12 @@ use tokio::sync::OnceCell;
 
 use super::external::MYSQL;
 use super::ports::{start_on_loopback, wait_started};
+use super::tls::TestCa;
 use super::url::ServerUrl;
 use super::{SqlInstance, Supervised, data_dir, find_binary, run_as};
 
 const LABEL: &str = "mariadb";
+const LABEL_TLS: &str = "mariadb (TLS only)";
 const USER: &str = "distlock";
 const PASSWORD: &str = "maria-test-secret";
 const DATABASE: &str = "distlock";
@@ -25,6 +27,24 @@ pub struct Mariadb;
 impl Mariadb {
     /// Starts a new server of its own (for tests that stop or restart it).
     pub async fn start() -> SqlInstance {
+        Self::launch(false).await
+    }
+
+    /// Starts a server that takes TLS only (`require_secure_transport`),
+    /// with the test CA's server certificate, whose user must also present
+    /// a client certificate of the test CA (`REQUIRE X509`). Its URL
+    /// carries the TLS options for the client certificate `distlock`.
+    pub async fn start_tls() -> SqlInstance {
+        Self::launch(true).await
+    }
+
+    /// The TLS-only server shared by every test in this test binary.
+    pub async fn shared_tls() -> &'static SqlInstance {
+        static SHARED: OnceCell<SqlInstance> = OnceCell::const_new();
+        SHARED.get_or_init(Self::start_tls).await
+    }
+
+    async fn launch(tls: bool) -> SqlInstance {
         let install = find_binary("mariadb-install-db", SBIN, "mariadb-server");
         let mariadbd = find_binary("mariadbd", SBIN, "mariadb-server");
         let client = find_binary("mariadb", SBIN, "mariadb-client");
@@ -65,11 +85,21 @@ impl Mariadb {
             if root {
                 command.push(user_arg.into());
             }
+            let ca = TestCa::shared();
+            if tls {
+                command.extend([
+                    format!("--ssl-ca={}", ca.ca.display()),
+                    format!("--ssl-cert={}", ca.server.cert.display()),
+                    format!("--ssl-key={}", ca.server.key.display()),
+                    "--require-secure-transport=ON".into(),
+                ]);
+            }
+            let require = if tls { " REQUIRE X509" } else { "" };
             let command: Vec<&str> = command.iter().map(String::as_str).collect();
             let process = Supervised::start(&dir, "TERM", &command);
             let setup = format!(
                 "CREATE DATABASE IF NOT EXISTS {DATABASE};
-                 CREATE USER IF NOT EXISTS '{USER}'@'127.0.0.1' IDENTIFIED BY '{PASSWORD}';
+                 CREATE USER IF NOT EXISTS '{USER}'@'127.0.0.1' IDENTIFIED BY '{PASSWORD}'{require};
                  GRANT ALL ON {DATABASE}.* TO '{USER}'@'127.0.0.1';"
             );
             wait_started(
@@ -79,14 +109,19 @@ impl Mariadb {
                 || async { root_sql(client, &socket, &setup) },
             )
             .await?;
+            let url = ServerUrl::local(
+                distlock::lock_sql::MYSQL_SCHEMES[1],
+                Some(&format!("{USER}:{PASSWORD}")),
+                &[format!("127.0.0.1:{port}")],
+                DATABASE,
+            );
             let server = SqlInstance {
-                label: LABEL,
-                url: ServerUrl::local(
-                    distlock::lock_sql::MYSQL_SCHEMES[1],
-                    Some(&format!("{USER}:{PASSWORD}")),
-                    &[format!("127.0.0.1:{port}")],
-                    DATABASE,
-                ),
+                label: if tls { LABEL_TLS } else { LABEL },
+                url: if tls {
+                    url.with_query(&ca.url_options(USER))
+                } else {
+                    url
+                },
                 process: Some(process),
             };
             server.wait_started().await?;
