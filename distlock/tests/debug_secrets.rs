@@ -85,6 +85,12 @@ fn sql_config_hides_the_password() {
             tls.cert.display(),
             tls.key.display()
         ),
+        format!("postgres://app:{PASSWORD}@db/x?{}", tls.query()),
+        format!("mariadb://app:{PASSWORD}@db/x?{}", tls.query()),
+        format!(
+            "postgres://app@db/x?password_file=/run/secrets/pg&{}",
+            tls.query()
+        ),
         "sqlite://locks.db".to_owned(),
     ] {
         let config = SqlConfig::parse(&url).unwrap_or_else(|e| panic!("{url}: {e}"));

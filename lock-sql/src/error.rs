@@ -61,6 +61,14 @@ impl ErrorMap {
     /// Converts an error from `operation`.
     pub(crate) fn convert(&self, operation: &'static str, e: sqlx::Error) -> Error {
         match e {
+            // A certificate refused by either side is a setting to fix:
+            // retrying cannot help.
+            sqlx::Error::Io(_) | sqlx::Error::Tls(_) if refused_certificate(&e) => {
+                Error::InvalidConfig {
+                    backend: self.backend,
+                    reason: format!("TLS: {operation}: {e}"),
+                }
+            }
             sqlx::Error::Database(db) if transient_database_error(&*db) => Error::Unavailable {
                 backend: self.backend,
                 message: format!("{operation}: {db}"),
@@ -79,9 +87,30 @@ impl ErrorMap {
                 Error::timeout("waiting for a free database connection", self.pool_timeout)
             }
             other => Error::Backend {
-                message: format!("{} {operation}: {other}", self.backend),
+                message: format!("{} {operation}: {other}{}", self.backend, hint(&other)),
                 source: Some(other.into()),
             },
         }
+    }
+}
+
+/// Whether `e` is a TLS handshake that failed on a certificate: ours
+/// refused by the server (an alert) or the server's refused by us.
+fn refused_certificate(e: &sqlx::Error) -> bool {
+    let text = e.to_string();
+    ["invalid peer certificate", "fatal alert", "certificate"]
+        .iter()
+        .any(|cause| text.contains(cause))
+}
+
+/// What a refused login may mean beyond the server's words: MariaDB and
+/// MySQL say only "access denied" (SQLSTATE 28000) to a user created
+/// `REQUIRE SSL` or `REQUIRE X509` who came without TLS or a certificate.
+fn hint(e: &sqlx::Error) -> &'static str {
+    match e {
+        sqlx::Error::Database(db) if db.code().as_deref() == Some("28000") => {
+            " (a wrong user or password, or a user the server admits only over TLS or with a client certificate: see tls, tls_ca, tls_cert and tls_key)"
+        }
+        _ => "",
     }
 }
