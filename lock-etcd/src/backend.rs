@@ -53,7 +53,7 @@ impl EtcdBackend {
             .with_connect_timeout(config.connect_timeout)
             .with_keep_alive(Duration::from_secs(5), config.timeout);
         if let Some((user, password)) = &config.credentials {
-            options = options.with_user(user.clone(), password.clone());
+            options = options.with_user(user.clone(), password.read(crate::NAME)?);
         }
         if config.tls {
             options = options.with_tls(etcd_client::TlsOptions::new());

@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use lock_core::backend::{HostList, QueryOptions};
+use lock_core::secret::{PASSWORD_FILE, Password};
 use lock_core::{Error, Result};
 
 /// A parsed `etcd://` URL. `Debug` never shows the password.
@@ -14,8 +15,9 @@ pub struct EtcdConfig {
     pub endpoints: Vec<String>,
     /// Put before every lock name; empty, or ending in `/`.
     pub prefix: String,
-    /// User name and password, if the cluster has authentication on.
-    pub credentials: Option<(String, String)>,
+    /// User name and password (given, or a file read at connect:
+    /// `password_file`), if the cluster has authentication on.
+    pub credentials: Option<(String, Password)>,
     /// Whether to connect with TLS.
     pub tls: bool,
     /// The longest one request may take.
@@ -25,8 +27,14 @@ pub struct EtcdConfig {
 }
 
 impl EtcdConfig {
-    const OPTIONS: &'static [&'static str] =
-        &["user", "password", "tls", "timeout", "connect_timeout"];
+    const OPTIONS: &'static [&'static str] = &[
+        "user",
+        "password",
+        PASSWORD_FILE,
+        "tls",
+        "timeout",
+        "connect_timeout",
+    ];
     const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
 
     /// Parses `etcd://host:port,host:port[/prefix][?user=…&password=…&tls=true&timeout=…]`.
@@ -34,7 +42,8 @@ impl EtcdConfig {
         let HostList { hosts, path, .. } = HostList::parse(url, crate::SCHEMES[0])?;
         let mut q = QueryOptions::parse(url)?;
         let user = q.take("user");
-        let password = q.take("password");
+        let given = q.take("password");
+        let password = Password::from_query(&mut q, given)?;
         let tls = q.take_bool("tls", false)?;
         let timeout = q.take_positive_duration("timeout", Self::DEFAULT_TIMEOUT)?;
         let connect_timeout = q.take_positive_duration("connect_timeout", Self::DEFAULT_TIMEOUT)?;
@@ -45,7 +54,7 @@ impl EtcdConfig {
             _ => {
                 return Err(Error::invalid_url(
                     url,
-                    "options \"user\" and \"password\" go together",
+                    "options \"user\" and \"password\" (or \"password_file\") go together",
                 ));
             }
         };
@@ -188,6 +197,20 @@ mod tests {
         assert_eq!(c.prefix, "app/locks/");
         assert!(!format!("{c:?}").contains("hunter2"));
         assert_eq!(EtcdConfig::parse("etcd://h:1").unwrap().prefix, "");
+        let from_file = EtcdConfig::parse("etcd://h:1?user=u&password_file=/run/etcd").unwrap();
+        assert_eq!(
+            from_file.credentials,
+            Some(("u".to_owned(), Password::File("/run/etcd".into())))
+        );
+        for url in [
+            "etcd://h:1?password_file=/run/etcd",
+            "etcd://h:1?user=u&password=p&password_file=/run/etcd",
+        ] {
+            assert!(
+                EtcdConfig::parse(url).unwrap_err().is_invalid_input(),
+                "{url}"
+            );
+        }
     }
 
     #[test]

@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use lock_core::backend::{HostList, QueryOptions};
+use lock_core::secret::{PASSWORD_FILE, Password};
 use lock_core::{Error, Result};
 
 /// A parsed `zk://` URL. `Debug` never shows the password.
@@ -18,9 +19,10 @@ pub struct ZkConfig {
     /// The session timeout to ask for; the server clamps it to its
     /// `minSessionTimeout`..`maxSessionTimeout`.
     pub session_timeout: Duration,
-    /// `digest` user name and password: the session authenticates with them
-    /// and every node distlock creates gets the creator-only ACL.
-    pub digest: Option<(String, String)>,
+    /// `digest` user name and password (given, or a file read at each new
+    /// session: `password_file`): the session authenticates with them and
+    /// every node distlock creates gets the creator-only ACL.
+    pub digest: Option<(String, Password)>,
     /// Create lock parents as container nodes, which the server deletes once
     /// they are empty (ZooKeeper 3.5 and later). When this is off, or the
     /// server does not know container nodes, parents are ordinary persistent
@@ -50,13 +52,19 @@ impl fmt::Debug for ZkConfig {
 impl ZkConfig {
     /// The default session timeout.
     pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
-    const OPTIONS: &'static [&'static str] =
-        &["session_timeout", "auth", "timeout", "connect_timeout"];
+    const OPTIONS: &'static [&'static str] = &[
+        "session_timeout",
+        "auth",
+        PASSWORD_FILE,
+        "timeout",
+        "connect_timeout",
+    ];
     const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
     const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
     const DEFAULT_PORT: u16 = 2181;
 
-    /// Parses `zk://host:port,host:port[/chroot][?session_timeout=…&auth=digest:user:password&timeout=…&connect_timeout=…]`.
+    /// Parses `zk://host:port,host:port[/chroot][?session_timeout=…&auth=digest:user:password&timeout=…&connect_timeout=…]`;
+    /// `auth=digest:user&password_file=PATH` reads the password from a file.
     pub fn parse(url: &str) -> Result<Self> {
         let HostList { hosts, path, .. } = HostList::parse(url, crate::SCHEMES[0])?;
         let path = if path.is_empty() {
@@ -66,13 +74,26 @@ impl ZkConfig {
         };
         let mut q = QueryOptions::parse(url)?;
         let auth = q.take("auth");
+        let from_file = q.contains(PASSWORD_FILE);
         let session_timeout =
             q.take_positive_duration("session_timeout", Self::DEFAULT_SESSION_TIMEOUT)?;
         let timeout = q.take_positive_duration("timeout", Self::DEFAULT_TIMEOUT)?;
         let connect_timeout =
             q.take_positive_duration("connect_timeout", Self::DEFAULT_CONNECT_TIMEOUT)?;
+        let digest = match auth.map(|a| parse_auth(url, &a, from_file)).transpose()? {
+            Some((user, given)) => match Password::from_query(&mut q, given)? {
+                Some(password) => Some((user, password)),
+                None => None,
+            },
+            None if from_file => {
+                return Err(Error::invalid_url(
+                    url,
+                    "option \"password_file\" needs \"auth=digest:USER\"",
+                ));
+            }
+            None => None,
+        };
         q.finish(Self::OPTIONS)?;
-        let digest = auth.map(|a| parse_auth(url, &a)).transpose()?;
         let hosts = hosts
             .iter()
             .map(|h| parse_host(url, h))
@@ -240,19 +261,24 @@ fn parse_chroot(url: &str, path: &str) -> Result<String> {
     Ok(trimmed.to_owned())
 }
 
-fn parse_auth(url: &str, auth: &str) -> Result<(String, String)> {
+/// The user and, unless `from_file`, the password of `auth`.
+fn parse_auth(url: &str, auth: &str, from_file: bool) -> Result<(String, Option<String>)> {
     let bad = || {
         Error::invalid_url(
             url,
-            "option \"auth\" must be digest:USER:PASSWORD (the only scheme supported)",
+            "option \"auth\" must be digest:USER:PASSWORD, or digest:USER with \"password_file\" (the only scheme supported)",
         )
     };
     let rest = auth.strip_prefix("digest:").ok_or_else(bad)?;
-    let (user, password) = rest.split_once(':').ok_or_else(bad)?;
+    let (user, password) = match rest.split_once(':') {
+        Some((user, password)) => (user, Some(password.to_owned())),
+        None if from_file => (rest, None),
+        None => return Err(bad()),
+    };
     if user.is_empty() {
         return Err(bad());
     }
-    Ok((user.to_owned(), password.to_owned()))
+    Ok((user.to_owned(), password))
 }
 
 #[cfg(test)]
@@ -291,9 +317,25 @@ mod tests {
         assert_eq!(c.timeout, Duration::from_secs(1));
         assert_eq!(
             c.digest,
-            Some(("bob".to_owned(), "hun:ter2".to_owned())),
+            Some(("bob".to_owned(), Password::Given("hun:ter2".to_owned()))),
             "the password is everything after the user"
         );
+        let from_file = ZkConfig::parse("zk://h:1?auth=digest:bob&password_file=/run/zk").unwrap();
+        assert_eq!(
+            from_file.digest,
+            Some(("bob".to_owned(), Password::File("/run/zk".into())))
+        );
+        for (url, expected) in [
+            (
+                "zk://h:1?password_file=/run/zk",
+                "needs \"auth=digest:USER\"",
+            ),
+            ("zk://h:1?auth=digest:bob:pw&password_file=/run/zk", "both"),
+            ("zk://h:1?auth=digest:bob", "digest:USER:PASSWORD"),
+        ] {
+            let err = ZkConfig::parse(url).unwrap_err().to_string();
+            assert!(err.contains(expected), "{url}: {err}");
+        }
         assert_eq!(c.connect_string(), "127.0.0.1:2181,127.0.0.2:2181");
         let plain = ZkConfig::parse("zk://h:1").unwrap();
         assert_eq!(plain.chroot, "");

@@ -200,6 +200,7 @@ impl ZkBackend {
             .with_session_timeout(config.session_timeout)
             .with_fail_eagerly();
         if let Some((user, password)) = &config.digest {
+            let password = password.read(crate::NAME)?;
             connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
         }
         let root = tokio::time::timeout(

@@ -33,7 +33,7 @@ pub(crate) async fn client(url: &str) -> Result<Client> {
         .with_connect_timeout(config.connect_timeout)
         .with_keep_alive(Duration::from_secs(5), config.timeout);
     if let Some((user, password)) = &config.credentials {
-        options = options.with_user(user.clone(), password.clone());
+        options = options.with_user(user.clone(), password.read(distlock::lock_etcd::NAME)?);
     }
     if config.tls {
         options = options.with_tls(etcd_client::TlsOptions::new());

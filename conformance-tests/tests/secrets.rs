@@ -1,4 +1,5 @@
-//! No owner token whole in the logs: every event at debug level is captured
+//! No secret leaks, on real servers. A ZooKeeper password can come from a
+//! file (`password_file=`). And no owner token whole in the logs: every event at debug level is captured
 //! (a global subscriber writing to a buffer) while a ZooKeeper lease expires
 //! and while etcd deletes a grant that expired unrenewed, on real servers.
 //! Node names and keys that carry a token must show a short holder id only.
@@ -160,4 +161,54 @@ async fn an_etcd_cleanup_logs_keys_by_a_short_id() {
         owner,
     )
     .await;
+}
+
+/// `auth=digest:USER&password_file=PATH`: the session authenticates with
+/// the file's password (its nodes get that identity's creator-only ACL, so
+/// the same identity given inline can release them, another cannot); a
+/// missing file is a clear error naming ZooKeeper and the option.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zookeeper_password_can_come_from_a_file() {
+    let zk = ZooKeeper::shared().await;
+    let chroot = fresh_table();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("zk-password");
+    std::fs::write(&file, "s3cret-from-file\n").unwrap();
+    let url = |auth: &str| zk.url(&chroot, auth);
+    let from_file = ZkBackend::connect(&url(&format!(
+        "auth=digest:bob&password_file={}",
+        file.display()
+    )))
+    .await
+    .expect("connect with the password file");
+    let req = AcquireRequest::new(LockName::new("filed").unwrap(), Duration::from_secs(30));
+    let lease = from_file.try_acquire(&req).await.unwrap().expect("free");
+    let stranger = ZkBackend::connect(&url("auth=digest:bob:another"))
+        .await
+        .unwrap();
+    assert!(
+        stranger.release(&lease).await.is_err(),
+        "another password may not delete the node"
+    );
+    let same = ZkBackend::connect(&url("auth=digest:bob:s3cret-from-file"))
+        .await
+        .unwrap();
+    same.release(&lease)
+        .await
+        .expect("the same identity, given inline");
+    let missing = format!(
+        "auth=digest:bob&password_file={}",
+        dir.path().join("missing").display()
+    );
+    let err = match ZkBackend::connect(&url(&missing)).await {
+        Err(e) => e,
+        Ok(backend) => backend.try_acquire(&req).await.unwrap_err(),
+    };
+    let text = err.to_string();
+    assert!(
+        text.contains("zookeeper")
+            && text.contains("password_file")
+            && text.contains("cannot read"),
+        "{text}"
+    );
 }
