@@ -62,7 +62,8 @@ pub(crate) enum Command {
     /// Hold a lock while a command runs.
     ///
     /// The command gets DISTLOCK_NAME and DISTLOCK_TOKEN (the fencing token)
-    /// in its environment. It runs in a process group of its own, which
+    /// in its environment, and no DISTLOCK_URL (the lock store's credentials
+    /// are not the command's) unless --pass-url is given. It runs in a process group of its own, which
     /// gets SIGTERM when renewal keeps failing and only the grace is left,
     /// and SIGKILL when the lease runs out or the lock is lost; a watchdog
     /// process does the same if distlock dies or stalls. SIGTERM, SIGHUP,
@@ -134,7 +135,8 @@ pub(crate) enum Command {
 #[derive(Debug, Args)]
 pub(crate) struct Backend {
     /// Where the locks live: sqlite://PATH, memory://, … Query options such
-    /// as ?ttl=10s are accepted too.
+    /// as ?ttl=10s are accepted too. A password here shows in `ps`: give the
+    /// URL in DISTLOCK_URL, or the password as ?password_file=PATH.
     #[arg(long, env = URL_ENV, default_value = DEFAULT_URL, hide_env_values = true)]
     pub(crate) url: StoreUrl,
 

@@ -61,7 +61,10 @@ distlock run --url redis://cache:6379 --name catalog --write -- ./rebuild-catalo
 
 # Pass the fencing token on, so the storage can refuse a stale holder
 distlock run --url redis://cache:6379 --name report -- \\
-    sh -c 'exec ./report --fence \"$DISTLOCK_TOKEN\"'",
+    sh -c 'exec ./report --fence \"$DISTLOCK_TOKEN\"'
+
+# A password kept out of `ps`: read from a file at connect
+distlock run --url 'postgres://app@db/app?password_file=/run/secrets/pg' --name job -- ./job.sh",
 };
 
 const STATUS_EXAMPLES: Section = Section {
