@@ -81,10 +81,9 @@ impl ZkConfig {
         let connect_timeout =
             q.take_positive_duration("connect_timeout", Self::DEFAULT_CONNECT_TIMEOUT)?;
         let digest = match auth.map(|a| parse_auth(url, &a, from_file)).transpose()? {
-            Some((user, given)) => match Password::from_query(&mut q, given)? {
-                Some(password) => Some((user, password)),
-                None => None,
-            },
+            Some((user, given)) => {
+                Password::from_query(&mut q, given)?.map(|password| (user, password))
+            }
             None if from_file => {
                 return Err(Error::invalid_url(
                     url,

@@ -36,6 +36,7 @@ pub(crate) async fn session(url: &str) -> Result<(zk::Client, Duration)> {
         .with_session_timeout(config.session_timeout)
         .with_fail_eagerly();
     if let Some((user, password)) = &config.digest {
+        let password = password.read(distlock::lock_zk::NAME)?;
         connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
     }
     let client = within(
