@@ -146,6 +146,15 @@ impl UrlTarget {
         Self::new("zk_ensemble", ensemble.url(&fresh_table(), ""))
     }
 
+    /// A fresh chroot on the shared ZooKeeper, as a digest user: every node
+    /// is the user's alone (creator-only ACLs).
+    #[cfg(feature = "zk")]
+    pub async fn zk_auth() -> Self {
+        let server = crate::servers::zookeeper::ZooKeeper::shared().await;
+        let auth = "auth=digest:distlock:distlock-pw";
+        Self::new("zk_auth", server.url(&fresh_table(), auth))
+    }
+
     /// A fresh chroot on the shared TLS-only ZooKeeper, reached with the
     /// test CA and a client certificate.
     #[cfg(feature = "zk")]

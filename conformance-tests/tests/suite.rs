@@ -19,3 +19,4 @@ conformance_suite!(zk, UrlTarget::zk());
 conformance_suite!(zk_ensemble, UrlTarget::zk_ensemble());
 conformance_core!(memcache_tls, UrlTarget::memcache_tls());
 conformance_core!(zk_tls, UrlTarget::zk_tls());
+conformance_core!(zk_auth, UrlTarget::zk_auth());
