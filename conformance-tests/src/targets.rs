@@ -132,6 +132,14 @@ impl UrlTarget {
         Self::new("etcd", server.url(&fresh_table(), ""))
     }
 
+    /// A fresh key prefix on the shared TLS-only etcd, reached with the
+    /// test CA and a client certificate.
+    #[cfg(feature = "etcd")]
+    pub async fn etcd_tls() -> Self {
+        let server = crate::servers::etcd::Etcd::shared_tls().await;
+        Self::new("etcd_tls", server.url(&fresh_table(), ""))
+    }
+
     /// A fresh chroot on the shared standalone ZooKeeper server.
     #[cfg(feature = "zk")]
     pub async fn zk() -> Self {

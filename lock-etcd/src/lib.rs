@@ -3,6 +3,7 @@
 #![deny(missing_docs)]
 
 mod backend;
+pub mod client;
 pub mod config;
 mod error;
 mod handover;
