@@ -47,8 +47,12 @@ impl EtcdBackend {
 
     /// Connects to the cluster `config` names; see [`connect`](Self::connect).
     pub async fn connect_with(config: EtcdConfig) -> Result<Self> {
+        let started = tokio::time::Instant::now();
         let client = crate::client::connect(&config).await?;
-        Self::start(client, EtcdOptions::of(&config)).await
+        match Self::start(client, EtcdOptions::of(&config)).await {
+            Err(e) => Err(crate::probe::explain(&config, started, e).await),
+            started => started,
+        }
     }
 
     /// A backend on the cluster an `etcd_client::Client` of the

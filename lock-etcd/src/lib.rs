@@ -8,6 +8,7 @@ pub mod config;
 mod error;
 mod handover;
 mod layout;
+mod probe;
 mod queue;
 mod semaphore;
 mod session;
