@@ -231,11 +231,13 @@ mod tests {
         let c = EtcdConfig::parse("etcd://h:1,h:2?tls=true").unwrap();
         assert_eq!(c.endpoints, ["https://h:1", "https://h:2"]);
         assert_eq!(c.tls, TlsOptions::on());
-        let c = EtcdConfig::parse("etcd://h:1?tls_ca=/ca.pem&tls_cert=/c.pem&tls_key=/c.key")
-            .unwrap();
+        let c =
+            EtcdConfig::parse("etcd://h:1?tls_ca=/ca.pem&tls_cert=/c.pem&tls_key=/c.key").unwrap();
         assert_eq!(
             c.tls,
-            TlsOptions::on().ca("/ca.pem").client_cert("/c.pem", "/c.key")
+            TlsOptions::on()
+                .ca("/ca.pem")
+                .client_cert("/c.pem", "/c.key")
         );
         assert_eq!(c.endpoint_urls(), ["https://h:1"]);
         let mut plain = EtcdConfig::parse("etcd://h:1").unwrap();

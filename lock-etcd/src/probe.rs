@@ -7,8 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::tls::{TlsMaterial, TlsOptions};
 use lock_core::Error;
+use lock_core::tls::{TlsMaterial, TlsOptions};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout, timeout_at};
@@ -105,9 +105,7 @@ async fn refused(addr: &str, material: &TlsMaterial) -> Option<Error> {
         Ok(mut stream) => {
             let mut byte = [0u8; 1];
             match timeout(ALERT_WAIT, stream.read(&mut byte)).await {
-                Ok(Err(e)) if tls_error(&e).is_some() => {
-                    Some(refusal("the server refused us", e))
-                }
+                Ok(Err(e)) if tls_error(&e).is_some() => Some(refusal("the server refused us", e)),
                 _ => None,
             }
         }
@@ -150,5 +148,9 @@ async fn handshake(
     let name = ServerName::try_from(host.to_owned()).ok()?;
     let mut config = Arc::unwrap_or_clone(config);
     config.alpn_protocols = vec![b"h2".to_vec()];
-    Some(TlsConnector::from(Arc::new(config)).connect(name, tcp).await)
+    Some(
+        TlsConnector::from(Arc::new(config))
+            .connect(name, tcp)
+            .await,
+    )
 }

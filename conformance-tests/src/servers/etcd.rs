@@ -36,7 +36,9 @@ impl EtcdMember {
 
     /// Runs `etcdctl` against this member; `None` if it failed.
     pub fn ctl(&self, args: &[&str]) -> Option<String> {
-        let out = etcdctl_to(&self.client_addr, self.tls, args).output().ok()?;
+        let out = etcdctl_to(&self.client_addr, self.tls, args)
+            .output()
+            .ok()?;
         out.status
             .success()
             .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
