@@ -38,7 +38,7 @@ async fn tls_to_a_plain_port_is_refused_clearly() {
         ),
     );
     let started = Instant::now();
-    let error = EtcdBackend::connect(&url).await.err().expect("refused");
+    let error = EtcdBackend::connect(&url).await.expect_err("refused");
     let took = started.elapsed();
     eprintln!("{took:?}: {error}");
     assert!(took < 2 * CONNECT_TIMEOUT, "took {took:?}: {error}");
@@ -63,7 +63,7 @@ async fn public_roots_refuse_a_private_ca_clearly() {
         client.cert.display(),
         client.key.display()
     );
-    let error = EtcdBackend::connect(&url).await.err().expect("refused");
+    let error = EtcdBackend::connect(&url).await.expect_err("refused");
     let text = error.to_string();
     assert!(
         text.contains("etcd") && text.contains("UnknownIssuer"),
