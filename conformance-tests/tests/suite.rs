@@ -19,3 +19,4 @@ conformance_suite!(zk, UrlTarget::zk());
 conformance_suite!(zk_ensemble, UrlTarget::zk_ensemble());
 conformance_core!(memcache_tls, UrlTarget::memcache_tls());
 conformance_core!(etcd_tls, UrlTarget::etcd_tls());
+conformance_suite!(etcd_least_privilege, UrlTarget::etcd_least_privilege());
