@@ -166,6 +166,14 @@ impl UrlTarget {
         Self::new("zk_ensemble", ensemble.url(&fresh_table(), ""))
     }
 
+    /// A fresh chroot on the shared TLS-only ZooKeeper, reached with the
+    /// test CA and a client certificate.
+    #[cfg(feature = "zk")]
+    pub async fn zk_tls() -> Self {
+        let server = crate::servers::zookeeper::ZooKeeper::shared_tls().await;
+        Self::new("zk_tls", server.url(&fresh_table(), ""))
+    }
+
     /// A fresh key prefix on the shared memcached.
     #[cfg(feature = "memcache")]
     pub async fn memcache() -> Self {

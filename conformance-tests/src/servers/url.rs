@@ -322,6 +322,15 @@ fn parse_host(backend: &Backend, entry: &str) -> Result<Host, String> {
     })
 }
 
+/// Two query strings (no leading `?`) as one.
+pub fn join_query(first: &str, second: &str) -> String {
+    match (first.is_empty(), second.is_empty()) {
+        (true, _) => second.to_owned(),
+        (_, true) => first.to_owned(),
+        _ => format!("{first}&{second}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
