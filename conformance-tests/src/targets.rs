@@ -143,11 +143,11 @@ impl UrlTarget {
     /// A fresh key prefix under `team-a/` on the shared etcd with auth on,
     /// as the user whose role may read and write `team-a/` only.
     #[cfg(feature = "etcd")]
-    pub async fn etcd_least_privilege() -> Self {
+    pub async fn etcd_auth() -> Self {
         let server = crate::servers::etcd_auth::EtcdAuth::shared().await;
         let (user, prefix) = crate::servers::etcd_auth::TEAMS[0];
         Self::new(
-            "etcd_least_privilege",
+            "etcd_auth",
             server.url_as(user, &format!("{prefix}{}", fresh_table()), ""),
         )
     }
@@ -164,6 +164,15 @@ impl UrlTarget {
     pub async fn zk_ensemble() -> Self {
         let ensemble = crate::servers::zookeeper::ZooKeeper::shared_ensemble().await;
         Self::new("zk_ensemble", ensemble.url(&fresh_table(), ""))
+    }
+
+    /// A fresh chroot on the shared ZooKeeper, as a digest user: every node
+    /// is the user's alone (creator-only ACLs).
+    #[cfg(feature = "zk")]
+    pub async fn zk_auth() -> Self {
+        let server = crate::servers::zookeeper::ZooKeeper::shared().await;
+        let auth = "auth=digest:distlock:distlock-pw";
+        Self::new("zk_auth", server.url(&fresh_table(), auth))
     }
 
     /// A fresh chroot on the shared TLS-only ZooKeeper, reached with the

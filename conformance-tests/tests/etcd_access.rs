@@ -5,28 +5,19 @@
 //! is a clear error, and the holder keeps its lock. A wrong password is a
 //! clear error that does not show it.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use conformance_tests::access::another_identity_is_refused;
 use conformance_tests::servers::etcd_auth::{EtcdAuth, TEAMS};
 use conformance_tests::targets::fresh_table;
 use distlock::lock_etcd::EtcdBackend;
-use lock_core::backend::LockBackend;
-use lock_core::{AcquireOptions, Error, LockName, Locker, Wait};
+use lock_core::{AcquireOptions, Locker, Wait};
 
 const TTL: Duration = Duration::from_secs(4);
 
-fn refused(what: &str, outcome: Result<impl std::fmt::Debug, Error>) {
-    let error = match outcome {
-        Ok(v) => panic!("{what}: allowed ({v:?})"),
-        Err(e) => e,
-    };
-    let text = error.to_string();
-    eprintln!("{what}: {text}");
-    assert!(
-        text.contains("etcd") && text.contains("permission denied"),
-        "{what}: {text}"
-    );
-    assert!(!error.is_retryable(), "{what}: {error:?}");
+async fn backend(url: &str) -> Arc<EtcdBackend> {
+    Arc::new(EtcdBackend::connect(url).await.expect("connect"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -34,45 +25,37 @@ async fn another_team_cannot_touch_a_held_lock() {
     let etcd = EtcdAuth::shared().await;
     let ((alice, team_a), (bob, team_b)) = (TEAMS[0], TEAMS[1]);
     let path = format!("{team_a}{}", fresh_table());
-    let owner = Locker::new(
-        EtcdBackend::connect(&etcd.url_as(alice, &path, ""))
-            .await
-            .expect("alice connects"),
-    );
-    let mut guard = owner
+    let owner = backend(&etcd.url_as(alice, &path, "")).await;
+    // Bob, aimed at alice's prefix: he connects (the status request needs
+    // no key rights), and is refused on every touch of her lock.
+    let intruder = backend(&etcd.url_as(bob, &path, "")).await;
+    let secrets = [etcd.password_of(alice), etcd.password_of(bob)];
+    let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
+    another_identity_is_refused(owner.clone(), intruder.clone(), &secrets).await;
+
+    // The refusal says what is missing.
+    let others = Locker::from_arc(intruder);
+    let error = others
         .lock_with("job", AcquireOptions::with_ttl(TTL).wait(Wait::No))
         .await
-        .expect("alice locks under her prefix");
-    let lease = guard.lease();
-
-    // Bob, aimed at alice's prefix.
-    let intruder = EtcdBackend::connect(&etcd.url_as(bob, &path, ""))
-        .await
-        .expect("bob connects (the status request needs no key rights)");
-    let name = LockName::new("job").unwrap();
-    refused("read the owner", intruder.holder(&name).await);
-    refused("release", intruder.release(&lease).await);
-    let renewed = intruder.renew(&lease, TTL).await;
+        .expect_err("bob is refused");
     assert!(
-        renewed.is_err(),
-        "renew of a lease bob's client never granted: {renewed:?}"
-    );
-    let other = Locker::new(intruder.clone());
-    refused(
-        "take",
-        other
-            .lock_with("job", AcquireOptions::with_ttl(TTL).wait(Wait::No))
-            .await,
+        error.to_string().contains("etcd") && error.to_string().contains("permission denied"),
+        "{error}"
     );
 
-    // Bob's own client, straight at the keys.
+    // By hand, with bob's own etcd client: alice's keys can be neither
+    // read nor deleted, and root still sees her key.
+    let guard = Locker::from_arc(owner)
+        .lock_with("by-hand", AcquireOptions::with_ttl(TTL).wait(Wait::No))
+        .await
+        .expect("alice locks under her prefix");
     let mut raw = etcd_client::Client::connect(
         [etcd.etcd.endpoints()],
         Some(etcd_client::ConnectOptions::new().with_user(bob, etcd.password_of(bob))),
     )
     .await
     .expect("bob's etcd client");
-    let keys = etcd_client::GetOptions::new().with_prefix();
     let deleted = raw
         .delete(
             path.clone(),
@@ -80,26 +63,26 @@ async fn another_team_cannot_touch_a_held_lock() {
         )
         .await;
     assert!(deleted.is_err(), "bob deleted alice's keys: {deleted:?}");
-    let read = raw.get(path.clone(), Some(keys)).await;
+    let read = raw
+        .get(
+            path.clone(),
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        )
+        .await;
     assert!(read.is_err(), "bob read alice's keys: {read:?}");
-
-    // Alice still holds, renews and releases.
+    let held = etcd
+        .ctl_as_root(&["get", "--prefix", "--keys-only", &path])
+        .expect("etcdctl as root");
+    assert!(held.contains("by-hand/"), "the key is gone: {held}");
     assert!(
         guard.is_held().await.expect("is_held"),
         "alice lost her lock"
     );
-    let held = etcd
-        .ctl_as_root(&["get", "--prefix", "--keys-only", &path])
-        .expect("etcdctl as root");
-    assert!(held.contains("job/"), "the key is gone: {held}");
-    guard.extend(TTL).await.expect("alice renews");
     guard.release().await.expect("alice releases");
 
     // Bob's own prefix is his to lock.
-    let own = Locker::new(
-        EtcdBackend::connect(&etcd.url_as(bob, &format!("{team_b}{}", fresh_table()), ""))
-            .await
-            .expect("bob connects to his prefix"),
+    let own = Locker::from_arc(
+        backend(&etcd.url_as(bob, &format!("{team_b}{}", fresh_table()), "")).await,
     );
     own.lock_with("job", AcquireOptions::with_ttl(TTL).wait(Wait::No))
         .await
