@@ -132,6 +132,26 @@ impl UrlTarget {
         Self::new("etcd", server.url(&fresh_table(), ""))
     }
 
+    /// A fresh key prefix on the shared TLS-only etcd, reached with the
+    /// test CA and a client certificate.
+    #[cfg(feature = "etcd")]
+    pub async fn etcd_tls() -> Self {
+        let server = crate::servers::etcd::Etcd::shared_tls().await;
+        Self::new("etcd_tls", server.url(&fresh_table(), ""))
+    }
+
+    /// A fresh key prefix under `team-a/` on the shared etcd with auth on,
+    /// as the user whose role may read and write `team-a/` only.
+    #[cfg(feature = "etcd")]
+    pub async fn etcd_auth() -> Self {
+        let server = crate::servers::etcd_auth::EtcdAuth::shared().await;
+        let (user, prefix) = crate::servers::etcd_auth::TEAMS[0];
+        Self::new(
+            "etcd_auth",
+            server.url_as(user, &format!("{prefix}{}", fresh_table()), ""),
+        )
+    }
+
     /// A fresh chroot on the shared standalone ZooKeeper server.
     #[cfg(feature = "zk")]
     pub async fn zk() -> Self {

@@ -71,6 +71,15 @@ impl ServerUrl {
         }
     }
 
+    /// The same server with options every URL of it carries before the
+    /// test's own (a TLS-only server's CA and client certificate).
+    pub fn with_query(self, query: impl Into<String>) -> Self {
+        Self {
+            query: query.into(),
+            ..self
+        }
+    }
+
     /// Checks `text` against what the tests of `backend` need (see
     /// [`Backend`]). The error never contains the password.
     pub fn parse(backend: &Backend, text: &str) -> Result<Self, String> {
