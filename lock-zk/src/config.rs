@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use lock_core::backend::{HostList, QueryOptions};
 use lock_core::secret::{PASSWORD_FILE, Password};
+use lock_core::tls::TlsOptions;
 use lock_core::{Error, Result};
 
 /// A parsed `zk://` URL. `Debug` never shows the password.
@@ -33,6 +34,9 @@ pub struct ZkConfig {
     /// Bounds the making of a session (option `connect_timeout`, default
     /// 5 s).
     pub connect_timeout: Duration,
+    /// TLS to servers with a `secureClientPort` (`tls`, `tls_ca`,
+    /// `tls_cert`, `tls_key`). `tls=true` trusts the system's store.
+    pub tls: TlsOptions,
 }
 
 impl fmt::Debug for ZkConfig {
@@ -45,6 +49,7 @@ impl fmt::Debug for ZkConfig {
             .field("timeout", &self.timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("container_parents", &self.container_parents)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -58,6 +63,10 @@ impl ZkConfig {
         PASSWORD_FILE,
         "timeout",
         "connect_timeout",
+        "tls",
+        "tls_ca",
+        "tls_cert",
+        "tls_key",
     ];
     const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
     const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -92,6 +101,7 @@ impl ZkConfig {
             }
             None => None,
         };
+        let tls = TlsOptions::from_query(&mut q, false)?;
         q.finish(Self::OPTIONS)?;
         let hosts = hosts
             .iter()
@@ -105,6 +115,7 @@ impl ZkConfig {
             container_parents: true,
             timeout,
             connect_timeout,
+            tls,
         })
     }
 

@@ -118,7 +118,7 @@ impl Mariadb {
             let server = SqlInstance {
                 label: if tls { LABEL_TLS } else { LABEL },
                 url: if tls {
-                    url.with_query(&ca.url_options(USER))
+                    url.with_query(ca.url_options(USER))
                 } else {
                     url
                 },

@@ -104,7 +104,7 @@ impl Postgres {
             let server = SqlInstance {
                 label: if tls { LABEL_TLS } else { LABEL },
                 url: if tls {
-                    url.with_query(&TestCa::shared().url_options(USER))
+                    url.with_query(TestCa::shared().url_options(USER))
                 } else {
                     url
                 },
