@@ -266,6 +266,8 @@ impl fmt::Debug for TlsMaterial {
 
 #[cfg(feature = "rustls")]
 mod client_config;
+#[cfg(feature = "rustls")]
+pub use client_config::server_name;
 
 #[cfg(test)]
 mod tests {

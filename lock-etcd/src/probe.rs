@@ -14,7 +14,6 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout, timeout_at};
 use tokio_rustls::TlsConnector;
 use tokio_rustls::rustls;
-use tokio_rustls::rustls::pki_types::ServerName;
 
 use crate::config::EtcdConfig;
 
@@ -143,9 +142,7 @@ async fn handshake(
     config: Arc<tokio_rustls::rustls::ClientConfig>,
 ) -> Option<std::io::Result<tokio_rustls::client::TlsStream<TcpStream>>> {
     let tcp = TcpStream::connect(addr).await.ok()?;
-    let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    let name = ServerName::try_from(host.to_owned()).ok()?;
+    let name = lock_core::tls::server_name(addr).ok()?;
     let mut config = Arc::unwrap_or_clone(config);
     config.alpn_protocols = vec![b"h2".to_vec()];
     Some(

@@ -9,7 +9,6 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
-use tokio_rustls::rustls::pki_types::ServerName;
 
 /// One open connection.
 #[derive(Debug)]
@@ -27,10 +26,8 @@ pub(crate) async fn dial(addr: &str, tls: Option<&TlsConnector>) -> io::Result<S
     let Some(tls) = tls else {
         return Ok(Stream::Plain(tcp));
     };
-    let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    let name = ServerName::try_from(host.to_owned())
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{host}: {e}")))?;
+    let name = lock_core::tls::server_name(addr)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     Ok(Stream::Tls(Box::new(tls.connect(name, tcp).await?)))
 }
 

@@ -5,11 +5,19 @@
 use std::sync::Arc;
 
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
 
 use super::TlsMaterial;
 use crate::error::Result;
+
+/// The name a server's certificate must carry, from its `host:port`
+/// (`[::1]:port` for IPv6): a DNS name, or an IP address.
+pub fn server_name(addr: &str) -> Result<ServerName<'static>, String> {
+    let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    ServerName::try_from(host.to_owned()).map_err(|e| format!("{host}: {e}"))
+}
 
 /// Makes rustls's `ring` provider the process default unless one is set:
 /// drivers that build their configuration with `ClientConfig::builder()`
