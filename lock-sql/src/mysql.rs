@@ -12,36 +12,28 @@
 //! stopped by the server instead of running, and perhaps taking the row,
 //! after the client gave up on it.
 
-use std::fmt;
-use std::path::PathBuf;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::backend::{QueryOptions, async_trait};
-use lock_core::secret::{PASSWORD_FILE, read_password_file};
-use lock_core::tls::TlsOptions;
-use lock_core::url::redact;
-use lock_core::{Capabilities, Error, Fencing, FencingToken, LockName, Result};
+use lock_core::backend::async_trait;
+use lock_core::secret::read_password_file;
+use lock_core::{Capabilities, Fencing, FencingToken, LockName, Result};
 use sqlx::error::DatabaseError;
-use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions};
+use sqlx::mysql::{MySqlConnection, MySqlPool, MySqlPoolOptions};
 use sqlx::{AssertSqlSafe, Row as _};
 use tokio::sync::OnceCell;
 
 use crate::admission::Admission;
 use crate::backend::{SqlBackend, within};
-use crate::config::{COMMON, CommonOptions, Shown, driver_url, password_file, server_limit};
+use crate::config::server_limit;
 use crate::driver::{Driver, Released, Row};
 use crate::error::ErrorMap;
 use crate::groups::{GroupKey, Want};
 use crate::pool::Checked;
 use crate::table::TableName;
-use crate::tls::Tls;
 
-/// Options handed to sqlx unchanged: its TLS options, accepted unless the
-/// shared names are given.
-const PASSTHROUGH: &[&str] = &["ssl-mode", "ssl-ca", "ssl-cert", "ssl-key"];
-const DRIVER_TLS: &[&str] = PASSTHROUGH;
+mod config;
+pub(crate) use config::Config;
 
 const CAPABILITIES: Capabilities = Capabilities::new(crate::MYSQL_NAME, Fencing::Strict)
     .with_semaphores(true)
@@ -64,60 +56,6 @@ pub(crate) fn transient(e: &dyn DatabaseError) -> bool {
         .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
         .map(|m| m.number().to_string());
     code.is_some_and(|c| CODES.contains(&c.as_str()))
-}
-
-/// The parts of a `mysql://` or `mariadb://` URL.
-pub(crate) struct Config {
-    common: CommonOptions,
-    options: MySqlConnectOptions,
-    /// The URL without its password, for `Debug`.
-    redacted: String,
-    password_file: Option<PathBuf>,
-    tls: Tls,
-}
-
-impl fmt::Debug for Config {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let shown = Shown {
-            redacted: &self.redacted,
-            common: &self.common,
-            password_file: self.password_file.as_deref(),
-            tls: &self.tls,
-        };
-        shown.fmt("MySql", f)
-    }
-}
-
-impl Config {
-    pub(crate) fn parse(url: &str) -> Result<Self> {
-        let mut q = QueryOptions::parse(url)?;
-        let common = CommonOptions::take(&mut q, url)?;
-        let password_file = password_file(url, &mut q)?;
-        let tls = Tls::take(&mut q, url, DRIVER_TLS)?;
-        let sqlx_url = driver_url(url, &mut q, PASSTHROUGH);
-        q.finish(
-            &[
-                COMMON,
-                &[PASSWORD_FILE],
-                &TlsOptions::URL_OPTIONS,
-                PASSTHROUGH,
-            ]
-            .concat(),
-        )?;
-        // sqlx knows the `mysql` scheme only; both name the same protocol.
-        let sqlx_url = sqlx_url
-            .strip_prefix("mariadb:")
-            .map_or(sqlx_url.clone(), |rest| format!("mysql:{rest}"));
-        let options = MySqlConnectOptions::from_str(&sqlx_url)
-            .map_err(|e| Error::invalid_url(url, e.to_string()))?;
-        Ok(Self {
-            common,
-            options,
-            redacted: redact(url),
-            password_file,
-            tls,
-        })
-    }
 }
 
 /// Connects to the database `config` names, creating the table if it is
