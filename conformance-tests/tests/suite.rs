@@ -18,3 +18,5 @@ conformance_suite!(memcache, UrlTarget::memcache());
 conformance_suite!(zk, UrlTarget::zk());
 conformance_suite!(zk_ensemble, UrlTarget::zk_ensemble());
 conformance_core!(memcache_tls, UrlTarget::memcache_tls());
+conformance_core!(redis_tls, UrlTarget::redis_tls());
+conformance_core!(redlock_tls, UrlTarget::redlock_tls());

@@ -20,6 +20,7 @@ use redis::{
 
 use crate::config::SentinelConfig;
 use crate::error::convert;
+use crate::tls::explained;
 
 /// One server's reconnecting connection, a cluster's, or the one to the
 /// master that Redis Sentinel names.
@@ -79,10 +80,14 @@ pub async fn open(
         .set_response_timeout(Some(timeout))
         .set_number_of_retries(1);
     let connect = client.get_connection_manager_with_config(manager);
+    let tls = matches!(
+        client.get_connection_info().addr(),
+        ConnectionAddr::TcpTls { .. }
+    );
     let conn = tokio::time::timeout(connect_timeout, connect)
         .await
         .map_err(|_| Error::timeout("connecting to redis", connect_timeout))?
-        .map_err(|e| convert(label, "connect", connect_timeout, e))?;
+        .map_err(|e| explained(convert(label, "connect", connect_timeout, e), tls))?;
     Ok(Conn::Single(conn))
 }
 

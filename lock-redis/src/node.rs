@@ -177,7 +177,7 @@ pub struct NodeHolder {
 impl Node {
     /// Connects to the server `config` names.
     pub async fn connect(config: &NodeConfig, keys: Keys) -> Result<Self> {
-        let client = Client::open(config.url()).map_err(|e| config.invalid(e))?;
+        let client = config.client()?;
         Self::with_client(
             client,
             config.label.clone(),

@@ -71,6 +71,13 @@ impl ServerUrl {
         }
     }
 
+    /// The same server with `query` (no leading `?`) as its own options,
+    /// which every URL carries: the TLS options of a TLS-only server.
+    pub fn with_query(mut self, query: &str) -> Self {
+        self.query = query.to_owned();
+        self
+    }
+
     /// Checks `text` against what the tests of `backend` need (see
     /// [`Backend`]). The error never contains the password.
     pub fn parse(backend: &Backend, text: &str) -> Result<Self, String> {
