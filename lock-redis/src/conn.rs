@@ -18,7 +18,7 @@ use redis::{
     Value,
 };
 
-use crate::config::SentinelConfig;
+use crate::config::{NodeConfig, SentinelConfig};
 use crate::error::convert;
 use crate::tls::explained;
 
@@ -91,31 +91,40 @@ pub async fn open(
     Ok(Conn::Single(conn))
 }
 
-/// A cluster client of the seed nodes `urls`, with lock-redis's timeouts:
+/// A cluster client of the seed nodes `seeds`, with lock-redis's timeouts
+/// and the seeds' TLS (every node's connection, not only the seeds'):
 /// every command bounded by `timeout`, each connection by
 /// `connect_timeout`, and two retries (a `MOVED` or `ASK` costs one).
 pub fn cluster_client(
-    urls: Vec<String>,
+    seeds: &[NodeConfig],
     timeout: Duration,
     connect_timeout: Duration,
-) -> ClusterClientBuilder {
-    ClusterClient::builder(urls)
+) -> Result<ClusterClientBuilder> {
+    let urls: Vec<&str> = seeds.iter().map(NodeConfig::url).collect();
+    let builder = ClusterClient::builder(urls)
         .connection_timeout(connect_timeout)
         .response_timeout(timeout)
-        .retries(2)
+        .retries(2);
+    let tls = seeds.first().map(|s| &s.tls).cloned().unwrap_or_default();
+    Ok(match crate::tls::certificates(&tls)? {
+        Some(certificates) => builder.certs(certificates),
+        None => builder,
+    })
 }
 
 /// A cluster connection through `client`, which learns the cluster's
-/// slots from whichever of its seed nodes answers first.
+/// slots from whichever of its seed nodes answers first; `tls` says
+/// whether it uses TLS (for the hint on a failure).
 pub async fn open_cluster(
     client: &ClusterClient,
     label: &str,
     connect_timeout: Duration,
+    tls: bool,
 ) -> Result<ClusterConnection> {
     tokio::time::timeout(connect_timeout, client.get_async_connection())
         .await
         .map_err(|_| Error::timeout("connecting to the redis cluster", connect_timeout))?
-        .map_err(|e| convert(label, "connect", connect_timeout, e))
+        .map_err(|e| explained(convert(label, "connect", connect_timeout, e), tls))
 }
 
 /// The master that Redis Sentinel names, followed across failovers: the

@@ -78,14 +78,8 @@ impl Redis {
     }
 
     /// Starts a server on `port` without waiting for it, so that several
-    /// boot at once.
-    pub(super) fn spawn_on(port: u16, extra: &[&str]) -> Self {
-        Self::spawn_as(false, port, extra)
-    }
-
-    /// [`spawn_on`](Self::spawn_on), TLS-only if `tls` (`port` is then
-    /// the TLS port, and `extra` may add `--tls-replication yes` and
-    /// `--tls-cluster yes`).
+    /// boot at once; TLS-only if `tls` (`port` is then the TLS port, and
+    /// `extra` may add `--tls-replication yes` and `--tls-cluster yes`).
     pub(super) fn spawn_as(tls: bool, port: u16, extra: &[&str]) -> Self {
         let server = find_binary("redis-server", &[], "redis-server")
             .to_string_lossy()
@@ -312,17 +306,23 @@ impl Redis {
             command.args(["-n", self.url.path()]);
         }
         if self.tls {
-            let pki = TestCa::shared();
-            let client = pki.client(USER);
-            command.arg("--tls").arg("--cacert").arg(&pki.ca);
-            command.arg("--cert").arg(&client.cert);
-            command.arg("--key").arg(&client.key);
+            command.args(tls_cli_args());
         } else if self.url.scheme() == "rediss" {
             command.arg("--tls");
         }
         command.arg("--no-auth-warning").args(args);
         command
     }
+}
+
+/// What makes `redis-cli` reach a TLS-only server of the harness.
+pub(super) fn tls_cli_args() -> Vec<std::ffi::OsString> {
+    let pki = TestCa::shared();
+    let client = pki.client(USER);
+    let mut args: Vec<std::ffi::OsString> = vec!["--tls".into(), "--cacert".into()];
+    args.extend([pki.ca.clone().into(), "--cert".into(), client.cert.into()]);
+    args.extend(["--key".into(), client.key.into()]);
+    args
 }
 
 /// The value of `name` in `INFO`-style `name:value` lines.
