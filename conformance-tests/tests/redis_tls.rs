@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use conformance_tests::servers::redis::{Redis, RedisSet};
 use conformance_tests::servers::redis_cluster::RedisCluster;
+use conformance_tests::servers::redis_sentinel::RedisSentinel;
 use conformance_tests::targets::fresh_table;
 use conformance_tests::tls_refusals::refused_clearly;
 use lock_core::{AcquireOptions, Locker, Wait};
@@ -88,7 +89,18 @@ async fn grant_fence_release_wake(url: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tls_cluster_grants_fences_releases_and_wakes_a_waiter() {
     let cluster = RedisCluster::shared_tls().await;
-    grant_fence_release_wake(&cluster.url(&format!("prefix={}:", fresh_table()))).await;
+    let url = cluster.url(&format!("prefix={}:", fresh_table()));
+    // The URL's TLS options turn TLS on; the scheme that implies it too.
+    let url = url.replacen("redis+cluster://", "rediss+cluster://", 1);
+    grant_fence_release_wake(&url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_sentinel_topology_grants_fences_releases_and_wakes_a_waiter() {
+    let topology = RedisSentinel::shared_tls().await;
+    let url = topology.url(&format!("prefix={}:", fresh_table()));
+    let url = url.replacen("redis+sentinel://", "rediss+sentinel://", 1);
+    grant_fence_release_wake(&url).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -103,5 +115,20 @@ async fn bad_tls_settings_are_refused_clearly_by_a_cluster() {
         )
     };
     let password = cluster.nodes()[0].password();
+    refused_clearly("redis", url, 2 * CONNECT_TIMEOUT, Some(password)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_tls_settings_are_refused_clearly_by_sentinels() {
+    let topology = RedisSentinel::shared_tls().await;
+    let base = topology.url("");
+    let base = base.split_once('?').map_or(base.as_str(), |(b, _)| b);
+    let url = |tls: &str| {
+        format!(
+            "{base}?connect_timeout={}ms&{tls}",
+            CONNECT_TIMEOUT.as_millis()
+        )
+    };
+    let password = topology.data_nodes()[0].password();
     refused_clearly("redis", url, 2 * CONNECT_TIMEOUT, Some(password)).await;
 }

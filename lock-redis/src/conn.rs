@@ -15,7 +15,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{
     Client, Cmd, ConnectionAddr, ErrorKind, Pipeline, RedisError, RedisFuture, ServerErrorKind,
-    Value,
+    TlsMode, Value,
 };
 
 use crate::config::{NodeConfig, SentinelConfig};
@@ -151,6 +151,8 @@ pub struct SentinelConn {
     label: String,
     connect_timeout: Duration,
     timeout: Duration,
+    /// Whether the sentinels are reached over TLS.
+    tls: bool,
 }
 
 impl SentinelConn {
@@ -162,13 +164,31 @@ impl SentinelConn {
         timeout: Duration,
     ) -> Result<Arc<Self>> {
         let invalid = |e: redis::RedisError| Error::invalid_url(&config.redacted, e.to_string());
+        let certificates = crate::tls::certificates(&config.tls)?;
         let addrs = config
             .sentinels
             .iter()
-            .map(|(host, port)| ConnectionAddr::Tcp(host.clone(), *port));
+            .map(|(host, port)| match certificates {
+                None => ConnectionAddr::Tcp(host.clone(), *port),
+                Some(_) => ConnectionAddr::TcpTls {
+                    host: host.clone(),
+                    port: *port,
+                    insecure: false,
+                    tls_params: None,
+                },
+            });
         let mut builder =
             SentinelClientBuilder::new(addrs, &config.master, SentinelServerType::Master)
                 .map_err(invalid)?;
+        // The same trust and client certificate to the sentinels and to the
+        // data nodes they name.
+        if let Some(certificates) = certificates {
+            builder = builder
+                .set_client_to_sentinel_tls_mode(TlsMode::Secure)
+                .set_client_to_sentinel_certificates(certificates.clone())
+                .set_client_to_redis_tls_mode(TlsMode::Secure)
+                .set_client_to_redis_certificates(certificates);
+        }
         if let Some(user) = &config.username {
             builder = builder.set_client_to_redis_username(user);
         }
@@ -184,6 +204,7 @@ impl SentinelConn {
             label: label.to_owned(),
             connect_timeout,
             timeout,
+            tls: config.tls.is_enabled(),
         });
         conn.master().await?;
         Ok(conn)
@@ -208,11 +229,10 @@ impl SentinelConn {
                 Error::timeout("asking the sentinels for the master", self.connect_timeout)
             })?
             .map_err(|e| {
-                convert(
-                    &self.label,
-                    "ask the sentinels for the master",
-                    self.connect_timeout,
-                    e,
+                let asking = "ask the sentinels for the master";
+                explained(
+                    convert(&self.label, asking, self.connect_timeout, e),
+                    self.tls,
                 )
             })
     }

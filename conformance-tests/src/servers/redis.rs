@@ -40,10 +40,11 @@ impl Redis {
         Self::start_with(&[]).await
     }
 
-    /// Starts a replica of `primary`, replicating asynchronously as Redis does.
+    /// Starts a replica of `primary`, replicating asynchronously as Redis
+    /// does; over TLS if `primary` takes TLS only.
     pub async fn replica_of(primary: &Redis) -> Self {
         let port = primary.port().to_string();
-        Self::start_with(&[
+        let replicate = [
             "--replicaof",
             "127.0.0.1",
             &port,
@@ -51,8 +52,13 @@ impl Redis {
             USER,
             "--masterauth",
             PASSWORD,
-        ])
-        .await
+        ];
+        let tls: &[&str] = if primary.tls {
+            &["--tls-replication", "yes"]
+        } else {
+            &[]
+        };
+        Self::start_as(primary.tls, &[&replicate[..], tls].concat()).await
     }
 
     /// Starts a new server with these extra `redis-server` arguments (e.g.
@@ -68,7 +74,8 @@ impl Redis {
         Self::start_as(true, &[]).await
     }
 
-    async fn start_as(tls: bool, extra: &[&str]) -> Self {
+    /// [`start_with`](Self::start_with), TLS-only if `tls`.
+    pub(super) async fn start_as(tls: bool, extra: &[&str]) -> Self {
         start_on_loopback("redis", 1, |ports| async move {
             let redis = Self::spawn_as(tls, ports[0], extra);
             redis.wait_started(&[]).await?;

@@ -10,8 +10,8 @@ use distlock::backend::async_trait;
 use distlock::lock_redis::config::RedisConfig;
 use distlock::{Error, OwnerToken, Result};
 
-use super::redis_ops::RawNode;
 use super::Floor;
+use super::redis_ops::RawNode;
 
 /// A connection to the library's server.
 pub(super) struct RedisFloor {
