@@ -15,6 +15,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod access;
 pub mod cases;
 pub mod proxy;
 pub mod servers;

@@ -373,11 +373,14 @@ async fn storm(t: &dyn Target, storm: Storm) -> Verdict {
         record.grants,
         &record.problems[..record.problems.len().min(10)]
     );
+    // A grant that arrived after its lease ran out (slow replies on a
+    // loaded machine) was still made by the server: the storm ran.
     assert!(
-        record.grants >= NAMES * 5,
-        "{}: only {} grants in {length:?}: the storm did not run",
+        record.grants + record.late_grants >= NAMES * 5,
+        "{}: only {} grants ({} of them arrived lost) in {length:?}: the storm did not run",
         t.label(),
-        record.grants
+        record.grants + record.late_grants,
+        record.late_grants
     );
     Verdict::Passed
 }

@@ -132,6 +132,26 @@ impl UrlTarget {
         Self::new("etcd", server.url(&fresh_table(), ""))
     }
 
+    /// A fresh key prefix on the shared TLS-only etcd, reached with the
+    /// test CA and a client certificate.
+    #[cfg(feature = "etcd")]
+    pub async fn etcd_tls() -> Self {
+        let server = crate::servers::etcd::Etcd::shared_tls().await;
+        Self::new("etcd_tls", server.url(&fresh_table(), ""))
+    }
+
+    /// A fresh key prefix under `team-a/` on the shared etcd with auth on,
+    /// as the user whose role may read and write `team-a/` only.
+    #[cfg(feature = "etcd")]
+    pub async fn etcd_auth() -> Self {
+        let server = crate::servers::etcd_auth::EtcdAuth::shared().await;
+        let (user, prefix) = crate::servers::etcd_auth::TEAMS[0];
+        Self::new(
+            "etcd_auth",
+            server.url_as(user, &format!("{prefix}{}", fresh_table()), ""),
+        )
+    }
+
     /// A fresh chroot on the shared standalone ZooKeeper server.
     #[cfg(feature = "zk")]
     pub async fn zk() -> Self {
@@ -144,6 +164,23 @@ impl UrlTarget {
     pub async fn zk_ensemble() -> Self {
         let ensemble = crate::servers::zookeeper::ZooKeeper::shared_ensemble().await;
         Self::new("zk_ensemble", ensemble.url(&fresh_table(), ""))
+    }
+
+    /// A fresh chroot on the shared ZooKeeper, as a digest user: every node
+    /// is the user's alone (creator-only ACLs).
+    #[cfg(feature = "zk")]
+    pub async fn zk_auth() -> Self {
+        let server = crate::servers::zookeeper::ZooKeeper::shared().await;
+        let auth = "auth=digest:distlock:distlock-pw";
+        Self::new("zk_auth", server.url(&fresh_table(), auth))
+    }
+
+    /// A fresh chroot on the shared TLS-only ZooKeeper, reached with the
+    /// test CA and a client certificate.
+    #[cfg(feature = "zk")]
+    pub async fn zk_tls() -> Self {
+        let server = crate::servers::zookeeper::ZooKeeper::shared_tls().await;
+        Self::new("zk_tls", server.url(&fresh_table(), ""))
     }
 
     /// A fresh key prefix on the shared memcached.

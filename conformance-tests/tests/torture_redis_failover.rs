@@ -13,7 +13,7 @@ use conformance_tests::servers::redis::Redis;
 use conformance_tests::servers::redis_cluster::RedisCluster;
 use conformance_tests::servers::redis_sentinel::RedisSentinel;
 use conformance_tests::targets::fresh_table;
-use conformance_tests::torture::{duration, hold_to_claim_for, rows};
+use conformance_tests::torture::{Row, duration, hold_to_claim_for, rows};
 use distlock_torture::{Nemesis, Run};
 use lock_core::backend::async_trait;
 
@@ -114,6 +114,13 @@ impl Nemesis for ClusterFailover<'_> {
     }
 }
 
+/// Runs one README row on `url` under `nemesis`, long enough for a
+/// failover, and holds it to its claim.
+async fn hold_row(label: &str, url: &str, row: &Row, nemesis: &mut dyn Nemesis) {
+    let length = duration(TTL).max(AT_LEAST);
+    hold_to_claim_for(WORKER, label, url, TTL, length, row, nemesis).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_keeps_its_claims_under_failover() {
     let sentinel = RedisSentinel::start().await;
@@ -129,17 +136,7 @@ async fn sentinel_keeps_its_claims_under_failover() {
             sentinel: &sentinel,
             killed: None,
         };
-        let length = duration(TTL).max(AT_LEAST);
-        hold_to_claim_for(
-            WORKER,
-            "redis-sentinel",
-            &url,
-            TTL,
-            length,
-            &row,
-            &mut nemesis,
-        )
-        .await;
+        hold_row("redis-sentinel", &url, &row, &mut nemesis).await;
     }
 }
 
@@ -153,16 +150,6 @@ async fn cluster_keeps_its_claims_under_failover() {
             cluster: &cluster,
             killed: None,
         };
-        let length = duration(TTL).max(AT_LEAST);
-        hold_to_claim_for(
-            WORKER,
-            "redis-cluster",
-            &url,
-            TTL,
-            length,
-            &row,
-            &mut nemesis,
-        )
-        .await;
+        hold_row("redis-cluster", &url, &row, &mut nemesis).await;
     }
 }

@@ -4,6 +4,7 @@
 //! backend, whose locks each worker process keeps to itself), and clear
 //! failures on bad input.
 
+use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::Value;
@@ -20,12 +21,13 @@ fn torture(args: &[&str]) -> Output {
         .unwrap()
 }
 
-#[test]
-fn a_paused_holder_is_fenced_and_nothing_breaks() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}/locks.db", dir.path().display());
-    let keep = dir.path().join("run");
-    let run = torture(&[
+/// A torture run on a fresh SQLite database that kept its history in
+/// `keep`, with `clients` workers and the other `args`: it succeeded,
+/// granted, injected one fault and broke none of the promises that
+/// `zeros` name. Returns its JSON report.
+fn clean_run(dir: &Path, keep: &Path, clients: &str, args: &[&str], zeros: &[&str]) -> Value {
+    let url = format!("sqlite://{}/locks.db", dir.display());
+    let mut all = vec![
         "--url",
         &url,
         "--duration",
@@ -33,29 +35,44 @@ fn a_paused_holder_is_fenced_and_nothing_breaks() {
         "--ttl",
         "400ms",
         "--clients",
-        "3",
-        "--pause",
+        clients,
         "--json",
         "--keep",
         keep.to_str().unwrap(),
-    ]);
+    ];
+    all.extend_from_slice(args);
+    let run = torture(&all);
     let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "{stderr}");
+    assert!(run.status.success(), "{args:?}: {stderr}");
     let report: Value = serde_json::from_slice(&run.stdout).unwrap();
+    let figures = &report["figures"];
+    assert!(figures["grants"].as_u64().unwrap() > 0, "{report}");
+    assert_eq!(
+        figures["faults"], 1,
+        "one fault in 2.5 s at a 400 ms TTL: {report}"
+    );
+    for zero in zeros {
+        assert_eq!(figures[zero], 0, "{args:?} {zero}: {report}");
+    }
+    report
+}
+
+/// The promises every lock makes.
+const KEPT: [&str; 4] = [
+    "unsafe_overlaps",
+    "stale_writes_accepted",
+    "token_order_violations",
+    "lost_writes",
+];
+
+#[test]
+fn a_paused_holder_is_fenced_and_nothing_breaks() {
+    let dir = tempfile::tempdir().unwrap();
+    let keep = dir.path().join("run");
+    let report = clean_run(dir.path(), &keep, "3", &["--pause"], &KEPT);
     assert_eq!(report["backend"], "sqlite");
     assert_eq!(report["fault"], "pause-holder");
     assert_eq!(report["strict_fencing"], true);
-    let figures = &report["figures"];
-    assert!(figures["grants"].as_u64().unwrap() > 0, "{report}");
-    assert_eq!(figures["faults"], 1, "one pause in 2.5 s at a 400 ms TTL");
-    for zero in [
-        "unsafe_overlaps",
-        "stale_writes_accepted",
-        "token_order_violations",
-        "lost_writes",
-    ] {
-        assert_eq!(figures[zero], 0, "{zero}: {report}");
-    }
     // The history it kept has the pause and every worker's grants.
     let history = std::fs::read_to_string(keep.join("mutex/history")).unwrap();
     assert!(history.contains(" fault pause-holder"), "{history}");
@@ -72,43 +89,15 @@ fn a_paused_holder_is_fenced_and_nothing_breaks() {
 #[test]
 fn a_semaphore_and_a_read_write_lock_keep_their_promises() {
     let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}/locks.db", dir.path().display());
+    let mut zeros = KEPT.to_vec();
+    zeros.push("leaked_permits");
     for (family, fault, lock, grant) in [
         ("--permits=2", "--pause", "semaphore/2", " permit/2"),
         ("--read-write", "--kill", "read-write", " write"),
     ] {
         let keep = dir.path().join(lock.replace('/', "-"));
-        let run = torture(&[
-            "--url",
-            &url,
-            "--duration",
-            "2500ms",
-            "--ttl",
-            "400ms",
-            "--clients",
-            "4",
-            family,
-            fault,
-            "--json",
-            "--keep",
-            keep.to_str().unwrap(),
-        ]);
-        let stderr = String::from_utf8_lossy(&run.stderr);
-        assert!(run.status.success(), "{family}: {stderr}");
-        let report: Value = serde_json::from_slice(&run.stdout).unwrap();
+        let report = clean_run(dir.path(), &keep, "4", &[family, fault], &zeros);
         assert_eq!(report["lock"], lock);
-        let figures = &report["figures"];
-        assert!(figures["grants"].as_u64().unwrap() > 0, "{report}");
-        assert_eq!(figures["faults"], 1, "{report}");
-        for zero in [
-            "unsafe_overlaps",
-            "stale_writes_accepted",
-            "token_order_violations",
-            "lost_writes",
-            "leaked_permits",
-        ] {
-            assert_eq!(figures[zero], 0, "{family} {zero}: {report}");
-        }
         let label = lock.split('/').next().unwrap();
         let history = std::fs::read_to_string(keep.join(label).join("history")).unwrap();
         assert!(history.lines().any(|l| l.ends_with(grant)), "{history}");

@@ -139,6 +139,8 @@ impl TlsOptions {
         if !self.enabled {
             return Ok(None);
         }
+        #[cfg(feature = "rustls")]
+        client_config::install_default_provider();
         let read = |option: &str, path: &Path, label: &[&str]| -> Result<Vec<u8>> {
             let invalid = |reason: String| Error::InvalidConfig {
                 backend,
@@ -175,6 +177,39 @@ impl TlsOptions {
             identity,
         }))
     }
+}
+
+/// Where Linux distributions keep the system's CA bundle, as PEM.
+const SYSTEM_BUNDLES: &[&str] = &[
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/ca-bundle.pem",
+    "/etc/ssl/cert.pem",
+];
+
+/// The operating system's trust store as one PEM bundle (`SSL_CERT_FILE`
+/// if set, else the distribution's bundle), for drivers that take roots as
+/// PEM only; an error naming `backend` when there is none.
+pub fn system_roots_pem(backend: &'static str) -> Result<Vec<u8>> {
+    let given = std::env::var_os("SSL_CERT_FILE").map(PathBuf::from);
+    let candidates = given
+        .into_iter()
+        .chain(SYSTEM_BUNDLES.iter().map(PathBuf::from));
+    for path in candidates {
+        if let Ok(pem) = std::fs::read(&path)
+            && pem_has(&pem, &["CERTIFICATE"])
+        {
+            return Ok(pem);
+        }
+    }
+    Err(Error::InvalidConfig {
+        backend,
+        reason: format!(
+            "\"tls=true\" trusts the system's CA bundle, and none was found (SSL_CERT_FILE, {}); \
+             give the CA with \"tls_ca\"",
+            SYSTEM_BUNDLES.join(", ")
+        ),
+    })
 }
 
 /// Whether `pem` has a `-----BEGIN {label}-----` line for one of `labels`.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, SortOrder, SortTarget};
+use etcd_client::{Client, Compare, CompareOp, GetOptions, SortOrder, SortTarget};
 use lock_core::backend::{
     AcquireRequest, BackendStats, Backoff, Holder, Lease, LockBackend, Retry, WaitBudget,
     async_trait,
@@ -15,7 +15,6 @@ use lock_core::backend::{
 use lock_core::{Capabilities, Error, FencingToken, LockKind, LockName, Result};
 
 use crate::config::{EtcdConfig, EtcdOptions};
-use crate::error::convert;
 use crate::handover::EtcdHandovers;
 use crate::queue::{Ahead, Line, Place, Requeue, still_ours};
 use crate::session::{Session, Sessions};
@@ -48,22 +47,12 @@ impl EtcdBackend {
 
     /// Connects to the cluster `config` names; see [`connect`](Self::connect).
     pub async fn connect_with(config: EtcdConfig) -> Result<Self> {
-        let mut options = ConnectOptions::new()
-            .with_timeout(config.timeout)
-            .with_connect_timeout(config.connect_timeout)
-            .with_keep_alive(Duration::from_secs(5), config.timeout);
-        if let Some((user, password)) = &config.credentials {
-            options = options.with_user(user.clone(), password.clone());
+        let started = tokio::time::Instant::now();
+        let client = crate::client::connect(&config).await?;
+        match Self::start(client, EtcdOptions::of(&config)).await {
+            Err(e) => Err(crate::probe::explain(&config, started, e).await),
+            started => started,
         }
-        if config.tls {
-            options = options.with_tls(etcd_client::TlsOptions::new());
-        }
-        let connect = Client::connect(config.endpoints.clone(), Some(options));
-        let client = tokio::time::timeout(config.connect_timeout, connect)
-            .await
-            .map_err(|_| Error::timeout("connecting to etcd", config.connect_timeout))?
-            .map_err(|e| convert("connect", e))?;
-        Self::start(client, EtcdOptions::of(&config)).await
     }
 
     /// A backend on the cluster an `etcd_client::Client` of the

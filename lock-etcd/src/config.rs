@@ -4,20 +4,25 @@ use std::fmt;
 use std::time::Duration;
 
 use lock_core::backend::{HostList, QueryOptions};
+use lock_core::tls::TlsOptions;
 use lock_core::{Error, Result};
 
 /// A parsed `etcd://` URL. `Debug` never shows the password.
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct EtcdConfig {
-    /// `http://host:port` (or `https://`) for each member.
+    /// `http://host:port` (or `https://`) for each member; connecting
+    /// uses `https` exactly when [`tls`](Self::tls) is on, whatever the
+    /// scheme here says.
     pub endpoints: Vec<String>,
     /// Put before every lock name; empty, or ending in `/`.
     pub prefix: String,
     /// User name and password, if the cluster has authentication on.
     pub credentials: Option<(String, String)>,
-    /// Whether to connect with TLS.
-    pub tls: bool,
+    /// TLS (URL options `tls`, `tls_ca`, `tls_cert`, `tls_key`): off, the
+    /// public roots and the system's trust store, or a private CA, and a
+    /// client certificate for a cluster started with `--client-cert-auth`.
+    pub tls: TlsOptions,
     /// The longest one request may take.
     pub timeout: Duration,
     /// The longest wait for a connection.
@@ -25,17 +30,25 @@ pub struct EtcdConfig {
 }
 
 impl EtcdConfig {
-    const OPTIONS: &'static [&'static str] =
-        &["user", "password", "tls", "timeout", "connect_timeout"];
+    const OPTIONS: &'static [&'static str] = &[
+        "user",
+        "password",
+        "timeout",
+        "connect_timeout",
+        TlsOptions::URL_OPTIONS[0],
+        TlsOptions::URL_OPTIONS[1],
+        TlsOptions::URL_OPTIONS[2],
+        TlsOptions::URL_OPTIONS[3],
+    ];
     const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
 
-    /// Parses `etcd://host:port,host:port[/prefix][?user=…&password=…&tls=true&timeout=…]`.
+    /// Parses `etcd://host:port,host:port[/prefix][?user=…&password=…&tls_ca=…&timeout=…]`.
     pub fn parse(url: &str) -> Result<Self> {
         let HostList { hosts, path, .. } = HostList::parse(url, crate::SCHEMES[0])?;
         let mut q = QueryOptions::parse(url)?;
         let user = q.take("user");
         let password = q.take("password");
-        let tls = q.take_bool("tls", false)?;
+        let tls = TlsOptions::from_query(&mut q, false)?;
         let timeout = q.take_positive_duration("timeout", Self::DEFAULT_TIMEOUT)?;
         let connect_timeout = q.take_positive_duration("connect_timeout", Self::DEFAULT_TIMEOUT)?;
         q.finish(Self::OPTIONS)?;
@@ -49,7 +62,7 @@ impl EtcdConfig {
                 ));
             }
         };
-        let scheme = if tls { "https" } else { "http" };
+        let scheme = scheme(&tls);
         let endpoints = hosts
             .iter()
             .map(|h| match h {
@@ -68,6 +81,29 @@ impl EtcdConfig {
             timeout,
             connect_timeout,
         })
+    }
+}
+
+/// The URL scheme of the members' addresses.
+fn scheme(tls: &TlsOptions) -> &'static str {
+    if tls.is_enabled() { "https" } else { "http" }
+}
+
+impl EtcdConfig {
+    /// The members' addresses as connecting uses them: `https` with TLS,
+    /// `http` without, whatever [`endpoints`](Self::endpoints) say.
+    pub(crate) fn endpoint_urls(&self) -> Vec<String> {
+        let scheme = scheme(&self.tls);
+        self.endpoints
+            .iter()
+            .map(|e| {
+                let host = e
+                    .strip_prefix("https://")
+                    .or_else(|| e.strip_prefix("http://"))
+                    .unwrap_or(e);
+                format!("{scheme}://{host}")
+            })
+            .collect()
     }
 }
 
@@ -191,6 +227,26 @@ mod tests {
     }
 
     #[test]
+    fn tls_options_turn_on_https() {
+        let c = EtcdConfig::parse("etcd://h:1,h:2?tls=true").unwrap();
+        assert_eq!(c.endpoints, ["https://h:1", "https://h:2"]);
+        assert_eq!(c.tls, TlsOptions::on());
+        let c =
+            EtcdConfig::parse("etcd://h:1?tls_ca=/ca.pem&tls_cert=/c.pem&tls_key=/c.key").unwrap();
+        assert_eq!(
+            c.tls,
+            TlsOptions::on()
+                .ca("/ca.pem")
+                .client_cert("/c.pem", "/c.key")
+        );
+        assert_eq!(c.endpoint_urls(), ["https://h:1"]);
+        let mut plain = EtcdConfig::parse("etcd://h:1").unwrap();
+        assert_eq!(plain.endpoint_urls(), ["http://h:1"]);
+        plain.tls = TlsOptions::on();
+        assert_eq!(plain.endpoint_urls(), ["https://h:1"], "set in code");
+    }
+
+    #[test]
     fn options_are_checked_as_a_url_is() {
         let checked = |prefix: &str| EtcdOptions::new().prefix(prefix).check().map(|o| o.prefix);
         assert_eq!(checked("/app/locks/").unwrap(), "app/locks/");
@@ -216,6 +272,8 @@ mod tests {
                 ("etcd://u:p@h:1", "?user="),
                 ("etcd://h:1,,h:2", "empty host"),
                 ("etcd://h:1?tls=yes", "true or false"),
+                ("etcd://h:1?tls_cert=/c.pem", "go together"),
+                ("etcd://h:1?tls=false&tls_ca=/ca.pem", "need TLS"),
                 ("etcd://h:1?bogus=1", "accepted options"),
             ],
         );

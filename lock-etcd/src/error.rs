@@ -29,6 +29,18 @@ pub(crate) fn convert(operation: &'static str, e: etcd_client::Error) -> Error {
                 source: Some(Box::new(status)),
             }
         }
+        // With auth on, a user whose role lacks the key prefix: say which
+        // right is missing (README, "Least privilege").
+        E::GRpcStatus(status) if status.code() == tonic_code::PermissionDenied => Error::Backend {
+            message: format!(
+                "{} {operation}: permission denied ({}): the user's role needs readwrite \
+                 on the URL's key prefix (etcdctl role grant-permission ROLE --prefix=true \
+                 readwrite PREFIX)",
+                crate::NAME,
+                status.message()
+            ),
+            source: Some(Box::new(status)),
+        },
         E::TransportError(_)
         | E::IoError(_)
         | E::WatchError(_)

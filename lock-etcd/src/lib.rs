@@ -3,10 +3,12 @@
 #![deny(missing_docs)]
 
 mod backend;
+pub mod client;
 pub mod config;
 mod error;
 mod handover;
 mod layout;
+mod probe;
 mod queue;
 mod semaphore;
 mod session;

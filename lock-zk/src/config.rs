@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use lock_core::backend::{HostList, QueryOptions};
+use lock_core::tls::TlsOptions;
 use lock_core::{Error, Result};
 
 /// A parsed `zk://` URL. `Debug` never shows the password.
@@ -31,6 +32,9 @@ pub struct ZkConfig {
     /// Bounds the making of a session (option `connect_timeout`, default
     /// 5 s).
     pub connect_timeout: Duration,
+    /// TLS to servers with a `secureClientPort` (`tls`, `tls_ca`,
+    /// `tls_cert`, `tls_key`). `tls=true` trusts the system's store.
+    pub tls: TlsOptions,
 }
 
 impl fmt::Debug for ZkConfig {
@@ -43,6 +47,7 @@ impl fmt::Debug for ZkConfig {
             .field("timeout", &self.timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("container_parents", &self.container_parents)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -50,8 +55,16 @@ impl fmt::Debug for ZkConfig {
 impl ZkConfig {
     /// The default session timeout.
     pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
-    const OPTIONS: &'static [&'static str] =
-        &["session_timeout", "auth", "timeout", "connect_timeout"];
+    const OPTIONS: &'static [&'static str] = &[
+        "session_timeout",
+        "auth",
+        "timeout",
+        "connect_timeout",
+        "tls",
+        "tls_ca",
+        "tls_cert",
+        "tls_key",
+    ];
     const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
     const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
     const DEFAULT_PORT: u16 = 2181;
@@ -71,6 +84,7 @@ impl ZkConfig {
         let timeout = q.take_positive_duration("timeout", Self::DEFAULT_TIMEOUT)?;
         let connect_timeout =
             q.take_positive_duration("connect_timeout", Self::DEFAULT_CONNECT_TIMEOUT)?;
+        let tls = TlsOptions::from_query(&mut q, false)?;
         q.finish(Self::OPTIONS)?;
         let digest = auth.map(|a| parse_auth(url, &a)).transpose()?;
         let hosts = hosts
@@ -85,6 +99,7 @@ impl ZkConfig {
             container_parents: true,
             timeout,
             connect_timeout,
+            tls,
         })
     }
 

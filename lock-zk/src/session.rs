@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use lock_core::backend::SingleFlight;
+use lock_core::tls::{TlsMaterial, TlsOptions};
 use lock_core::{Error, Result};
 use zookeeper_client as zk;
 
@@ -105,6 +106,7 @@ impl ZkBackend {
             container_parents: options.container_parents,
             timeout: options.timeout,
             connect_timeout: options.timeout,
+            tls: TlsOptions::default(),
         };
         let backend = Self::with_session_rule(config, false, options.creator_only);
         let client = backend.enter_chroot(client).await?;
@@ -202,13 +204,34 @@ impl ZkBackend {
         if let Some((user, password)) = &config.digest {
             connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
         }
-        let root = tokio::time::timeout(
-            config.connect_timeout,
-            connector.connect(&config.connect_string()),
-        )
-        .await
-        .map_err(|_| Error::timeout("connecting to ZooKeeper", config.connect_timeout))?
-        .map_err(|e| convert("connect", e))?;
+        let tls = config.tls.load(crate::NAME)?;
+        if let Some(material) = &tls {
+            connector = connector.with_tls(tls_options(material)?);
+        }
+        let connect_string = config.connect_string();
+        let connecting = async {
+            match tls {
+                Some(_) => connector.secure_connect(&connect_string).await,
+                None => connector.connect(&connect_string).await,
+            }
+        };
+        let root = tokio::time::timeout(config.connect_timeout, connecting)
+            .await
+            .map_err(|_| Error::timeout("connecting to ZooKeeper", config.connect_timeout))?
+            .map_err(|e| match e {
+                // The client says no more than this of why every server failed;
+                // the likeliest reasons depend on TLS.
+                zk::Error::NoHosts if config.tls.is_enabled() => convert(
+                    "connect over TLS (check that the servers listen on a secureClientPort, \
+                 that tls_ca signed their certificate and that they accept the client certificate)",
+                    e,
+                ),
+                zk::Error::NoHosts => convert(
+                    "connect (no server answered; if they take TLS only, add tls=true or tls_ca)",
+                    e,
+                ),
+                e => convert("connect", e),
+            })?;
         self.enter_chroot(root).await
     }
 
@@ -303,5 +326,25 @@ pub(crate) fn connected(client: &zk::Client) -> Result<()> {
     match client.state() {
         zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => Ok(()),
         state => Err(unavailable(format!("the session is {state}"))),
+    }
+}
+
+/// zookeeper-client's TLS options from the PEM files: the CA file, or the
+/// system's trust store (a PEM bundle, which is what the client takes), and
+/// the client certificate.
+fn tls_options(material: &TlsMaterial) -> Result<zk::TlsOptions> {
+    let pem = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    let ca = match material.ca_pem() {
+        Some(ca) => pem(ca),
+        None => pem(&lock_core::tls::system_roots_pem(crate::NAME)?),
+    };
+    let options = zk::TlsOptions::new()
+        .with_pem_ca(&ca)
+        .map_err(|e| material.refused(format!("option \"tls_ca\": {e}")))?;
+    match material.identity_pem() {
+        Some((cert, key)) => options
+            .with_pem_identity(&pem(cert), &pem(key))
+            .map_err(|e| material.refused(format!("the client certificate: {e}"))),
+        None => Ok(options),
     }
 }

@@ -1,6 +1,8 @@
 //! etcd from the `etcd-server` package: one member, or a three-member
 //! cluster on 127.0.0.1, 127.0.0.2 and 127.0.0.3, with data in temporary
-//! directories; or the cluster `DISTLOCK_TEST_ETCD_URL` names.
+//! directories; or the cluster `DISTLOCK_TEST_ETCD_URL` names. A TLS-only
+//! member takes clients over TLS only, with client certificates of
+//! [`TestCa::shared`] required (`--client-cert-auth`).
 
 use std::net::IpAddr;
 use std::process::Command;
@@ -10,6 +12,7 @@ use tokio::sync::OnceCell;
 
 use super::external::{ETCD, external};
 use super::ports::{Listener, PortTaken, start_on_free_ports, wait_started};
+use super::tls::TestCa;
 use super::url::ServerUrl;
 use super::{Supervised, data_dir, find_binary, log_of, started, wait_until_ready};
 
@@ -20,6 +23,8 @@ pub struct EtcdMember {
     pub name: String,
     /// `host:port` clients connect to.
     pub client_addr: String,
+    /// Whether clients must come over TLS, with a client certificate.
+    pub tls: bool,
     process: Option<Supervised>,
 }
 
@@ -31,7 +36,9 @@ impl EtcdMember {
 
     /// Runs `etcdctl` against this member; `None` if it failed.
     pub fn ctl(&self, args: &[&str]) -> Option<String> {
-        let out = etcdctl(&self.client_addr, args).output().ok()?;
+        let out = etcdctl_to(&self.client_addr, self.tls, args)
+            .output()
+            .ok()?;
         out.status
             .success()
             .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
@@ -47,6 +54,28 @@ pub fn etcdctl(endpoints: &str, args: &[&str]) -> Command {
     cmd
 }
 
+/// `etcdctl` aimed at `endpoints` (`host:port`, comma-separated), over TLS
+/// with the test CA and the client certificate `root` if `tls`.
+pub fn etcdctl_to(endpoints: &str, tls: bool, args: &[&str]) -> Command {
+    if !tls {
+        return etcdctl(endpoints, args);
+    }
+    let endpoints: Vec<String> = endpoints
+        .split(',')
+        .map(|e| format!("https://{e}"))
+        .collect();
+    let pki = TestCa::shared();
+    let client = pki.client("root");
+    let mut cmd = Command::new(find_binary("etcdctl", &[], "etcd-client"));
+    cmd.env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={}", endpoints.join(",")))
+        .arg(format!("--cacert={}", pki.ca.display()))
+        .arg(format!("--cert={}", client.cert.display()))
+        .arg(format!("--key={}", client.key.display()))
+        .args(args);
+    cmd
+}
+
 /// A running etcd cluster of one or three members.
 #[derive(Debug)]
 pub struct Etcd {
@@ -58,15 +87,23 @@ pub struct Etcd {
 impl Etcd {
     /// Starts a one-member cluster.
     pub async fn start() -> Self {
-        Self::start_on(&["127.0.0.1"]).await
+        Self::start_on(&["127.0.0.1"], false).await
     }
 
     /// Starts a three-member cluster on 127.0.0.1, .2 and .3.
     pub async fn start_cluster() -> Self {
-        Self::start_on(&["127.0.0.1", "127.0.0.2", "127.0.0.3"]).await
+        Self::start_on(&["127.0.0.1", "127.0.0.2", "127.0.0.3"], false).await
     }
 
-    async fn start_on(hosts: &[&str]) -> Self {
+    /// Starts a one-member cluster that takes clients over TLS only, with
+    /// the certificate of [`TestCa::shared`], and requires client
+    /// certificates signed by that CA: [`url`](Self::url) carries the
+    /// options that get through (the client certificate `distlock`).
+    pub async fn start_tls() -> Self {
+        Self::start_on(&["127.0.0.1"], true).await
+    }
+
+    async fn start_on(hosts: &[&str], tls: bool) -> Self {
         let etcd = find_binary("etcd", &[], "etcd-server")
             .to_string_lossy()
             .into_owned();
@@ -96,16 +133,25 @@ impl Etcd {
             let cluster = cluster.join(",");
             // Unique to this cluster: no port is handed out twice.
             let token = format!("distlock-{}", ports[0]);
+            let pki = TestCa::shared();
+            let client_scheme = if tls { "https" } else { "http" };
+            // No plaintext client port: only the https listener.
+            let tls_args = [
+                "--client-cert-auth".to_owned(),
+                format!("--trusted-ca-file={}", pki.ca.display()),
+                format!("--cert-file={}", pki.server.cert.display()),
+                format!("--key-file={}", pki.server.key.display()),
+            ];
             let members = peers
                 .into_iter()
                 .map(|(name, client, peer)| {
                     let dir = data_dir("root");
-                    let args = [
+                    let mut args = vec![
                         etcd.to_owned(),
                         format!("--name={name}"),
                         format!("--data-dir={}", dir.join("data").display()),
-                        format!("--listen-client-urls=http://{client}"),
-                        format!("--advertise-client-urls=http://{client}"),
+                        format!("--listen-client-urls={client_scheme}://{client}"),
+                        format!("--advertise-client-urls={client_scheme}://{client}"),
                         format!("--listen-peer-urls=http://{peer}"),
                         format!("--initial-advertise-peer-urls=http://{peer}"),
                         format!("--initial-cluster={cluster}"),
@@ -114,19 +160,26 @@ impl Etcd {
                         "--heartbeat-interval=100".into(),
                         "--election-timeout=1000".into(),
                     ];
+                    if tls {
+                        args.extend(tls_args.iter().cloned());
+                    }
                     let args: Vec<&str> = args.iter().map(String::as_str).collect();
                     EtcdMember {
                         name,
                         client_addr: client,
+                        tls,
                         process: Some(Supervised::start(&dir, "TERM", &args)),
                     }
                 })
                 .collect::<Vec<_>>();
             let addrs: Vec<String> = members.iter().map(|m| m.client_addr.clone()).collect();
-            let etcd = Self {
-                members,
-                url: ServerUrl::local(distlock::lock_etcd::SCHEMES[0], None, &addrs, ""),
+            let url = ServerUrl::local(distlock::lock_etcd::SCHEMES[0], None, &addrs, "");
+            let url = if tls {
+                url.with_query(pki.url_options("distlock"))
+            } else {
+                url
             };
+            let etcd = Self { members, url };
             etcd.wait_started(&ports).await?;
             Ok(etcd)
         })
@@ -148,6 +201,7 @@ impl Etcd {
                             .map(|(i, client_addr)| EtcdMember {
                                 name: format!("external{i}"),
                                 client_addr,
+                                tls: false,
                                 process: None,
                             })
                             .collect(),
@@ -157,6 +211,13 @@ impl Etcd {
                 }
             })
             .await
+    }
+
+    /// One TLS-only member ([`start_tls`](Self::start_tls)) shared by every
+    /// test in this test binary.
+    pub async fn shared_tls() -> &'static Self {
+        static SHARED: OnceCell<Etcd> = OnceCell::const_new();
+        SHARED.get_or_init(Self::start_tls).await
     }
 
     /// Every member's client address, comma-separated.
@@ -169,7 +230,8 @@ impl Etcd {
         addrs.join(",")
     }
 
-    /// An `etcd://` URL for the cluster with a key prefix and a query string.
+    /// An `etcd://` URL for the cluster with a key prefix and a query string
+    /// (after the TLS options, for a TLS-only cluster).
     pub fn url(&self, prefix: &str, query: &str) -> String {
         self.url.url_at(prefix, query)
     }
@@ -202,7 +264,8 @@ impl Etcd {
     }
 
     fn healthy(&self) -> bool {
-        etcdctl(&self.endpoints(), &["endpoint", "health", "--cluster"])
+        let tls = self.members.iter().any(|m| m.tls);
+        etcdctl_to(&self.endpoints(), tls, &["endpoint", "health", "--cluster"])
             .output()
             .is_ok_and(|o| o.status.success())
     }

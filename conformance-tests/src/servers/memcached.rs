@@ -11,7 +11,7 @@ use tokio::sync::OnceCell;
 use super::external::{MEMCACHE, external};
 use super::ports::{start_on_loopback, wait_started};
 use super::tls::TestCa;
-use super::url::ServerUrl;
+use super::url::{ServerUrl, join_query};
 use super::{Supervised, data_dir, find_binary, log_of, started, wait_until_ready};
 
 /// A running memcached.
@@ -160,12 +160,12 @@ impl Memcached {
     /// A `memcache://` URL with the given query string (and the TLS
     /// options, for a TLS-only server).
     pub fn url(&self, query: &str) -> String {
-        self.url.url(&join(&self.tls_query, query))
+        self.url.url(&join_query(&self.tls_query, query))
     }
 
     /// The same URL, through another port (a proxy's).
     pub fn url_via(&self, port: u16, query: &str) -> String {
-        self.url.url_via(port, &join(&self.tls_query, query))
+        self.url.url_via(port, &join_query(&self.tls_query, query))
     }
 
     /// The process, to stop or restart it.
@@ -192,14 +192,5 @@ impl Memcached {
         conn.get_mut().write_all(b"mn\r\n").await.expect("write mn");
         let mut line = String::new();
         conn.read_line(&mut line).await.expect("read MN");
-    }
-}
-
-/// Two query strings as one.
-fn join(first: &str, second: &str) -> String {
-    match (first.is_empty(), second.is_empty()) {
-        (true, _) => second.to_owned(),
-        (_, true) => first.to_owned(),
-        _ => format!("{first}&{second}"),
     }
 }

@@ -11,6 +11,8 @@
 
 #[cfg(feature = "etcd")]
 pub mod etcd;
+#[cfg(feature = "etcd")]
+pub mod etcd_auth;
 pub mod external;
 #[cfg(feature = "mysql")]
 pub mod mariadb;

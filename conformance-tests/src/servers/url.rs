@@ -71,11 +71,13 @@ impl ServerUrl {
         }
     }
 
-    /// The same server with `query` (no leading `?`) as its own options,
-    /// which every URL carries: the TLS options of a TLS-only server.
-    pub fn with_query(mut self, query: &str) -> Self {
-        self.query = query.to_owned();
-        self
+    /// The same server with options every URL of it carries before the
+    /// test's own (a TLS-only server's CA and client certificate).
+    pub fn with_query(self, query: impl Into<String>) -> Self {
+        Self {
+            query: query.into(),
+            ..self
+        }
     }
 
     /// Checks `text` against what the tests of `backend` need (see
@@ -318,6 +320,15 @@ fn parse_host(backend: &Backend, entry: &str) -> Result<Host, String> {
         host: host.to_owned(),
         port,
     })
+}
+
+/// Two query strings (no leading `?`) as one.
+pub fn join_query(first: &str, second: &str) -> String {
+    match (first.is_empty(), second.is_empty()) {
+        (true, _) => second.to_owned(),
+        (_, true) => first.to_owned(),
+        _ => format!("{first}&{second}"),
+    }
 }
 
 #[cfg(test)]

@@ -19,7 +19,8 @@ use tokio::sync::OnceCell;
 
 use super::external::{ZK, configured, external};
 use super::ports::{Listener, PortTaken, start_on_free_ports, wait_started};
-use super::url::{ServerUrl, resolve};
+use super::tls::TestCa;
+use super::url::{ServerUrl, join_query, resolve};
 use super::{Supervised, data_dir, find_binary, log_of, started, wait_until_ready};
 use crate::proxy::{Fault, Proxy};
 
@@ -88,6 +89,8 @@ pub struct ZooKeeper {
     /// The proxies between servers, if the ensemble has them.
     peer_links: Vec<PeerLink>,
     url: ServerUrl,
+    /// The TLS options every URL of a TLS-only server carries, or nothing.
+    tls_query: String,
 }
 
 /// The proxy through which server `from` reaches the quorum port of server
@@ -102,19 +105,33 @@ struct PeerLink {
 impl ZooKeeper {
     /// Starts one standalone server on 127.0.0.1.
     pub async fn start() -> Self {
-        Self::start_on(&["127.0.0.1"], false).await
+        Self::start_on(&["127.0.0.1"], false, false).await
+    }
+
+    /// Starts one standalone server on 127.0.0.1 that takes TLS only (a
+    /// `secureClientPort` through Netty, no plain port), with the
+    /// certificate of [`TestCa::shared`] and client certificates required:
+    /// [`url`](Self::url) carries the options that get through.
+    pub async fn start_tls() -> Self {
+        Self::start_on(&["127.0.0.1"], false, true).await
+    }
+
+    /// One TLS-only server shared by every test in this test binary.
+    pub async fn shared_tls() -> &'static Self {
+        static SHARED: OnceCell<ZooKeeper> = OnceCell::const_new();
+        SHARED.get_or_init(Self::start_tls).await
     }
 
     /// Starts a three-server ensemble on 127.0.0.1, .2 and .3.
     pub async fn start_ensemble() -> Self {
-        Self::start_on(&["127.0.0.1", "127.0.0.2", "127.0.0.3"], false).await
+        Self::start_on(&["127.0.0.1", "127.0.0.2", "127.0.0.3"], false, false).await
     }
 
     /// Starts a three-server ensemble in which every server reaches each
     /// other server's quorum port through a proxy of its own, so that
     /// [`ZooKeeper::set_peer_fault`] can cut one server off from the others.
     pub async fn start_ensemble_with_peer_proxies() -> Self {
-        Self::start_on(&["127.0.0.1", "127.0.0.2", "127.0.0.3"], true).await
+        Self::start_on(&["127.0.0.1", "127.0.0.2", "127.0.0.3"], true, false).await
     }
 
     /// Sets `fault` on every link between server `id` and its peers; its
@@ -135,7 +152,7 @@ impl ZooKeeper {
         }
     }
 
-    async fn start_on(hosts: &[&str], proxied: bool) -> Self {
+    async fn start_on(hosts: &[&str], proxied: bool, tls: bool) -> Self {
         let java = find_binary("java", &[], "zookeeper")
             .to_string_lossy()
             .into_owned();
@@ -145,6 +162,12 @@ impl ZooKeeper {
         let simple = Path::new("/usr/share/java/slf4j-simple.jar");
         if simple.is_file() {
             classpath = format!("{classpath}:{}", simple.display());
+        }
+        if tls {
+            // Netty's TLS handler needs its codecs, which the package's
+            // class path leaves out.
+            let codec = find_binary("netty-codec.jar", &["/usr/share/java"], "libnetty-java");
+            classpath = format!("{classpath}:{}", codec.display());
         }
         let (java, classpath) = (java.as_str(), classpath.as_str());
         // A client, a quorum and an election port on each server's address.
@@ -190,7 +213,7 @@ impl ZooKeeper {
                 .zip(&ensembles)
                 .map(|(((host, client, _, _), id), ensemble)| {
                     let dir = data_dir("root");
-                    let config = write_config(&dir, id, host, *client, ensemble, sync_limit);
+                    let config = write_config(&dir, id, host, *client, ensemble, sync_limit, tls);
                     let args = [
                         java.to_owned(),
                         "-Xmx256m".into(),
@@ -216,6 +239,10 @@ impl ZooKeeper {
                 servers,
                 peer_links,
                 url: ServerUrl::local(distlock::lock_zk::SCHEMES[0], None, &addrs, ""),
+                tls_query: match tls {
+                    true => TestCa::shared().url_options("distlock"),
+                    false => String::new(),
+                },
             };
             zk.wait_started(&ports).await?;
             Ok(zk)
@@ -241,6 +268,7 @@ impl ZooKeeper {
                             .collect(),
                         peer_links: Vec::new(),
                         url,
+                        tls_query: String::new(),
                     },
                     None => Self::start().await,
                 }
@@ -272,7 +300,7 @@ impl ZooKeeper {
     /// A `zk://` URL for the ensemble with a chroot (without its leading
     /// `/`) and a query string.
     pub fn url(&self, chroot: &str, query: &str) -> String {
-        self.url.url_at(chroot, query)
+        self.url.url_at(chroot, &join_query(&self.tls_query, query))
     }
 
     /// Waits until every server of an ensemble just started on `ports` (a
@@ -293,7 +321,12 @@ impl ZooKeeper {
             })
             .collect();
         wait_started("zookeeper", Duration::from_secs(60), &listeners, || async {
-            self.servers.iter().all(|s| s.mode().is_some())
+            if self.tls_query.is_empty() {
+                return self.servers.iter().all(|s| s.mode().is_some());
+            }
+            // Four-letter words need a plain port: a session is the proof.
+            let url = self.url("", "connect_timeout=2s");
+            distlock::lock_zk::ZkBackend::connect(&url).await.is_ok()
         })
         .await
     }
@@ -346,6 +379,7 @@ fn write_config(
     client_port: u16,
     ensemble: &[String],
     sync_limit: u32,
+    tls: bool,
 ) -> PathBuf {
     let data = dir.join("data");
     std::fs::create_dir_all(&data).expect("create the data directory");
@@ -354,8 +388,6 @@ fn write_config(
          initLimit=20\n\
          syncLimit={sync_limit}\n\
          dataDir={}\n\
-         clientPort={client_port}\n\
-         clientPortAddress={host}\n\
          minSessionTimeout={}\n\
          maxSessionTimeout=60000\n\
          maxClientCnxns=0\n\
@@ -364,6 +396,30 @@ fn write_config(
         data.display(),
         2 * TICK_MS,
     );
+    if tls {
+        let pki = TestCa::shared();
+        // A PEM key store holds the key and the certificate in one file.
+        let read = |path: &Path| std::fs::read_to_string(path).expect("read a PEM file");
+        let key_store = dir.join("server-keystore.pem");
+        let pem = read(&pki.server.key) + &read(&pki.server.cert);
+        std::fs::write(&key_store, pem).expect("write the key store");
+        config.push_str(&format!(
+            "secureClientPort={client_port}\n\
+             secureClientPortAddress={host}\n\
+             serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n\
+             ssl.keyStore.location={}\n\
+             ssl.keyStore.type=PEM\n\
+             ssl.trustStore.location={}\n\
+             ssl.trustStore.type=PEM\n\
+             ssl.clientAuth=need\n",
+            key_store.display(),
+            pki.ca.display()
+        ));
+    } else {
+        config.push_str(&format!(
+            "clientPort={client_port}\nclientPortAddress={host}\n"
+        ));
+    }
     if ensemble.len() > 1 {
         std::fs::write(data.join("myid"), format!("{id}\n")).expect("write myid");
         for line in ensemble {

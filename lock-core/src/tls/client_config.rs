@@ -11,6 +11,17 @@ use rustls::{ClientConfig, RootCertStore};
 use super::TlsMaterial;
 use crate::error::Result;
 
+/// Makes rustls's `ring` provider the process default unless one is set:
+/// drivers that build their configuration with `ClientConfig::builder()`
+/// need a default, and find none when more than one provider is compiled
+/// in (zookeeper-client brings `aws-lc-rs`).
+pub(super) fn install_default_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Another thread may install one in between: theirs stays.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
 impl TlsMaterial {
     /// The rustls configuration: the CA file's certificates, or the public
     /// (webpki) roots and the operating system's trust store; and the

@@ -28,26 +28,7 @@ pub(super) struct EtcdGrant {
 /// The client lock-etcd's `EtcdBackend::connect` makes for the same URL.
 pub(crate) async fn client(url: &str) -> Result<Client> {
     let config = EtcdConfig::parse(&distlock::backend_url(url)?)?;
-    let mut options = etcd_client::ConnectOptions::new()
-        .with_timeout(config.timeout)
-        .with_connect_timeout(config.connect_timeout)
-        .with_keep_alive(Duration::from_secs(5), config.timeout);
-    if let Some((user, password)) = &config.credentials {
-        options = options.with_user(user.clone(), password.clone());
-    }
-    if config.tls {
-        options = options.with_tls(etcd_client::TlsOptions::new());
-    }
-    tokio::time::timeout(
-        config.connect_timeout,
-        Client::connect(config.endpoints.clone(), Some(options)),
-    )
-    .await
-    .map_err(|_| Error::Timeout {
-        operation: "connecting to etcd",
-        after: config.connect_timeout,
-    })?
-    .map_err(|e| convert("connect", e))
+    distlock::lock_etcd::client::connect(&config).await
 }
 
 /// Whole seconds, rounded up, as etcd leases take them.
