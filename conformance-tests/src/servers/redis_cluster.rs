@@ -150,7 +150,7 @@ impl RedisCluster {
         let mut url = ServerUrl::parse(&REDIS_CLUSTER, &text)
             .unwrap_or_else(|why| panic!("the harness's own cluster URL: {why}"));
         if tls {
-            url = url.with_query(&TestCa::shared().url_options(USER));
+            url = url.with_query(TestCa::shared().url_options(USER));
         }
         let cluster = Self { url, nodes };
         cluster.wait_ready().await;

@@ -138,7 +138,7 @@ impl RedisSentinel {
         let mut url = ServerUrl::parse(&REDIS_SENTINEL, &text)
             .unwrap_or_else(|why| panic!("the harness's own sentinel URL: {why}"));
         if tls {
-            url = url.with_query(&TestCa::shared().url_options(USER));
+            url = url.with_query(TestCa::shared().url_options(USER));
         }
         let topology = Self {
             url,
