@@ -228,6 +228,27 @@ impl UrlTarget {
         )
     }
 
+    /// A fresh key prefix on the shared TLS-only Redis, reached with the
+    /// test CA and a client certificate.
+    #[cfg(feature = "redis")]
+    pub async fn redis_tls() -> Self {
+        let server = crate::servers::redis::Redis::shared_tls().await;
+        Self::new(
+            "redis_tls",
+            server.url(&format!("prefix={}:", fresh_table())),
+        )
+    }
+
+    /// A fresh key prefix on three shared TLS-only Redis masters.
+    #[cfg(feature = "redlock")]
+    pub async fn redlock_tls() -> Self {
+        let set = crate::servers::redis::RedisSet::shared_tls().await;
+        Self::new(
+            "redlock_tls",
+            set.url(&format!("prefix={}:", fresh_table())),
+        )
+    }
+
     /// A fresh key prefix on five shared independent Redis masters.
     #[cfg(feature = "redlock")]
     pub async fn redlock() -> Self {

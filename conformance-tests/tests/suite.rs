@@ -18,6 +18,8 @@ conformance_suite!(memcache, UrlTarget::memcache());
 conformance_suite!(zk, UrlTarget::zk());
 conformance_suite!(zk_ensemble, UrlTarget::zk_ensemble());
 conformance_core!(memcache_tls, UrlTarget::memcache_tls());
+conformance_core!(redis_tls, UrlTarget::redis_tls());
+conformance_core!(redlock_tls, UrlTarget::redlock_tls());
 conformance_core!(zk_tls, UrlTarget::zk_tls());
 conformance_core!(zk_auth, UrlTarget::zk_auth());
 conformance_core!(etcd_tls, UrlTarget::etcd_tls());

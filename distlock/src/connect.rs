@@ -20,6 +20,7 @@ const KNOWN: &[(&str, &str)] = &[
     ("redis+cluster", "redis"),
     ("rediss+cluster", "redis"),
     ("redis+sentinel", "redis"),
+    ("rediss+sentinel", "redis"),
     ("redlock", "redlock"),
     ("etcd", "etcd"),
     ("zk", "zk"),

@@ -82,7 +82,6 @@ impl RedisBackend {
     /// cluster client, release notices on shard channels.
     async fn connect_cluster(config: &RedisConfig) -> Result<Self> {
         let common = &config.common;
-        let seeds: Vec<String> = config.cluster.iter().map(|n| n.url().to_owned()).collect();
         let label = format!(
             "cluster {}",
             config
@@ -93,25 +92,18 @@ impl RedisBackend {
                 .join(",")
         );
         let invalid = |e: redis::RedisError| config.node.invalid(e);
-        let builder = || cluster_client(seeds.clone(), common.timeout, common.connect_timeout);
+        let builder = || cluster_client(&config.cluster, common.timeout, common.connect_timeout);
         let keys = Keys::new(common.prefix.clone()).hash_tagged();
-        let client = builder().build().map_err(invalid)?;
-        let node = Node::connect_cluster(
-            &client,
-            label.clone(),
-            common.timeout,
-            common.connect_timeout,
-            common.allow_eviction,
-            keys.clone(),
-        )
-        .await?;
+        let client = builder()?.build().map_err(invalid)?;
+        let node = Node::connect_cluster(&client, label.clone(), common, keys.clone()).await?;
         let (pushes_in, pushes) = tokio::sync::mpsc::unbounded_channel();
-        let subscriber = builder()
+        let subscriber = builder()?
             .use_protocol(redis::ProtocolVersion::RESP3)
             .push_sender(pushes_in)
             .build()
             .map_err(invalid)?;
-        let conn = open_cluster(&subscriber, &label, common.connect_timeout).await?;
+        let tls = common.tls.is_enabled();
+        let conn = open_cluster(&subscriber, &label, common.connect_timeout, tls).await?;
         let signals = Arc::new(ReleaseSignals::new());
         let sharded = Sharded::new(conn, pushes, keys, common.timeout, signals.clone());
         Ok(Self {

@@ -1,11 +1,18 @@
-//! `redis://` and `rediss://` URLs.
+//! `redis://` and `rediss://` URLs, and their cluster and sentinel forms.
+
+mod options;
+mod sentinel;
 
 use std::fmt;
 use std::time::Duration;
 
 use lock_core::backend::QueryOptions;
+use lock_core::tls::TlsOptions;
 use lock_core::url::{host_with_port, redact};
 use lock_core::{Error, Result};
+
+pub use options::RedisOptions;
+pub use sentinel::SentinelConfig;
 
 /// How to reach one Redis server. `Debug` never shows the password.
 #[derive(Clone)]
@@ -22,6 +29,8 @@ pub struct NodeConfig {
     /// Whether to use a server that may evict lock keys (see
     /// `Eviction`).
     pub allow_eviction: bool,
+    /// TLS, and what it trusts and presents.
+    pub tls: TlsOptions,
 }
 
 impl NodeConfig {
@@ -29,29 +38,44 @@ impl NodeConfig {
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
 
     /// A node at `url` (`redis[s]://[user:password@]host[:port][/db]`, no
-    /// query string), with the timeouts and eviction choice of `common`.
+    /// query string), with the timeouts, eviction choice and TLS of
+    /// `common`; `rediss://` turns TLS on.
     pub fn new(url: &str, common: &CommonOptions) -> Result<Self> {
-        let rest = url
-            .strip_prefix("redis://")
-            .or_else(|| url.strip_prefix("rediss://"))
-            .ok_or_else(|| Error::invalid_url(url, "expected redis:// or rediss://"))?;
+        let (rest, tls) = match (url.strip_prefix("redis://"), url.strip_prefix("rediss://")) {
+            (Some(rest), _) => (rest, common.tls.clone()),
+            (_, Some(rest)) if common.tls.is_enabled() => (rest, common.tls.clone()),
+            (_, Some(rest)) => (rest, TlsOptions::on()),
+            _ => return Err(Error::invalid_url(url, "expected redis:// or rediss://")),
+        };
         let authority = rest.split('/').next().unwrap_or_default();
         let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
         let label = host_with_port(url, host, 6379, "redis://HOST[:PORT][/DB]")?;
+        let scheme = if tls.is_enabled() { "rediss" } else { "redis" };
         Ok(Self {
-            url: url.to_owned(),
+            url: format!("{scheme}://{rest}"),
             label,
             timeout: common.timeout,
             connect_timeout: common.connect_timeout,
             allow_eviction: common.allow_eviction,
+            tls,
         })
     }
 
     /// The URL the driver connects to, credentials included (so print
-    /// `label`, not this): for opening a `redis::Client` of one's own to
-    /// the same server.
+    /// `label`, not this); `rediss://` when TLS is on, whose certificates
+    /// [`client`](Self::client) adds.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// A `redis::Client` of this server, with the TLS settings (the files
+    /// are read now: a missing one is an error naming its option).
+    pub fn client(&self) -> Result<redis::Client> {
+        let client = match crate::tls::certificates(&self.tls)? {
+            None => redis::Client::open(self.url.as_str()),
+            Some(certificates) => redis::Client::build_with_tls(self.url.as_str(), certificates),
+        };
+        client.map_err(|e| self.invalid(e))
     }
 
     /// The driver refused the URL.
@@ -67,6 +91,7 @@ impl fmt::Debug for NodeConfig {
             .field("timeout", &self.timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("allow_eviction", &self.allow_eviction)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -84,6 +109,9 @@ pub struct CommonOptions {
     /// Use a server whose memory policy may evict lock keys (refused
     /// otherwise).
     pub allow_eviction: bool,
+    /// TLS to every server (off for a backend made from the
+    /// application's own clients, whose TLS is theirs).
+    pub tls: TlsOptions,
 }
 
 impl CommonOptions {
@@ -110,18 +138,34 @@ impl CommonOptions {
             timeout,
             connect_timeout,
             allow_eviction,
+            tls: TlsOptions::default(),
         })
     }
 
-    /// The option names [`CommonOptions::take`] reads.
-    pub const NAMES: &'static [&'static str] =
-        &["prefix", "timeout", "connect_timeout", "allow_eviction"];
+    /// The option names [`CommonOptions::take`] reads: its own and
+    /// [`TlsOptions::URL_OPTIONS`].
+    pub const NAMES: &'static [&'static str] = &[
+        "prefix",
+        "timeout",
+        "connect_timeout",
+        "allow_eviction",
+        "tls",
+        "tls_ca",
+        "tls_cert",
+        "tls_key",
+    ];
     /// The key prefix unless one is given.
     pub const DEFAULT_PREFIX: &'static str = "distlock:";
 
     /// Takes the common options out of `q`; `default_timeout` is the
-    /// command timeout when the URL gives none.
-    pub fn take(q: &mut QueryOptions, url: &str, default_timeout: Duration) -> Result<Self> {
+    /// command timeout when the URL gives none; `tls_implied` when the
+    /// scheme always uses TLS (`rediss`).
+    pub fn take(
+        q: &mut QueryOptions,
+        url: &str,
+        default_timeout: Duration,
+        tls_implied: bool,
+    ) -> Result<Self> {
         let prefix = q
             .take("prefix")
             .unwrap_or_else(|| Self::DEFAULT_PREFIX.to_owned());
@@ -130,11 +174,13 @@ impl CommonOptions {
         let connect_timeout =
             q.take_positive_duration("connect_timeout", NodeConfig::DEFAULT_TIMEOUT)?;
         let allow_eviction = q.take_bool("allow_eviction", false)?;
+        let tls = TlsOptions::from_query(q, tls_implied)?;
         Ok(Self {
             prefix,
             timeout,
             connect_timeout,
             allow_eviction,
+            tls,
         })
     }
 }
@@ -185,46 +231,45 @@ impl RedisConfig {
     /// `redis[s]+cluster://[user:password@]host:port,host:port,…[?options]`
     /// for a Redis Cluster reached through those seed nodes (any of its
     /// nodes; the client learns the rest); or
-    /// `redis+sentinel://[user:password@]host:port,host:port,…/MASTER[?options]`
+    /// `redis[s]+sentinel://[user:password@]host:port,host:port,…/MASTER[?options]`
     /// for the master that those Redis Sentinels name `MASTER`, the user
-    /// and password being the data nodes'.
+    /// and password being the data nodes'. `rediss` schemes use TLS, as
+    /// `tls=true` does (to the sentinels and the data nodes alike).
     pub fn parse(url: &str) -> Result<Self> {
-        if let Some((scheme, rest)) = url
-            .strip_prefix("redis+cluster://")
-            .map(|r| ("redis", r))
-            .or_else(|| url.strip_prefix("rediss+cluster://").map(|r| ("rediss", r)))
-        {
-            return Self::parse_cluster(url, scheme, rest);
-        }
+        let (kind, rest) = Kind::of(url);
+        let tls_implied = url.starts_with("rediss");
         let mut q = QueryOptions::parse(url)?;
-        let common = CommonOptions::take(&mut q, url, NodeConfig::DEFAULT_TIMEOUT)?;
+        let common = CommonOptions::take(&mut q, url, NodeConfig::DEFAULT_TIMEOUT, tls_implied)?;
+        if kind == Kind::Cluster {
+            return Self::parse_cluster(url, rest, q, common);
+        }
         let wait = take_wait(&mut q, url)?;
         q.finish(&[CommonOptions::NAMES, &["wait_replicas", "wait_timeout"]].concat())?;
-        if let Some(rest) = url.strip_prefix("redis+sentinel://") {
-            let sentinel = SentinelConfig::parse(url, rest)?;
+        let (node, sentinel) = if kind == Kind::Sentinel {
+            let sentinel = SentinelConfig::parse(url, rest, common.tls.clone())?;
             let node = NodeConfig::new(&format!("redis://{}", sentinel.label()), &common)?;
-            return Ok(Self {
-                node,
-                cluster: Vec::new(),
-                sentinel: Some(sentinel),
-                common,
-                wait,
-            });
-        }
-        let base = url.split_once('?').map_or(url, |(b, _)| b);
+            (node, Some(sentinel))
+        } else {
+            let base = url.split_once('?').map_or(url, |(b, _)| b);
+            (NodeConfig::new(base, &common)?, None)
+        };
         Ok(Self {
-            node: NodeConfig::new(base, &common)?,
+            node,
             cluster: Vec::new(),
-            sentinel: None,
+            sentinel,
             common,
             wait,
         })
     }
 
-    /// A cluster URL: `rest` is what follows `scheme+cluster://`.
-    fn parse_cluster(url: &str, scheme: &str, rest: &str) -> Result<Self> {
-        let mut q = QueryOptions::parse(url)?;
-        let common = CommonOptions::take(&mut q, url, NodeConfig::DEFAULT_TIMEOUT)?;
+    /// A cluster URL: `rest` is what follows `redis[s]+cluster://`, `q`
+    /// the options left after `common`.
+    fn parse_cluster(
+        url: &str,
+        rest: &str,
+        q: QueryOptions,
+        common: CommonOptions,
+    ) -> Result<Self> {
         q.finish(CommonOptions::NAMES).map_err(|e| match e {
             Error::InvalidUrl { url, reason } if reason.contains("wait_") => Error::InvalidUrl {
                 url,
@@ -251,7 +296,7 @@ impl RedisConfig {
         }
         let cluster = hosts
             .split(',')
-            .map(|host| NodeConfig::new(&format!("{scheme}://{credentials}{host}"), &common))
+            .map(|host| NodeConfig::new(&format!("redis://{credentials}{host}"), &common))
             .collect::<Result<Vec<_>>>()?;
         let Some(node) = cluster.first().cloned() else {
             return Err(Error::invalid_url(url, "no seed node"));
@@ -271,6 +316,30 @@ impl RedisConfig {
     }
 }
 
+/// What a URL's scheme names.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Single,
+    Cluster,
+    Sentinel,
+}
+
+impl Kind {
+    /// The kind, and what follows `redis[s]+cluster://` or
+    /// `redis[s]+sentinel://` (the whole URL for one server).
+    fn of(url: &str) -> (Self, &str) {
+        for (kind, schemes) in [
+            (Kind::Cluster, ["redis+cluster://", "rediss+cluster://"]),
+            (Kind::Sentinel, ["redis+sentinel://", "rediss+sentinel://"]),
+        ] {
+            if let Some(rest) = schemes.iter().find_map(|s| url.strip_prefix(s)) {
+                return (kind, rest);
+            }
+        }
+        (Kind::Single, url)
+    }
+}
+
 /// `wait_replicas` and `wait_timeout`.
 fn take_wait(q: &mut QueryOptions, url: &str) -> Result<Option<ReplicaWait>> {
     let replicas = q.take_parsed::<u32>("wait_replicas", "a whole number")?;
@@ -285,184 +354,6 @@ fn take_wait(q: &mut QueryOptions, url: &str) -> Result<Option<ReplicaWait>> {
             replicas,
             timeout: timeout.unwrap_or(Duration::from_secs(1)),
         })),
-    }
-}
-
-/// Where Redis Sentinel is asked for the master. `Debug` never shows the
-/// password.
-#[derive(Clone)]
-#[non_exhaustive]
-pub struct SentinelConfig {
-    /// The sentinels, `(host, port)`.
-    pub sentinels: Vec<(String, u16)>,
-    /// The name the sentinels know the master by.
-    pub master: String,
-    /// The data nodes' user, if any.
-    pub username: Option<String>,
-    pub(crate) password: Option<String>,
-    /// The URL without its password, for messages.
-    pub(crate) redacted: String,
-}
-
-impl SentinelConfig {
-    /// `rest` is what follows `redis+sentinel://`.
-    fn parse(url: &str, rest: &str) -> Result<Self> {
-        let shape = "expected redis+sentinel://[USER:PASSWORD@]HOST:PORT,HOST:PORT,…/MASTER_NAME";
-        let base = rest.split_once('?').map_or(rest, |(b, _)| b);
-        let (authority, master) = base
-            .split_once('/')
-            .filter(|(_, m)| !m.is_empty() && !m.contains('/'))
-            .ok_or_else(|| Error::invalid_url(url, format!("no master name: {shape}")))?;
-        let (credentials, hosts) = match authority.rsplit_once('@') {
-            Some((c, h)) => (Some(c), h),
-            None => (None, authority),
-        };
-        let decode = |s: &str| {
-            percent_encoding::percent_decode_str(s)
-                .decode_utf8()
-                .map(|d| d.into_owned())
-                .map_err(|_| Error::invalid_url(url, "credentials are not UTF-8"))
-        };
-        let (username, password) = match credentials {
-            None => (None, None),
-            Some(c) => match c.split_once(':') {
-                Some((u, p)) => (
-                    (!u.is_empty()).then(|| decode(u)).transpose()?,
-                    Some(decode(p)?),
-                ),
-                None => (Some(decode(c)?), None),
-            },
-        };
-        let sentinels = hosts
-            .split(',')
-            .map(|h| {
-                let label = host_with_port(url, h, 26379, shape)?;
-                let (host, port) = label.rsplit_once(':').unwrap_or((&label, "26379"));
-                let port = port.parse().map_err(|_| {
-                    Error::invalid_url(url, format!("bad port in \"{h}\": {shape}"))
-                })?;
-                Ok((host.trim_matches(['[', ']']).to_owned(), port))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Self {
-            sentinels,
-            master: decode(master)?,
-            username,
-            password,
-            redacted: redact(url),
-        })
-    }
-
-    /// `master@host:port,…`, for messages.
-    pub fn label(&self) -> String {
-        let hosts: Vec<String> = self
-            .sentinels
-            .iter()
-            .map(|(h, p)| format!("{h}:{p}"))
-            .collect();
-        format!("{}@{}", self.master, hosts.join(","))
-    }
-}
-
-impl fmt::Debug for SentinelConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SentinelConfig")
-            .field("sentinels", &self.sentinels)
-            .field("master", &self.master)
-            .field("username", &self.username)
-            .finish_non_exhaustive()
-    }
-}
-
-/// The options of a backend made with
-/// [`RedisBackend::from_client`](crate::RedisBackend::from_client): a
-/// `redis://` URL's options, with the same defaults and checks, for a
-/// `redis::Client` the application made.
-///
-/// ```
-/// use std::time::Duration;
-/// use lock_redis::config::RedisOptions;
-///
-/// let options = RedisOptions::new()
-///     .prefix("billing:")
-///     .timeout(Duration::from_millis(500))
-///     .wait_replicas(1, Duration::from_secs(1));
-/// ```
-#[derive(Clone, Debug)]
-pub struct RedisOptions {
-    prefix: String,
-    timeout: Duration,
-    connect_timeout: Duration,
-    allow_eviction: bool,
-    wait: Option<ReplicaWait>,
-}
-
-impl Default for RedisOptions {
-    fn default() -> Self {
-        Self {
-            prefix: CommonOptions::DEFAULT_PREFIX.to_owned(),
-            timeout: NodeConfig::DEFAULT_TIMEOUT,
-            connect_timeout: NodeConfig::DEFAULT_TIMEOUT,
-            allow_eviction: false,
-            wait: None,
-        }
-    }
-}
-
-impl RedisOptions {
-    /// The defaults: prefix `distlock:`, 2 s timeouts, no eviction, no
-    /// `WAIT`.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Prefix of every key and of the release channel (URL option
-    /// `prefix`): at most 64 printable ASCII characters, without spaces or
-    /// `#`.
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// The longest wait for any command's answer (URL option `timeout`),
-    /// whatever the client's own settings; more than zero.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// The longest wait for each connection the backend opens from the
-    /// client (URL option `connect_timeout`); more than zero.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// Whether to use a server whose memory policy may evict lock keys
-    /// (URL option `allow_eviction`; see the crate docs).
-    pub fn allow_eviction(mut self, allow: bool) -> Self {
-        self.allow_eviction = allow;
-        self
-    }
-
-    /// Makes every grant wait until `replicas` replicas have it, for at
-    /// most `timeout` (URL options `wait_replicas` and `wait_timeout`); 0
-    /// replicas turns it off.
-    pub fn wait_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
-        self.wait = (replicas > 0).then_some(ReplicaWait { replicas, timeout });
-        self
-    }
-
-    /// The options, checked as a URL's are; errors name the option as a
-    /// URL would give it.
-    pub(crate) fn check(self) -> Result<(CommonOptions, Option<ReplicaWait>)> {
-        let common = CommonOptions::new(
-            self.prefix,
-            self.timeout,
-            self.connect_timeout,
-            self.allow_eviction,
-        )?;
-        Ok((common, self.wait))
     }
 }
 
@@ -497,33 +388,38 @@ mod tests {
     }
 
     #[test]
-    fn options_are_checked_as_a_url_is() {
-        let (common, wait) = RedisOptions::new()
-            .prefix("svc:")
-            .allow_eviction(true)
-            .wait_replicas(2, Duration::from_millis(300))
-            .check()
-            .unwrap();
-        assert_eq!(common.prefix, "svc:");
-        assert!(common.allow_eviction);
-        assert_eq!(common.timeout, NodeConfig::DEFAULT_TIMEOUT);
-        assert_eq!(wait.map(|w| w.replicas), Some(2));
-        let defaults = RedisOptions::new().check().unwrap().0;
-        assert_eq!(defaults.prefix, CommonOptions::DEFAULT_PREFIX);
-        for (options, expected) in [
-            (RedisOptions::new().prefix("a b"), "prefix"),
-            (RedisOptions::new().prefix("a#"), "prefix"),
-            (RedisOptions::new().timeout(Duration::ZERO), "\"timeout\""),
-            (
-                RedisOptions::new().connect_timeout(Duration::ZERO),
-                "connect_timeout",
-            ),
-        ] {
-            let err = options.check().unwrap_err();
-            assert!(
-                err.is_invalid_input() && err.to_string().contains(expected),
-                "{err}"
-            );
+    fn tls_options_on_every_scheme() {
+        let files = "tls_ca=/ca.pem&tls_cert=/c.pem&tls_key=/c.key";
+        let expected = TlsOptions::on()
+            .ca("/ca.pem")
+            .client_cert("/c.pem", "/c.key");
+        let one = RedisConfig::parse(&format!("redis://app:s3cret@h:1?{files}")).unwrap();
+        assert_eq!(one.node.tls, expected);
+        assert_eq!(
+            one.node.url(),
+            "rediss://app:s3cret@h:1",
+            "the files turn TLS on"
+        );
+        let cluster = RedisConfig::parse(&format!("redis+cluster://h:1,h:2?{files}")).unwrap();
+        assert!(cluster.cluster.iter().all(|n| n.tls == expected));
+        let sentinel = RedisConfig::parse("rediss+sentinel://h:1,h:2/m").unwrap();
+        assert_eq!(sentinel.sentinel.unwrap().tls, TlsOptions::on());
+        let public = RedisConfig::parse("redis+sentinel://h:1/m?tls=true").unwrap();
+        assert_eq!(public.sentinel.unwrap().tls, TlsOptions::on());
+        assert_eq!(
+            RedisConfig::parse("rediss://h").unwrap().node.tls,
+            TlsOptions::on()
+        );
+        assert!(
+            !RedisConfig::parse("redis://h")
+                .unwrap()
+                .node
+                .tls
+                .is_enabled()
+        );
+        assert!(!format!("{one:?}").contains("s3cret"));
+        for name in TlsOptions::URL_OPTIONS {
+            assert!(CommonOptions::NAMES.contains(&name), "{name}");
         }
     }
 
@@ -538,6 +434,9 @@ mod tests {
                 ("redis://h?nope=1", "accepted options"),
                 ("redis://h?allow_eviction=yes", "true or false"),
                 ("redis://", "no host"),
+                ("rediss://h?tls=false", "always uses TLS"),
+                ("redis://h?tls_key=/k.pem", "go together"),
+                ("rediss+sentinel://h:1/m?tls=false", "always uses TLS"),
             ],
         );
     }
@@ -566,36 +465,6 @@ mod tests {
                 err.is_invalid_input() && err.to_string().contains(expected),
                 "{url}: {err}"
             );
-        }
-    }
-
-    #[test]
-    fn sentinel_urls_name_the_sentinels_and_the_master() {
-        let c = RedisConfig::parse(
-            "redis+sentinel://app:s3cret@127.0.0.1:26379,127.0.0.2/mymaster?wait_replicas=1",
-        )
-        .unwrap();
-        let s = c.sentinel.as_ref().unwrap();
-        assert_eq!(
-            s.sentinels,
-            [
-                ("127.0.0.1".to_owned(), 26379),
-                ("127.0.0.2".to_owned(), 26379)
-            ]
-        );
-        assert_eq!(s.master, "mymaster");
-        assert_eq!(s.username.as_deref(), Some("app"));
-        assert_eq!(s.password.as_deref(), Some("s3cret"));
-        assert_eq!(c.wait.map(|w| w.replicas), Some(1));
-        assert!(!format!("{c:?}").contains("s3cret"));
-        for url in [
-            "redis+sentinel://127.0.0.1:26379",
-            "redis+sentinel://127.0.0.1:26379/",
-            "redis+sentinel://127.0.0.1:x/m",
-        ] {
-            let err = RedisConfig::parse(url).unwrap_err();
-            assert!(err.is_invalid_input(), "{url}: {err}");
-            assert!(!err.to_string().contains("s3cret"));
         }
     }
 }

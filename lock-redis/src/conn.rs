@@ -15,11 +15,12 @@ use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{
     Client, Cmd, ConnectionAddr, ErrorKind, Pipeline, RedisError, RedisFuture, ServerErrorKind,
-    Value,
+    TlsMode, Value,
 };
 
-use crate::config::SentinelConfig;
+use crate::config::{NodeConfig, SentinelConfig};
 use crate::error::convert;
+use crate::tls::explained;
 
 /// One server's reconnecting connection, a cluster's, or the one to the
 /// master that Redis Sentinel names.
@@ -79,38 +80,51 @@ pub async fn open(
         .set_response_timeout(Some(timeout))
         .set_number_of_retries(1);
     let connect = client.get_connection_manager_with_config(manager);
+    let tls = matches!(
+        client.get_connection_info().addr(),
+        ConnectionAddr::TcpTls { .. }
+    );
     let conn = tokio::time::timeout(connect_timeout, connect)
         .await
         .map_err(|_| Error::timeout("connecting to redis", connect_timeout))?
-        .map_err(|e| convert(label, "connect", connect_timeout, e))?;
+        .map_err(|e| explained(convert(label, "connect", connect_timeout, e), tls))?;
     Ok(Conn::Single(conn))
 }
 
-/// A cluster client of the seed nodes `urls`, with lock-redis's timeouts:
+/// A cluster client of the seed nodes `seeds`, with lock-redis's timeouts
+/// and the seeds' TLS (every node's connection, not only the seeds'):
 /// every command bounded by `timeout`, each connection by
 /// `connect_timeout`, and two retries (a `MOVED` or `ASK` costs one).
 pub fn cluster_client(
-    urls: Vec<String>,
+    seeds: &[NodeConfig],
     timeout: Duration,
     connect_timeout: Duration,
-) -> ClusterClientBuilder {
-    ClusterClient::builder(urls)
+) -> Result<ClusterClientBuilder> {
+    let urls: Vec<&str> = seeds.iter().map(NodeConfig::url).collect();
+    let builder = ClusterClient::builder(urls)
         .connection_timeout(connect_timeout)
         .response_timeout(timeout)
-        .retries(2)
+        .retries(2);
+    let tls = seeds.first().map(|s| &s.tls).cloned().unwrap_or_default();
+    Ok(match crate::tls::certificates(&tls)? {
+        Some(certificates) => builder.certs(certificates),
+        None => builder,
+    })
 }
 
 /// A cluster connection through `client`, which learns the cluster's
-/// slots from whichever of its seed nodes answers first.
+/// slots from whichever of its seed nodes answers first; `tls` says
+/// whether it uses TLS (for the hint on a failure).
 pub async fn open_cluster(
     client: &ClusterClient,
     label: &str,
     connect_timeout: Duration,
+    tls: bool,
 ) -> Result<ClusterConnection> {
     tokio::time::timeout(connect_timeout, client.get_async_connection())
         .await
         .map_err(|_| Error::timeout("connecting to the redis cluster", connect_timeout))?
-        .map_err(|e| convert(label, "connect", connect_timeout, e))
+        .map_err(|e| explained(convert(label, "connect", connect_timeout, e), tls))
 }
 
 /// The master that Redis Sentinel names, followed across failovers: the
@@ -137,6 +151,8 @@ pub struct SentinelConn {
     label: String,
     connect_timeout: Duration,
     timeout: Duration,
+    /// Whether the sentinels are reached over TLS.
+    tls: bool,
 }
 
 impl SentinelConn {
@@ -148,13 +164,31 @@ impl SentinelConn {
         timeout: Duration,
     ) -> Result<Arc<Self>> {
         let invalid = |e: redis::RedisError| Error::invalid_url(&config.redacted, e.to_string());
+        let certificates = crate::tls::certificates(&config.tls)?;
         let addrs = config
             .sentinels
             .iter()
-            .map(|(host, port)| ConnectionAddr::Tcp(host.clone(), *port));
+            .map(|(host, port)| match certificates {
+                None => ConnectionAddr::Tcp(host.clone(), *port),
+                Some(_) => ConnectionAddr::TcpTls {
+                    host: host.clone(),
+                    port: *port,
+                    insecure: false,
+                    tls_params: None,
+                },
+            });
         let mut builder =
             SentinelClientBuilder::new(addrs, &config.master, SentinelServerType::Master)
                 .map_err(invalid)?;
+        // The same trust and client certificate to the sentinels and to the
+        // data nodes they name.
+        if let Some(certificates) = certificates {
+            builder = builder
+                .set_client_to_sentinel_tls_mode(TlsMode::Secure)
+                .set_client_to_sentinel_certificates(certificates.clone())
+                .set_client_to_redis_tls_mode(TlsMode::Secure)
+                .set_client_to_redis_certificates(certificates);
+        }
         if let Some(user) = &config.username {
             builder = builder.set_client_to_redis_username(user);
         }
@@ -170,6 +204,7 @@ impl SentinelConn {
             label: label.to_owned(),
             connect_timeout,
             timeout,
+            tls: config.tls.is_enabled(),
         });
         conn.master().await?;
         Ok(conn)
@@ -194,11 +229,10 @@ impl SentinelConn {
                 Error::timeout("asking the sentinels for the master", self.connect_timeout)
             })?
             .map_err(|e| {
-                convert(
-                    &self.label,
-                    "ask the sentinels for the master",
-                    self.connect_timeout,
-                    e,
+                let asking = "ask the sentinels for the master";
+                explained(
+                    convert(&self.label, asking, self.connect_timeout, e),
+                    self.tls,
                 )
             })
     }

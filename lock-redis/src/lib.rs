@@ -25,6 +25,7 @@ pub mod node;
 mod node;
 mod notices;
 mod scripts;
+mod tls;
 
 pub use backend::RedisBackend;
 
@@ -34,11 +35,12 @@ pub const NAME: &str = "redis";
 
 /// The URL schemes this backend accepts (`rediss` is TLS; `redis+cluster`
 /// and `rediss+cluster` name a Redis Cluster by some of its nodes;
-/// `redis+sentinel` names a master by its sentinels).
+/// `redis+sentinel` and `rediss+sentinel` name a master by its sentinels).
 pub const SCHEMES: &[&str] = &[
     "redis",
     "rediss",
     "redis+cluster",
     "rediss+cluster",
     "redis+sentinel",
+    "rediss+sentinel",
 ];

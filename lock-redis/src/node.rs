@@ -10,7 +10,7 @@ use lock_core::{Error, FencingToken, LockKind, LockName, OwnerToken, Result};
 use redis::cluster::ClusterClient;
 use redis::{Client, ErrorKind, RedisError, ScriptInvocation, ServerErrorKind, Value};
 
-use crate::config::{NodeConfig, SentinelConfig};
+use crate::config::{CommonOptions, NodeConfig, SentinelConfig};
 use crate::conn::{Conn, SentinelConn, open, open_cluster};
 use crate::error::{convert, unanswered};
 use crate::eviction::{self, Eviction, MemoryPolicy};
@@ -177,7 +177,7 @@ pub struct NodeHolder {
 impl Node {
     /// Connects to the server `config` names.
     pub async fn connect(config: &NodeConfig, keys: Keys) -> Result<Self> {
-        let client = Client::open(config.url()).map_err(|e| config.invalid(e))?;
+        let client = config.client()?;
         Self::with_client(
             client,
             config.label.clone(),
@@ -289,15 +289,14 @@ impl Node {
     pub async fn connect_cluster(
         client: &ClusterClient,
         label: String,
-        timeout: Duration,
-        connect_timeout: Duration,
-        allow_eviction: bool,
+        common: &CommonOptions,
         keys: Keys,
     ) -> Result<Self> {
-        let conn = open_cluster(client, &label, connect_timeout).await?;
-        let times = (timeout, connect_timeout);
+        let tls = common.tls.is_enabled();
+        let conn = open_cluster(client, &label, common.connect_timeout, tls).await?;
+        let times = (common.timeout, common.connect_timeout);
         Self::unchecked(Conn::Cluster(conn), Source::Cluster, keys, label, times)
-            .checked(allow_eviction)
+            .checked(common.allow_eviction)
             .await
     }
 

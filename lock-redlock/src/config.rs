@@ -23,29 +23,28 @@ impl RedlockConfig {
     /// sensible TTL, so a dead node costs little of a lease's validity.
     pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(100);
     const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(200);
-    const NAMES: &'static [&'static str] = &["retry_delay", "tls"];
+    const NAMES: &'static [&'static str] = &["retry_delay"];
 
     /// Parses `redlock://[user:password@]host:port,[user:password@]host:port,…[/db][?options]`.
     ///
-    /// Each host may carry its own credentials; `tls=true` connects to every
-    /// node with TLS (`rediss`).
+    /// Each host may carry its own credentials; `tls=true` (or `tls_ca`,
+    /// `tls_cert` and `tls_key`) connects to every master with TLS, with
+    /// the same CA and client certificate.
     pub fn parse(url: &str) -> Result<Self> {
         let HostList { hosts, path, .. } = HostList::parse(url, crate::SCHEMES[0])?;
         let db = Some(path).filter(|p| !p.is_empty());
         let mut q = QueryOptions::parse(url)?;
-        let common = CommonOptions::take(&mut q, url, Self::DEFAULT_NODE_TIMEOUT)?;
+        let common = CommonOptions::take(&mut q, url, Self::DEFAULT_NODE_TIMEOUT, false)?;
         let retry_delay = q
             .take_duration("retry_delay")?
             .unwrap_or(Self::DEFAULT_RETRY_DELAY);
-        let tls = q.take_bool("tls", false)?;
         q.finish(&[CommonOptions::NAMES, Self::NAMES].concat())?;
 
-        let scheme = if tls { "rediss" } else { "redis" };
         let nodes = hosts
             .iter()
             .map(|host| {
                 let db = db.map(|d| format!("/{d}")).unwrap_or_default();
-                NodeConfig::new(&format!("{scheme}://{host}{db}"), &common)
+                NodeConfig::new(&format!("redis://{host}{db}"), &common)
             })
             .collect::<Result<Vec<_>>>()?;
         check_masters(nodes.iter().map(|n| n.label.as_str()), url)?;
@@ -187,6 +186,30 @@ mod tests {
         assert_eq!(c.common.timeout, RedlockConfig::DEFAULT_NODE_TIMEOUT);
         assert_eq!(c.retry_delay, Duration::from_millis(50));
         assert!(!format!("{c:?}").contains("pw1"));
+        assert!(c.nodes.iter().all(|n| !n.tls.is_enabled()));
+    }
+
+    #[test]
+    fn tls_options_reach_every_master() {
+        let c = RedlockConfig::parse(
+            "redlock://a:pw1@h1:1,h2:2,h3:3?tls_ca=/ca.pem&tls_cert=/c.pem&tls_key=/c.key",
+        )
+        .unwrap();
+        let expected = lock_core::tls::TlsOptions::on()
+            .ca("/ca.pem")
+            .client_cert("/c.pem", "/c.key");
+        for node in &c.nodes {
+            assert_eq!(node.tls, expected);
+            assert!(node.url().starts_with("rediss://"), "{}", node.url());
+        }
+        let public = RedlockConfig::parse("redlock://h1:1,h2:2,h3:3?tls=true").unwrap();
+        assert!(
+            public
+                .nodes
+                .iter()
+                .all(|n| n.tls == lock_core::tls::TlsOptions::on())
+        );
+        assert!(!format!("{c:?}").contains("pw1"));
     }
 
     #[test]
@@ -221,6 +244,7 @@ mod tests {
                 ("redlock://h1:1,h1:1,h3:3", "listed twice"),
                 ("redlock://h1:1,,h3:3", "empty host"),
                 ("redlock://h1:1,h2:2,h3:3?tls=maybe", "true or false"),
+                ("redlock://h1:1,h2:2,h3:3?tls_cert=/c.pem", "go together"),
             ],
         );
     }

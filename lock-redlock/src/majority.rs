@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use lock_core::backend::{AcquireRequest, Backoff, Lease, ReleaseSignals};
 use lock_core::{Error, FencingToken, LockKind, LockName, OwnerToken, Result};
-use lock_redis::config::{CommonOptions, NodeConfig};
+use lock_redis::config::CommonOptions;
 use lock_redis::node::{Keys, Node};
 use redis::Client;
 use tokio::sync::watch;
@@ -60,31 +60,23 @@ impl Member {
     }
 }
 
-/// How a member reaches its master: through a node of a `redlock://` URL,
-/// or through a `redis::Client` of the application's.
+/// How a member reaches its master: a `redis::Client` (made from a node of
+/// a `redlock://` URL, or the application's), with the options.
 #[derive(Clone)]
-enum Reach {
-    Url(NodeConfig),
-    Client(Box<(Client, CommonOptions)>),
-}
+struct Reach(Box<(Client, CommonOptions)>);
 
 impl Reach {
     async fn connect(&self, label: &str, keys: Keys) -> Result<Node> {
-        match self {
-            Reach::Url(config) => Node::connect(config, keys).await,
-            Reach::Client(given) => {
-                let (client, common) = &**given;
-                Node::with_client(
-                    client.clone(),
-                    label.to_owned(),
-                    common.timeout,
-                    common.connect_timeout,
-                    common.allow_eviction,
-                    keys,
-                )
-                .await
-            }
-        }
+        let (client, common) = &*self.0;
+        Node::with_client(
+            client.clone(),
+            label.to_owned(),
+            common.timeout,
+            common.connect_timeout,
+            common.allow_eviction,
+            keys,
+        )
+        .await
     }
 }
 
@@ -176,11 +168,24 @@ impl RedlockBackend {
 
     /// Connects to the masters `config` names; see [`connect`](Self::connect).
     pub async fn connect_with(config: RedlockConfig) -> Result<Self> {
+        // The clients are made here, so that a TLS file that cannot be read
+        // fails the connect at once rather than every attempt in the
+        // background.
         let masters = config
             .nodes
-            .into_iter()
-            .map(|node| (node.label.clone(), Reach::Url(node)))
-            .collect();
+            .iter()
+            .map(|node| {
+                let client = node.client().map_err(|e| match e {
+                    Error::InvalidConfig { reason, .. } => Error::InvalidConfig {
+                        backend: crate::NAME,
+                        reason,
+                    },
+                    e => e,
+                })?;
+                let reach = Reach(Box::new((client, config.common.clone())));
+                Ok((node.label.clone(), reach))
+            })
+            .collect::<Result<_>>()?;
         Self::start(masters, &config.common, config.retry_delay).await
     }
 
@@ -213,7 +218,7 @@ impl RedlockBackend {
             .map(|client| {
                 (
                     Node::label_of(&client),
-                    Reach::Client(Box::new((client, common.clone()))),
+                    Reach(Box::new((client, common.clone()))),
                 )
             })
             .collect();

@@ -1,7 +1,9 @@
 //! Redis from the `redis-server` package, on a free loopback port, with no
 //! persistence and an ACL user with a password (the default user is off);
 //! or the server `DISTLOCK_TEST_REDIS_URL` names, and the masters
-//! `DISTLOCK_TEST_REDLOCK_URL` names.
+//! `DISTLOCK_TEST_REDLOCK_URL` names. A TLS-only variant (`--port 0`,
+//! `--tls-port`) presents the certificate of [`TestCa::shared`] and
+//! requires client certificates signed by it.
 
 use std::net::SocketAddr;
 use std::process::Command;
@@ -11,6 +13,7 @@ use tokio::sync::OnceCell;
 
 use super::external::{REDIS, REDLOCK, external};
 use super::ports::{PortTaken, start_on_loopback, wait_started};
+use super::tls::TestCa;
 use super::url::ServerUrl;
 use super::{Supervised, data_dir, find_binary, log_of, started, wait_until_ready};
 
@@ -24,6 +27,8 @@ const PASSWORD: &str = "redis-test-secret";
 pub struct Redis {
     url: ServerUrl,
     process: Option<Supervised>,
+    /// Whether it takes TLS only, with [`TestCa::shared`]'s certificates.
+    tls: bool,
 }
 
 impl Redis {
@@ -35,10 +40,11 @@ impl Redis {
         Self::start_with(&[]).await
     }
 
-    /// Starts a replica of `primary`, replicating asynchronously as Redis does.
+    /// Starts a replica of `primary`, replicating asynchronously as Redis
+    /// does; over TLS if `primary` takes TLS only.
     pub async fn replica_of(primary: &Redis) -> Self {
         let port = primary.port().to_string();
-        Self::start_with(&[
+        let replicate = [
             "--replicaof",
             "127.0.0.1",
             &port,
@@ -46,15 +52,32 @@ impl Redis {
             USER,
             "--masterauth",
             PASSWORD,
-        ])
-        .await
+        ];
+        let tls: &[&str] = if primary.tls {
+            &["--tls-replication", "yes"]
+        } else {
+            &[]
+        };
+        Self::start_as(primary.tls, &[&replicate[..], tls].concat()).await
     }
 
     /// Starts a new server with these extra `redis-server` arguments (e.g.
     /// `--maxmemory 1mb`).
     pub async fn start_with(extra: &[&str]) -> Self {
+        Self::start_as(false, extra).await
+    }
+
+    /// Starts a server that takes TLS only: [`url`](Self::url) carries the
+    /// options that get through (the CA and the client certificate
+    /// `distlock` of [`TestCa::shared`]).
+    pub async fn start_tls() -> Self {
+        Self::start_as(true, &[]).await
+    }
+
+    /// [`start_with`](Self::start_with), TLS-only if `tls`.
+    pub(super) async fn start_as(tls: bool, extra: &[&str]) -> Self {
         start_on_loopback("redis", 1, |ports| async move {
-            let redis = Self::spawn_on(ports[0], extra);
+            let redis = Self::spawn_as(tls, ports[0], extra);
             redis.wait_started(&[]).await?;
             Ok(redis)
         })
@@ -62,8 +85,9 @@ impl Redis {
     }
 
     /// Starts a server on `port` without waiting for it, so that several
-    /// boot at once.
-    pub(super) fn spawn_on(port: u16, extra: &[&str]) -> Self {
+    /// boot at once; TLS-only if `tls` (`port` is then the TLS port, and
+    /// `extra` may add `--tls-replication yes` and `--tls-cluster yes`).
+    pub(super) fn spawn_as(tls: bool, port: u16, extra: &[&str]) -> Self {
         let server = find_binary("redis-server", &[], "redis-server")
             .to_string_lossy()
             .into_owned();
@@ -71,10 +95,33 @@ impl Redis {
         let port_arg = port.to_string();
         let dir_arg = dir.to_string_lossy().into_owned();
         let secret = format!(">{PASSWORD}");
-        let mut command = vec![
-            server.as_str(),
-            "--port",
-            &port_arg,
+        let pki = TestCa::shared();
+        let (cert, key, ca) = (
+            pki.server.cert.to_string_lossy(),
+            pki.server.key.to_string_lossy(),
+            pki.ca.to_string_lossy(),
+        );
+        let listen = if tls {
+            vec![
+                "--port",
+                "0",
+                "--tls-port",
+                &port_arg,
+                "--tls-cert-file",
+                &cert,
+                "--tls-key-file",
+                &key,
+                "--tls-ca-cert-file",
+                &ca,
+                "--tls-auth-clients",
+                "yes",
+            ]
+        } else {
+            vec!["--port", &port_arg]
+        };
+        let mut command = vec![server.as_str()];
+        command.extend(listen);
+        command.extend([
             "--bind",
             "127.0.0.1",
             "--dir",
@@ -96,22 +143,41 @@ impl Redis {
             "~*",
             "&*",
             "+@all",
-        ];
+        ]);
         command.extend_from_slice(extra);
-        Self::at(
-            ServerUrl::local(
-                distlock::lock_redis::SCHEMES[0],
-                Some(&format!("{USER}:{PASSWORD}")),
-                &[format!("127.0.0.1:{port}")],
-                "",
-            ),
-            Some(Supervised::start(&dir, "TERM", &command)),
-        )
+        let scheme = if tls { "rediss" } else { "redis" };
+        let url = ServerUrl::local(
+            scheme,
+            Some(&format!("{USER}:{PASSWORD}")),
+            &[format!("127.0.0.1:{port}")],
+            "",
+        );
+        let process = Supervised::start(&dir, "TERM", &command);
+        let mut redis = Self::at(url, Some(process));
+        if tls {
+            redis = redis.with_tls();
+        }
+        redis
     }
 
     /// A server at `url`, with its process if the harness started it.
     pub(super) fn at(url: ServerUrl, process: Option<Supervised>) -> Self {
-        Self { url, process }
+        Self {
+            url,
+            process,
+            tls: false,
+        }
+    }
+
+    /// The same server, known to take TLS only with [`TestCa::shared`]'s
+    /// certificates: its URLs and `redis-cli` use them.
+    pub(super) fn with_tls(self) -> Self {
+        let options = TestCa::shared().url_options(USER);
+        Self {
+            url: self.url.with_query(&options),
+            tls: true,
+            ..self
+        }
     }
 
     /// One server shared by every test in this test binary: the one
@@ -121,11 +187,22 @@ impl Redis {
         SHARED
             .get_or_init(|| async {
                 match external(&REDIS, "").await {
-                    Some(url) => Self { url, process: None },
+                    Some(url) => Self::at(url, None),
                     None => Self::start().await,
                 }
             })
             .await
+    }
+
+    /// One TLS-only server shared by every test in this test binary.
+    pub async fn shared_tls() -> &'static Self {
+        static SHARED: OnceCell<Redis> = OnceCell::const_new();
+        SHARED.get_or_init(Self::start_tls).await
+    }
+
+    /// Whether it takes TLS only (its URLs carry the TLS options).
+    pub fn is_tls(&self) -> bool {
+        self.tls
     }
 
     /// A URL for this server with the given query string (no leading `?`).
@@ -235,12 +312,24 @@ impl Redis {
         if !self.url.path().is_empty() {
             command.args(["-n", self.url.path()]);
         }
-        if self.url.scheme() == "rediss" {
+        if self.tls {
+            command.args(tls_cli_args());
+        } else if self.url.scheme() == "rediss" {
             command.arg("--tls");
         }
         command.arg("--no-auth-warning").args(args);
         command
     }
+}
+
+/// What makes `redis-cli` reach a TLS-only server of the harness.
+pub(super) fn tls_cli_args() -> Vec<std::ffi::OsString> {
+    let pki = TestCa::shared();
+    let client = pki.client(USER);
+    let mut args: Vec<std::ffi::OsString> = vec!["--tls".into(), "--cacert".into()];
+    args.extend([pki.ca.clone().into(), "--cert".into(), client.cert.into()]);
+    args.extend(["--key".into(), client.key.into()]);
+    args
 }
 
 /// The value of `name` in `INFO`-style `name:value` lines.
@@ -269,9 +358,18 @@ pub struct RedisSet {
 impl RedisSet {
     /// Starts `n` independent servers.
     pub async fn start(n: usize) -> Self {
+        Self::start_as(false, n).await
+    }
+
+    /// Starts `n` independent TLS-only servers (see [`Redis::start_tls`]).
+    pub async fn start_tls(n: usize) -> Self {
+        Self::start_as(true, n).await
+    }
+
+    async fn start_as(tls: bool, n: usize) -> Self {
         let mut nodes = Vec::with_capacity(n);
         for _ in 0..n {
-            nodes.push(Redis::start().await);
+            nodes.push(Redis::start_as(tls, &[]).await);
         }
         Self {
             nodes,
@@ -288,10 +386,7 @@ impl RedisSet {
                 match external(&REDLOCK, "").await {
                     Some(url) => Self {
                         nodes: (0..url.addresses().len())
-                            .map(|i| Redis {
-                                url: url.host(i, distlock::lock_redis::SCHEMES[0]),
-                                process: None,
-                            })
+                            .map(|i| Redis::at(url.host(i, distlock::lock_redis::SCHEMES[0]), None))
                             .collect(),
                         external: Some(url),
                     },
@@ -301,7 +396,14 @@ impl RedisSet {
             .await
     }
 
-    /// A `redlock://` URL for every node, with the given query string.
+    /// Three TLS-only masters shared by every test in this test binary.
+    pub async fn shared_tls() -> &'static Self {
+        static SHARED: OnceCell<RedisSet> = OnceCell::const_new();
+        SHARED.get_or_init(|| Self::start_tls(3)).await
+    }
+
+    /// A `redlock://` URL for every node, with the given query string (and
+    /// the TLS options, for TLS-only masters).
     pub fn url(&self, query: &str) -> String {
         if let Some(url) = &self.external {
             return url.url(query);
@@ -312,10 +414,18 @@ impl RedisSet {
             distlock::lock_redlock::SCHEMES[0],
             hosts.join(",")
         );
+        let tls = match self.nodes.first() {
+            Some(node) if node.is_tls() => TestCa::shared().url_options(USER),
+            _ => String::new(),
+        };
+        let query: Vec<&str> = [tls.as_str(), query]
+            .into_iter()
+            .filter(|q| !q.is_empty())
+            .collect();
         if query.is_empty() {
             base
         } else {
-            format!("{base}?{query}")
+            format!("{base}?{}", query.join("&"))
         }
     }
 }

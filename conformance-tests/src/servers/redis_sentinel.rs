@@ -33,8 +33,14 @@
 //! stand in: sentinels never promote a replica that does not answer them,
 //! and one merely slow would apply the writes waiting in its socket
 //! before it is promoted.
+//!
+//! [`RedisSentinel::start_tls`] starts the same topology over TLS only:
+//! data nodes as [`Redis::start_tls`] replicating over TLS, sentinels with
+//! `tls-port` (no plain port), `tls-replication` (TLS to the data nodes)
+//! and client certificates required, all with the test CA's certificate.
 
-use std::collections::BTreeMap;
+mod conf;
+
 use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -44,9 +50,11 @@ use tokio::sync::OnceCell;
 use super::external::{REDIS_SENTINEL, external};
 use super::ports::start_on_loopback;
 use super::redis::{Redis, USER, info_field as field};
+use super::tls::TestCa;
 use super::url::ServerUrl;
 use super::{Supervised, data_dir, find_binary, wait_for, wait_until_ready};
 use crate::proxy::{Fault, Proxy};
+use conf::{records, sentinel_conf};
 
 /// The name the sentinels know the master by.
 const NAME: &str = "distlock";
@@ -77,7 +85,22 @@ impl RedisSentinel {
     /// Starts a topology of its own: a master, a replica in sync with it,
     /// and three sentinels that know both and each other.
     pub async fn start() -> Self {
-        let master = Redis::start().await;
+        Self::start_as(false).await
+    }
+
+    /// The same topology over TLS only: its URL carries the options that
+    /// get through (the CA and client certificate of the test CA).
+    pub async fn start_tls() -> Self {
+        Self::start_as(true).await
+    }
+
+    async fn start_as(tls: bool) -> Self {
+        let replicate: &[&str] = if tls {
+            &["--tls-replication", "yes"]
+        } else {
+            &[]
+        };
+        let master = Redis::start_as(tls, replicate).await;
         let replica = Redis::replica_of(&master).await;
         let binary = find_binary("redis-sentinel", &[], "redis-sentinel")
             .to_string_lossy()
@@ -88,11 +111,13 @@ impl RedisSentinel {
                 .map(|&port| {
                     let dir = data_dir("root");
                     let conf = dir.join("sentinel.conf");
-                    std::fs::write(&conf, sentinel_conf(port, &dir, master.port()))
+                    std::fs::write(&conf, sentinel_conf(port, &dir, master.port(), tls))
                         .unwrap_or_else(|e| panic!("write {}: {e}", conf.display()));
                     let conf = conf.to_string_lossy().into_owned();
                     let process = Supervised::start(&dir, "TERM", &[&binary, &conf]);
-                    Redis::at(sentinel_url(&format!("127.0.0.1:{port}")), Some(process))
+                    let sentinel =
+                        Redis::at(sentinel_url(&format!("127.0.0.1:{port}")), Some(process));
+                    if tls { sentinel.with_tls() } else { sentinel }
                 })
                 .collect();
             async move {
@@ -110,8 +135,11 @@ impl RedisSentinel {
             Redis::PASSWORD,
             hosts.join(",")
         );
-        let url = ServerUrl::parse(&REDIS_SENTINEL, &text)
+        let mut url = ServerUrl::parse(&REDIS_SENTINEL, &text)
             .unwrap_or_else(|why| panic!("the harness's own sentinel URL: {why}"));
+        if tls {
+            url = url.with_query(TestCa::shared().url_options(USER));
+        }
         let topology = Self {
             url,
             data: vec![master, replica],
@@ -134,6 +162,12 @@ impl RedisSentinel {
                 }
             })
             .await
+    }
+
+    /// One TLS-only topology shared by every test in this test binary.
+    pub async fn shared_tls() -> &'static Self {
+        static SHARED: OnceCell<RedisSentinel> = OnceCell::const_new();
+        SHARED.get_or_init(Self::start_tls).await
     }
 
     /// The sentinels at `url`, and the data nodes they name.
@@ -428,55 +462,4 @@ fn sentinel_url(address: &str) -> ServerUrl {
         &[address.to_owned()],
         "",
     )
-}
-
-/// A sentinel's configuration, watching the master at `master_port`.
-fn sentinel_conf(port: u16, dir: &std::path::Path, master_port: u16) -> String {
-    format!(
-        "port {port}\n\
-         bind 127.0.0.1\n\
-         dir {dir}\n\
-         sentinel resolve-hostnames no\n\
-         sentinel announce-ip 127.0.0.1\n\
-         sentinel monitor {NAME} 127.0.0.1 {master_port} 2\n\
-         sentinel auth-user {NAME} {USER}\n\
-         sentinel auth-pass {NAME} {password}\n\
-         sentinel down-after-milliseconds {NAME} 2000\n\
-         sentinel failover-timeout {NAME} 10000\n\
-         sentinel parallel-syncs {NAME} 1\n",
-        dir = dir.display(),
-        password = Redis::PASSWORD,
-    )
-}
-
-/// The records of a `SENTINEL MASTER`/`REPLICAS` answer as `redis-cli`
-/// prints it: one field or value a line, each record starting with `name`.
-fn records(text: &str) -> Vec<BTreeMap<String, String>> {
-    let lines: Vec<&str> = text.lines().map(str::trim).collect();
-    let mut records: Vec<BTreeMap<String, String>> = Vec::new();
-    for pair in lines.chunks_exact(2) {
-        if pair[0] == "name" || records.is_empty() {
-            records.push(BTreeMap::new());
-        }
-        if let Some(record) = records.last_mut() {
-            record.insert(pair[0].to_owned(), pair[1].to_owned());
-        }
-    }
-    records
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sentinel_answers_split_into_records() {
-        let text = "name\n127.0.0.1:1\nip\n127.0.0.1\nport\n1\nflags\nslave\n\
-                    name\n127.0.0.1:2\nip\n127.0.0.1\nport\n2\nflags\nslave,s_down\n";
-        let found = records(text);
-        assert_eq!(found.len(), 2);
-        assert_eq!(found[1]["port"], "2");
-        assert_eq!(found[1]["flags"], "slave,s_down");
-        assert!(records("").is_empty());
-    }
 }

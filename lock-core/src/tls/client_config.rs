@@ -71,14 +71,84 @@ impl TlsMaterial {
                 }
             }
             None => {
-                roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-                let system = rustls_native_certs::load_native_certs();
-                for e in &system.errors {
-                    tracing::debug!(error = %e, "a certificate of the system trust store was skipped");
-                }
-                roots.add_parsable_certificates(system.certs);
+                roots.add_parsable_certificates(public_and_system_roots());
             }
         }
         Ok(roots)
+    }
+
+    /// The same roots as PEM text, for drivers that take trusted
+    /// certificates only that way (redis-rs, whose own features give the
+    /// public roots or the system's, not both): the CA file as it is, or
+    /// the public roots and those of the system's that rustls can use.
+    pub fn roots_pem(&self) -> Vec<u8> {
+        if let Some(pem) = self.ca_pem() {
+            return pem.to_vec();
+        }
+        let mut pem = String::new();
+        for cert in public_and_system_roots() {
+            // One unusable system certificate must not fail every
+            // connection, as it would in a driver that parses them all.
+            if RootCertStore::empty().add(cert.clone()).is_ok() {
+                pem_block(&mut pem, &cert);
+            }
+        }
+        pem.into_bytes()
+    }
+}
+
+/// What `tls=true` trusts: the public (webpki) roots, then the operating
+/// system's trust store.
+fn public_and_system_roots() -> Vec<CertificateDer<'static>> {
+    let mut roots = webpki_root_certs::TLS_SERVER_ROOT_CERTS.to_vec();
+    let system = rustls_native_certs::load_native_certs();
+    for e in &system.errors {
+        tracing::debug!(error = %e, "a certificate of the system trust store was skipped");
+    }
+    roots.extend(system.certs);
+    roots
+}
+
+/// Appends `cert` to `pem` as a `CERTIFICATE` block.
+fn pem_block(pem: &mut String, cert: &CertificateDer<'_>) {
+    use base64::Engine;
+    let text = base64::engine::general_purpose::STANDARD.encode(cert.as_ref());
+    pem.push_str("-----BEGIN CERTIFICATE-----\n");
+    for line in text.as_bytes().chunks(64) {
+        pem.push_str(std::str::from_utf8(line).unwrap_or_default());
+        pem.push('\n');
+    }
+    pem.push_str("-----END CERTIFICATE-----\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roots_pem_holds_the_public_roots_and_the_system_store() {
+        let material = crate::tls::TlsOptions::on().load("test").unwrap().unwrap();
+        let pem = material.roots_pem();
+        let parsed: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let public = webpki_root_certs::TLS_SERVER_ROOT_CERTS;
+        assert!(
+            public.iter().all(|c| parsed.contains(c)),
+            "a public root is missing"
+        );
+        let system = rustls_native_certs::load_native_certs().certs;
+        let usable = system
+            .iter()
+            .filter(|c| RootCertStore::empty().add((*c).clone()).is_ok());
+        assert!(
+            usable.clone().all(|c| parsed.contains(c)),
+            "a system root is missing"
+        );
+        assert_eq!(
+            material.root_store().unwrap().len(),
+            parsed.len(),
+            "the root store and the PEM trust the same roots"
+        );
     }
 }

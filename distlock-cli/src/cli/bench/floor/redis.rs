@@ -10,8 +10,8 @@ use distlock::backend::async_trait;
 use distlock::lock_redis::config::RedisConfig;
 use distlock::{Error, OwnerToken, Result};
 
+use super::Floor;
 use super::redis_ops::RawNode;
-use super::{Floor, base_url};
 
 /// A connection to the library's server.
 pub(super) struct RedisFloor {
@@ -35,22 +35,9 @@ impl RedisFloor {
             });
         }
         let node = if config.is_cluster() {
-            let seeds = config.cluster.iter().map(|n| n.url().to_owned()).collect();
-            RawNode::connect_cluster(
-                seeds,
-                &config.node.label,
-                config.node.timeout,
-                config.node.connect_timeout,
-            )
-            .await?
+            RawNode::connect_cluster(&config.cluster, &config.node.label).await?
         } else {
-            RawNode::connect(
-                base_url(url),
-                &config.node.label,
-                config.node.timeout,
-                config.node.connect_timeout,
-            )
-            .await?
+            RawNode::connect(&config.node).await?
         };
         Ok(Self { node })
     }

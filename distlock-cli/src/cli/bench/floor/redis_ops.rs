@@ -6,6 +6,7 @@ use super::floor_error;
 use std::time::Duration;
 
 use distlock::{Error, Result};
+use lock_redis::config::NodeConfig;
 use lock_redis::conn::{Conn, cluster_client, open, open_cluster};
 
 /// The smallest safe release: delete the key only if it still holds our
@@ -21,32 +22,26 @@ pub(super) struct RawNode {
 }
 
 impl RawNode {
-    /// Connects to `url` (`redis://host:port[/db]`) with lock-redis's
+    /// Connects to the server `node` names (TLS included) with lock-redis's
     /// connection-manager settings.
-    pub(super) async fn connect(
-        url: &str,
-        label: &str,
-        timeout: Duration,
-        connect_timeout: Duration,
-    ) -> Result<Self> {
-        let client =
-            redis::Client::open(url).map_err(|e| Error::invalid_url(url, e.to_string()))?;
-        let conn = open(&client, label, connect_timeout, timeout).await?;
-        Ok(Self::on(conn, label))
+    pub(super) async fn connect(node: &NodeConfig) -> Result<Self> {
+        let client = node.client()?;
+        let conn = open(&client, &node.label, node.connect_timeout, node.timeout).await?;
+        Ok(Self::on(conn, &node.label))
     }
 
-    /// A Redis Cluster through its seed nodes `urls`, with lock-redis's
-    /// timeouts: each command goes to the master of its key's slot.
-    pub(super) async fn connect_cluster(
-        urls: Vec<String>,
-        label: &str,
-        timeout: Duration,
-        connect_timeout: Duration,
-    ) -> Result<Self> {
-        let client = cluster_client(urls, timeout, connect_timeout)
+    /// A Redis Cluster through its seed nodes, with lock-redis's timeouts
+    /// and TLS: each command goes to the master of its key's slot.
+    pub(super) async fn connect_cluster(seeds: &[NodeConfig], label: &str) -> Result<Self> {
+        let Some(first) = seeds.first() else {
+            return Err(Error::invalid_url(label, "no seed node"));
+        };
+        let (timeout, connect_timeout) = (first.timeout, first.connect_timeout);
+        let client = cluster_client(seeds, timeout, connect_timeout)?
             .build()
             .map_err(|e| convert(label, "connect", e))?;
-        let conn = open_cluster(&client, label, connect_timeout).await?;
+        let tls = first.tls.is_enabled();
+        let conn = open_cluster(&client, label, connect_timeout, tls).await?;
         Ok(Self::on(Conn::Cluster(conn), label))
     }
 

@@ -32,10 +32,7 @@ impl RedlockFloor {
         let config = RedlockConfig::parse(&distlock::backend_url(url)?)?;
         let mut nodes = Vec::new();
         for node in &config.nodes {
-            nodes.push(
-                RawNode::connect(node.url(), &node.label, node.timeout, node.connect_timeout)
-                    .await?,
-            );
+            nodes.push(RawNode::connect(node).await?);
         }
         Ok(Self {
             nodes,
