@@ -48,7 +48,13 @@ impl EtcdBackend {
     /// Connects to the cluster `config` names; see [`connect`](Self::connect).
     pub async fn connect_with(config: EtcdConfig) -> Result<Self> {
         let started = tokio::time::Instant::now();
-        let client = crate::client::connect(&config).await?;
+        // A failed TLS handshake shows either here, when the client opens
+        // its connection at once, or at the first request: both are
+        // explained the same way.
+        let client = match crate::client::connect(&config).await {
+            Ok(client) => client,
+            Err(e) => return Err(crate::probe::explain(&config, started, e).await),
+        };
         match Self::start(client, EtcdOptions::of(&config)).await {
             Err(e) => Err(crate::probe::explain(&config, started, e).await),
             started => started,
