@@ -3,10 +3,7 @@
 
 use std::time::Duration;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
-use std::{
-    fmt,
-    path::{Path, PathBuf},
-};
+use std::{fmt, path::PathBuf};
 
 use lock_core::backend::QueryOptions;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
@@ -123,7 +120,7 @@ impl CommonOptions {
 /// Splits `url` into the part before `?` and the query pairs whose keys are
 /// in `passthrough`, rebuilt for the driver (its TLS options, say).
 #[cfg(any(feature = "postgres", feature = "mysql"))]
-pub(crate) fn driver_url(url: &str, q: &mut QueryOptions, passthrough: &[&str]) -> String {
+fn driver_url(url: &str, q: &mut QueryOptions, passthrough: &[&str]) -> String {
     let base = url.split_once('?').map_or(url, |(b, _)| b);
     let mut forwarded = form_urlencoded::Serializer::new(String::new());
     for key in passthrough {
@@ -142,7 +139,7 @@ pub(crate) fn driver_url(url: &str, q: &mut QueryOptions, passthrough: &[&str]) 
 /// The password file named by `password_file`, read when the backend
 /// connects; refused beside a password in the URL's user-info.
 #[cfg(any(feature = "postgres", feature = "mysql"))]
-pub(crate) fn password_file(url: &str, q: &mut QueryOptions) -> Result<Option<PathBuf>> {
+fn password_file(url: &str, q: &mut QueryOptions) -> Result<Option<PathBuf>> {
     let base = url.split_once('?').map_or(url, |(b, _)| b);
     let authority = base
         .split_once("://")
@@ -157,25 +154,62 @@ pub(crate) fn password_file(url: &str, q: &mut QueryOptions) -> Result<Option<Pa
     })
 }
 
-/// What `Debug` shows of a server dialect's config: the URL without its
-/// password, and where the password comes from; never the driver's
-/// connect options, whose `Debug` prints the password.
+/// What every server dialect reads from its URL beside sqlx's own
+/// options: the common options, the password file and TLS, and the URL
+/// without its password, which is all its `Debug` shows (sqlx's connect
+/// options print the password).
 #[cfg(any(feature = "postgres", feature = "mysql"))]
-pub(crate) struct Shown<'a> {
-    pub(crate) redacted: &'a str,
-    pub(crate) common: &'a CommonOptions,
-    pub(crate) password_file: Option<&'a Path>,
-    pub(crate) tls: &'a crate::tls::Tls,
+pub(crate) struct ServerOptions {
+    pub(crate) common: CommonOptions,
+    pub(crate) redacted: String,
+    pub(crate) password_file: Option<PathBuf>,
+    pub(crate) tls: crate::tls::Tls,
 }
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
-impl Shown<'_> {
+impl ServerOptions {
+    /// Takes them from `q`, the query of `url`, whose dialect has taken its
+    /// own options (`own`, listed as accepted) already. `driver_tls` are the
+    /// dialect's TLS names, refused beside the shared ones; `passthrough`
+    /// are handed to sqlx in the URL returned with them. Any option left is
+    /// an error.
+    pub(crate) fn take(
+        url: &str,
+        mut q: QueryOptions,
+        own: &[&str],
+        driver_tls: &[&str],
+        passthrough: &[&str],
+    ) -> Result<(Self, String)> {
+        let common = CommonOptions::take(&mut q, url)?;
+        let password_file = password_file(url, &mut q)?;
+        let tls = crate::tls::Tls::take(&mut q, url, driver_tls)?;
+        let sqlx_url = driver_url(url, &mut q, passthrough);
+        q.finish(
+            &[
+                COMMON,
+                own,
+                &[lock_core::secret::PASSWORD_FILE],
+                &lock_core::tls::TlsOptions::URL_OPTIONS,
+                passthrough,
+            ]
+            .concat(),
+        )?;
+        let server = Self {
+            common,
+            redacted: lock_core::url::redact(url),
+            password_file,
+            tls,
+        };
+        Ok((server, sqlx_url))
+    }
+
+    /// `Debug` of the dialect's config named `name`.
     pub(crate) fn fmt(&self, name: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct(name)
             .field("url", &self.redacted)
-            .field("common", self.common)
-            .field("password_file", &self.password_file)
-            .field("tls", self.tls)
+            .field("common", &self.common)
+            .field("password_file", &self.password_file.as_deref())
+            .field("tls", &self.tls)
             .finish_non_exhaustive()
     }
 }

@@ -25,6 +25,7 @@ use tokio::sync::OnceCell;
 
 use crate::admission::Admission;
 use crate::backend::{SqlBackend, within};
+use crate::config::ServerOptions;
 use crate::config::server_limit;
 use crate::driver::{Driver, Released, Row};
 use crate::error::ErrorMap;
@@ -62,12 +63,16 @@ pub(crate) fn transient(e: &dyn DatabaseError) -> bool {
 /// missing.
 pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
     let Config {
-        common,
+        server,
         mut options,
+        ..
+    } = config;
+    let ServerOptions {
+        common,
         password_file,
         tls,
         ..
-    } = config;
+    } = server;
     options = crate::tls::mysql(&tls, options)?;
     if let Some(path) = password_file {
         options = options.password(&read_password_file(crate::MYSQL_NAME, &path)?);

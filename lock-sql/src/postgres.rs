@@ -17,6 +17,7 @@ use sqlx::error::DatabaseError;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 
 use crate::backend::{SqlBackend, within};
+use crate::config::ServerOptions;
 use crate::error::ErrorMap;
 use crate::pool::Checked;
 use crate::returning::{Join, ReturningDriver, Statements};
@@ -82,13 +83,16 @@ pub(crate) fn transient(e: &dyn DatabaseError) -> bool {
 /// missing, and starts listening for releases.
 pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
     let Config {
-        common,
+        server,
         location,
         mut options,
+    } = config;
+    let ServerOptions {
+        common,
         password_file,
         tls,
         ..
-    } = config;
+    } = server;
     options = crate::tls::postgres(&tls, options)?;
     if let Some(path) = password_file {
         options = options.password(&read_password_file(crate::POSTGRES_NAME, &path)?);

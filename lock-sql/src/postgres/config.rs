@@ -2,21 +2,16 @@
 //! and what is read at connect (the password file, the TLS files).
 
 use std::fmt;
-use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
 use lock_core::backend::QueryOptions;
-use lock_core::secret::PASSWORD_FILE;
-use lock_core::tls::TlsOptions;
-use lock_core::url::redact;
 use lock_core::{Error, Result};
 use sqlx::postgres::PgConnectOptions;
 
 use super::Location;
-use crate::config::{COMMON, CommonOptions, Shown, driver_url, password_file, server_limit};
+use crate::config::{ServerOptions, server_limit};
 use crate::table::TableName;
-use crate::tls::Tls;
 
 /// sqlx's own TLS options, accepted unless the shared names are given.
 const DRIVER_TLS: &[&str] = &["sslmode", "sslrootcert", "sslcert", "sslkey"];
@@ -32,47 +27,26 @@ const PASSTHROUGH: &[&str] = &[
 
 /// The parts of a `postgres://` URL.
 pub(crate) struct Config {
-    pub(super) common: CommonOptions,
+    pub(super) server: ServerOptions,
     pub(super) location: Location,
     pub(super) options: PgConnectOptions,
-    /// The URL without its password, for `Debug`.
-    pub(super) redacted: String,
-    pub(super) password_file: Option<PathBuf>,
-    pub(super) tls: Tls,
 }
 
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let shown = Shown {
-            redacted: &self.redacted,
-            common: &self.common,
-            password_file: self.password_file.as_deref(),
-            tls: &self.tls,
-        };
-        shown.fmt("Postgres", f)
+        self.server.fmt("Postgres", f)
     }
 }
 
 impl Config {
     pub(crate) fn parse(url: &str) -> Result<Self> {
         let mut q = QueryOptions::parse(url)?;
-        let common = CommonOptions::take(&mut q, url)?;
         let schema = q
             .take("schema")
             .map(|s| TableName::new(&s, url))
             .transpose()?;
-        let password_file = password_file(url, &mut q)?;
-        let tls = Tls::take(&mut q, url, DRIVER_TLS)?;
-        let sqlx_url = driver_url(url, &mut q, PASSTHROUGH);
-        q.finish(
-            &[
-                COMMON,
-                &["schema", PASSWORD_FILE],
-                &TlsOptions::URL_OPTIONS,
-                PASSTHROUGH,
-            ]
-            .concat(),
-        )?;
+        let (server, sqlx_url) = ServerOptions::take(url, q, &["schema"], DRIVER_TLS, PASSTHROUGH)?;
+        let common = &server.common;
         let location = Location {
             schema,
             table: common.table.clone(),
@@ -81,12 +55,9 @@ impl Config {
             .map_err(|e| Error::invalid_url(url, e.to_string()))?
             .options([("statement_timeout", statement_timeout_ms(common.timeout))]);
         Ok(Self {
-            common,
+            server,
             location,
             options,
-            redacted: redact(url),
-            password_file,
-            tls,
         })
     }
 }
