@@ -86,6 +86,32 @@ impl UrlTarget {
         Self::new("mariadb", server.url(&format!("table={}", fresh_table())))
     }
 
+    /// A fresh locks table on the shared PostgreSQL, made by the
+    /// administrator and used by a team user granted that table alone
+    /// (`create_tables=false`).
+    #[cfg(feature = "postgres")]
+    pub async fn postgres_granted() -> Self {
+        use crate::servers::sql_teams::{SqlTeams, TEAMS};
+        let teams = SqlTeams::postgres().await;
+        Self::new(
+            "postgres_granted",
+            teams.granted(TEAMS[0], &fresh_table()).await,
+        )
+    }
+
+    /// A fresh locks table on the shared MariaDB, made by the
+    /// administrator and used by a team user granted that table alone
+    /// (`create_tables=false`).
+    #[cfg(feature = "mysql")]
+    pub async fn mariadb_granted() -> Self {
+        use crate::servers::sql_teams::{SqlTeams, TEAMS};
+        let teams = SqlTeams::mariadb().await;
+        Self::new(
+            "mariadb_granted",
+            teams.granted(TEAMS[0], &fresh_table()).await,
+        )
+    }
+
     /// A fresh locks table on the shared TLS-only PostgreSQL, reached with
     /// the test CA and a client certificate.
     #[cfg(feature = "postgres")]

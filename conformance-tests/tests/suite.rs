@@ -26,3 +26,5 @@ conformance_core!(etcd_tls, UrlTarget::etcd_tls());
 conformance_suite!(etcd_auth, UrlTarget::etcd_auth());
 conformance_core!(postgres_tls, UrlTarget::postgres_tls());
 conformance_core!(mariadb_tls, UrlTarget::mariadb_tls());
+conformance_core!(postgres_granted, UrlTarget::postgres_granted());
+conformance_core!(mariadb_granted, UrlTarget::mariadb_granted());

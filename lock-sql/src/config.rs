@@ -68,7 +68,13 @@ impl SqlConfig {
 }
 
 /// The option names [`CommonOptions::take`] reads.
-pub(crate) const COMMON: &[&str] = &["table", "pool_size", "timeout", "connect_timeout"];
+pub(crate) const COMMON: &[&str] = &[
+    "table",
+    "pool_size",
+    "timeout",
+    "connect_timeout",
+    "create_tables",
+];
 
 /// Options every SQL dialect shares, with their defaults. Public with the
 /// `raw` feature, so that whatever must open a database exactly as lock-sql
@@ -85,6 +91,10 @@ pub struct CommonOptions {
     pub timeout: Duration,
     /// The longest wait for a connection, new or pooled.
     pub connect_timeout: Duration,
+    /// Whether the backend creates its tables when they are missing
+    /// (`create_tables`, default `true`); when `false` it only checks that
+    /// they are there, for a role that may not create them.
+    pub create_tables: bool,
 }
 
 impl CommonOptions {
@@ -108,11 +118,13 @@ impl CommonOptions {
         }
         let timeout = q.take_positive_duration("timeout", Self::DEFAULT_TIMEOUT)?;
         let connect_timeout = q.take_positive_duration("connect_timeout", Self::DEFAULT_TIMEOUT)?;
+        let create_tables = q.take_bool("create_tables", true)?;
         Ok(Self {
             table,
             pool_size,
             timeout,
             connect_timeout,
+            create_tables,
         })
     }
 }

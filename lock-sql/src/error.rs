@@ -87,7 +87,11 @@ impl ErrorMap {
                 Error::timeout("waiting for a free database connection", self.pool_timeout)
             }
             other => Error::Backend {
-                message: format!("{} {operation}: {other}{}", self.backend, hint(&other)),
+                message: format!(
+                    "{} {operation}: {other}{}",
+                    self.backend,
+                    hint(operation, &other)
+                ),
                 source: Some(other.into()),
             },
         }
@@ -103,14 +107,33 @@ fn refused_certificate(e: &sqlx::Error) -> bool {
         .any(|cause| text.contains(cause))
 }
 
-/// What a refused login may mean beyond the server's words: MariaDB and
-/// MySQL say only "access denied" (SQLSTATE 28000) to a user created
-/// `REQUIRE SSL` or `REQUIRE X509` who came without TLS or a certificate.
-fn hint(e: &sqlx::Error) -> &'static str {
-    match e {
-        sqlx::Error::Database(db) if db.code().as_deref() == Some("28000") => {
-            " (a wrong user or password, or a user the server admits only over TLS or with a client certificate: see tls, tls_ca, tls_cert and tls_key)"
-        }
-        _ => "",
+/// What an error may mean beyond the server's words. MariaDB and MySQL
+/// say only "access denied" (SQLSTATE 28000) to a user created `REQUIRE
+/// SSL` or `REQUIRE X509` who came without TLS or a certificate, and
+/// "command denied" both for a table the user has no rights on and for one
+/// that does not exist; a user refused the right to create tables may
+/// still use tables an administrator made.
+fn hint(operation: &str, e: &sqlx::Error) -> &'static str {
+    let sqlx::Error::Database(db) = e else {
+        return "";
+    };
+    if db.code().as_deref() == Some("28000") {
+        " (a wrong user or password, or a user the server admits only over TLS or with a client certificate: see tls, tls_ca, tls_cert and tls_key)"
+    } else if !insufficient_privilege(&**db) {
+        ""
+    } else if operation == "create table" {
+        " (a user without the right to create tables: have an administrator make them, and connect with create_tables=false; lock-sql's README, \"Least privilege\")"
+    } else {
+        " (a user without rights on the locks tables, or tables that do not exist: lock-sql's README, \"Least privilege\")"
     }
+}
+
+/// PostgreSQL's SQLSTATE 42501, or MySQL's and MariaDB's "command denied"
+/// errors (1142 on a table, 1044 on a database).
+fn insufficient_privilege(db: &dyn DatabaseError) -> bool {
+    #[cfg(feature = "mysql")]
+    if let Some(e) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+        return [1142, 1044].contains(&e.number());
+    }
+    db.code().as_deref() == Some("42501")
 }

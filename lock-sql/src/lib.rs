@@ -16,6 +16,7 @@ mod orphans;
 mod pool;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod provision;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod returning;
 mod signals;

@@ -34,6 +34,7 @@ use crate::pool::Checked;
 use crate::table::TableName;
 
 mod config;
+mod schema;
 pub(crate) use config::Config;
 
 const CAPABILITIES: Capabilities = Capabilities::new(crate::MYSQL_NAME, Fencing::Strict)
@@ -95,7 +96,14 @@ pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
         .connect_with(options)
         .await
         .map_err(|e| errors.convert("connect", e))?;
-    start(pool, &common.table, common.timeout, errors).await
+    start(
+        pool,
+        &common.table,
+        common.timeout,
+        common.create_tables,
+        errors,
+    )
+    .await
 }
 
 /// A backend on a pool the application made (see the crate docs). Its
@@ -104,62 +112,33 @@ pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
 /// lands late is undone.
 pub(crate) async fn from_pool(pool: MySqlPool, options: Checked) -> Result<SqlBackend> {
     let errors = crate::pool::errors(crate::MYSQL_NAME, &pool);
-    start(pool, &options.table, options.timeout, errors).await
+    start(
+        pool,
+        &options.table,
+        options.timeout,
+        options.create_tables,
+        errors,
+    )
+    .await
 }
 
-/// Creates the table if it is missing, reads its name column's size, and
-/// makes the backend.
+/// Creates the tables if they are missing (or checks they are there), reads
+/// the name column's size, and makes the backend.
 async fn start(
     pool: MySqlPool,
     table: &TableName,
     timeout: Duration,
+    create_tables: bool,
     errors: ErrorMap,
 ) -> Result<SqlBackend> {
     let t = table.as_str();
     let (h, g) = (table.companion("holders"), table.companion("groups"));
     let limit = SqlBackend::client_limit(timeout);
-    // Names compare byte for byte (`ascii_bin`), as on the other backends;
-    // the default collation would make "Job" and "job" one lock.
-    // `CREATE TABLE IF NOT EXISTS` is atomic under MySQL's metadata locks.
-    let ascii = "CHARACTER SET ascii COLLATE ascii_bin";
-    let creates = [
-        format!(
-            "CREATE TABLE IF NOT EXISTS {t} (
-                name VARCHAR(255) {ascii} NOT NULL PRIMARY KEY,
-                owner CHAR(32) {ascii} NULL,
-                version BIGINT NOT NULL,
-                expires_at BIGINT NOT NULL
-            ) ENGINE = InnoDB"
-        ),
-        format!(
-            "CREATE TABLE IF NOT EXISTS {h} (
-                family VARCHAR(8) {ascii} NOT NULL,
-                name VARCHAR(255) {ascii} NOT NULL,
-                owner CHAR(32) {ascii} NOT NULL,
-                kind VARCHAR(8) {ascii} NOT NULL,
-                token BIGINT NOT NULL,
-                expires_at BIGINT NOT NULL,
-                PRIMARY KEY (family, name, owner)
-            ) ENGINE = InnoDB"
-        ),
-        format!(
-            "CREATE TABLE IF NOT EXISTS {g} (
-                family VARCHAR(8) {ascii} NOT NULL,
-                name VARCHAR(255) {ascii} NOT NULL,
-                last_token BIGINT NOT NULL,
-                PRIMARY KEY (family, name)
-            ) ENGINE = InnoDB"
-        ),
-    ];
-    within(limit, "create table", async {
-        for create in creates {
-            sqlx::query(AssertSqlSafe(create))
-                .execute(&pool)
-                .await
-                .map_err(|e| errors.convert("create table", e))?;
-        }
-        Ok(())
-    })
+    within(
+        limit,
+        "create table",
+        schema::prepare(&pool, table, create_tables, &errors),
+    )
     .await?;
     let size: Option<i64> = within(limit, "inspect table", async {
         sqlx::query_scalar(

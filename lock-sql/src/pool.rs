@@ -28,6 +28,7 @@ pub struct SqlOptions {
     table: String,
     schema: Option<String>,
     timeout: Duration,
+    create_tables: bool,
 }
 
 impl Default for SqlOptions {
@@ -36,24 +37,26 @@ impl Default for SqlOptions {
             table: TableName::DEFAULT.to_owned(),
             schema: None,
             timeout: CommonOptions::DEFAULT_TIMEOUT,
+            create_tables: true,
         }
     }
 }
 
 impl SqlOptions {
-    /// The defaults: table `distlock_locks`, no schema, a 5 s timeout.
+    /// The defaults: table `distlock_locks`, no schema, a 5 s timeout,
+    /// tables created when missing.
     pub fn new() -> Self {
         Self::default()
     }
 
     /// The locks table (URL option `table`): ASCII letters, digits and `_`,
-    /// created if missing.
+    /// created if missing (see [`create_tables`](Self::create_tables)).
     pub fn table(mut self, name: impl Into<String>) -> Self {
         self.table = name.into();
         self
     }
 
-    /// The table's schema, created if missing (URL option `schema`);
+    /// The table's schema, created if missing as the table is (URL option `schema`);
     /// PostgreSQL only: the other dialects refuse it.
     pub fn schema(mut self, name: impl Into<String>) -> Self {
         self.schema = Some(name.into());
@@ -64,6 +67,17 @@ impl SqlOptions {
     /// backend gives up on it a second later. More than zero.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// Whether the backend creates its tables (and, on PostgreSQL, its
+    /// schema and function) when they are missing (URL option
+    /// `create_tables`, default `true`). With `false` it only checks that
+    /// an administrator made them, and fails naming what is missing and
+    /// the statements that make it: for a role granted the use of the
+    /// tables and nothing more (the crate's README, "Least privilege").
+    pub fn create_tables(mut self, create: bool) -> Self {
+        self.create_tables = create;
         self
     }
 
@@ -96,6 +110,7 @@ impl SqlOptions {
             table,
             schema,
             timeout: self.timeout,
+            create_tables: self.create_tables,
         })
     }
 }
@@ -108,6 +123,7 @@ pub(crate) struct Checked {
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) schema: Option<TableName>,
     pub(crate) timeout: Duration,
+    pub(crate) create_tables: bool,
 }
 
 /// The error map for a pool the application made: its own wait for a free

@@ -9,10 +9,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::backend::AcquireRequest;
 use lock_core::secret::read_password_file;
 use lock_core::{Capabilities, Fencing, LockName, Result};
-use sqlx::AssertSqlSafe;
 use sqlx::error::DatabaseError;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 
@@ -25,6 +23,7 @@ use crate::signals::Signals;
 use crate::table::TableName;
 
 mod config;
+mod schema;
 pub(crate) use config::Config;
 
 /// With notifications, polling is only a safety net.
@@ -110,7 +109,12 @@ pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
         .connect_with(options.clone())
         .await
         .map_err(|e| errors.convert("connect", e))?;
-    start(pool, location, common.timeout, errors, options).await
+    let setup = Setup {
+        location,
+        timeout: common.timeout,
+        create_tables: common.create_tables,
+    };
+    start(pool, setup, errors, options).await
 }
 
 /// A backend on a pool the application made (see the crate docs). The
@@ -119,29 +123,44 @@ pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
 /// none for the statements.
 pub(crate) async fn from_pool(pool: PgPool, options: Checked) -> Result<SqlBackend> {
     let errors = crate::pool::errors(crate::POSTGRES_NAME, &pool);
-    let location = Location {
-        schema: options.schema,
-        table: options.table,
+    let setup = Setup {
+        location: Location {
+            schema: options.schema,
+            table: options.table,
+        },
+        timeout: options.timeout,
+        create_tables: options.create_tables,
     };
     let listen_with = PgConnectOptions::clone(&pool.connect_options());
-    start(pool, location, options.timeout, errors, listen_with).await
+    start(pool, setup, errors, listen_with).await
 }
 
-/// Creates the table if it is missing, reads its name column's size, and
-/// makes the backend, listening for releases on a connection opened with
-/// `listen_with`.
-async fn start(
-    pool: PgPool,
+/// What [`start`] needs beside the pool, whichever way it was made.
+struct Setup {
     location: Location,
     timeout: Duration,
+    create_tables: bool,
+}
+
+/// Creates the tables if they are missing (or checks they are there),
+/// reads the name column's size, and makes the backend, listening for
+/// releases on a connection opened with `listen_with`.
+async fn start(
+    pool: PgPool,
+    setup: Setup,
     errors: ErrorMap,
     listen_with: PgConnectOptions,
 ) -> Result<SqlBackend> {
+    let Setup {
+        location,
+        timeout,
+        create_tables,
+    } = setup;
     let limit = SqlBackend::client_limit(timeout);
     within(
         limit,
         "create table",
-        create_table(&pool, &location, &errors),
+        schema::prepare(&pool, &location, create_tables, &errors),
     )
     .await?;
     let name_limit = within(
@@ -172,185 +191,6 @@ async fn start(
         }
         None => backend,
     })
-}
-
-/// `CREATE TABLE IF NOT EXISTS` alone is not safe when two sessions race
-/// (both may try to create the row type); a transaction-scoped advisory lock
-/// on the table's name serialises them.
-async fn create_table(pool: &PgPool, at: &Location, errors: &ErrorMap) -> Result<()> {
-    let t = at.qualified();
-    let map = |e| errors.convert("create table", e);
-    let mut tx = pool.begin().await.map_err(map)?;
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
-        .bind(format!("distlock:{t}"))
-        .execute(&mut *tx)
-        .await
-        .map_err(map)?;
-    if let Some(schema) = &at.schema {
-        let create = format!("CREATE SCHEMA IF NOT EXISTS {}", schema.as_str());
-        sqlx::query(AssertSqlSafe(create))
-            .execute(&mut *tx)
-            .await
-            .map_err(map)?;
-    }
-    let create = format!(
-        "CREATE TABLE IF NOT EXISTS {t} (
-            name VARCHAR(255) NOT NULL PRIMARY KEY,
-            owner CHAR(32),
-            version BIGINT NOT NULL,
-            expires_at TIMESTAMPTZ NOT NULL
-        )"
-    );
-    sqlx::query(AssertSqlSafe(create))
-        .execute(&mut *tx)
-        .await
-        .map_err(map)?;
-    let groups = create_groups(at);
-    for create in groups.tables {
-        sqlx::query(AssertSqlSafe(create))
-            .execute(&mut *tx)
-            .await
-            .map_err(map)?;
-    }
-    // Replacing a function takes its owner, and invalidates the plans of
-    // every session calling it: only done when ours is missing or differs,
-    // so that other database users (and every later start) leave it be.
-    let existing: Option<String> =
-        sqlx::query_scalar("SELECT prosrc FROM pg_proc WHERE oid = to_regprocedure($1)")
-            .bind(format!(
-                "{}(TEXT, TEXT, TEXT, TEXT, BIGINT, BIGINT)",
-                groups.function
-            ))
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(map)?;
-    if existing.as_deref() != Some(groups.body.as_str()) {
-        let create = format!(
-            "CREATE OR REPLACE FUNCTION {}(
-                p_family TEXT, p_name TEXT, p_owner TEXT, p_kind TEXT, p_permits BIGINT, p_ttl_ms BIGINT
-             ) RETURNS BIGINT LANGUAGE plpgsql VOLATILE AS $distlock${}$distlock$",
-            groups.function, groups.body
-        );
-        sqlx::query(AssertSqlSafe(create))
-            .execute(&mut *tx)
-            .await
-            .map_err(map)?;
-    }
-    tx.commit().await.map_err(map)
-}
-
-/// What semaphores and read-write locks need in the database.
-struct GroupObjects {
-    /// `CREATE TABLE IF NOT EXISTS` of the holders and groups tables.
-    tables: [String; 2],
-    /// The admitting function's name, in its schema.
-    function: String,
-    /// Its PL/pgSQL source, as `pg_proc.prosrc` keeps it.
-    body: String,
-}
-
-/// The holders table, the groups table and the function that admits a
-/// holder (replaced when its source differs, so a newer lock-sql brings
-/// its own).
-///
-/// The function is where the counting is made safe. Under READ COMMITTED,
-/// one statement reads every table from the snapshot it started with, even
-/// after it waited for a row lock: a single statement that locked the
-/// group's row and then counted holders could count them as they were
-/// before an admission it waited for committed. In a PL/pgSQL function
-/// each statement takes a fresh snapshot, so the count, made after the
-/// statement that locked the group's row, sees every admission before it.
-/// Deleting the expired rows first waits for a renewal in flight on them
-/// and re-checks the expiry it committed. Under REPEATABLE READ or
-/// SERIALIZABLE (a pool that sets them) the snapshot is the transaction's,
-/// and the lock on a group's row that changed since makes the statement
-/// fail with a serialization error, which is retried: never a wrong count.
-fn create_groups(at: &Location) -> GroupObjects {
-    let (h, g, f) = (
-        at.companion("holders"),
-        at.companion("groups"),
-        at.companion("join"),
-    );
-    let same_group = "family = p_family AND name = p_name";
-    let tables = [
-        format!(
-            "CREATE TABLE IF NOT EXISTS {h} (
-                family VARCHAR(8) NOT NULL,
-                name VARCHAR(255) NOT NULL,
-                owner CHAR(32) NOT NULL,
-                kind VARCHAR(8) NOT NULL,
-                token BIGINT NOT NULL,
-                expires_at TIMESTAMPTZ NOT NULL,
-                PRIMARY KEY (family, name, owner)
-            )"
-        ),
-        format!(
-            "CREATE TABLE IF NOT EXISTS {g} (
-                family VARCHAR(8) NOT NULL,
-                name VARCHAR(255) NOT NULL,
-                last_token BIGINT NOT NULL,
-                PRIMARY KEY (family, name)
-            )"
-        ),
-    ];
-    let mark_ms = crate::backend::ttl_ms(AcquireRequest::WRITER_MARK);
-    let body = format!(
-        "
-            DECLARE
-                v_until TIMESTAMPTZ := now() + p_ttl_ms * INTERVAL '1 millisecond';
-                v_token BIGINT;
-                v_free BOOLEAN;
-            BEGIN
-                INSERT INTO {g} AS g (family, name, last_token) VALUES (p_family, p_name, 0)
-                ON CONFLICT (family, name) DO UPDATE SET last_token = g.last_token;
-                DELETE FROM {h} WHERE {same_group} AND expires_at <= now();
-                UPDATE {h} SET expires_at = v_until
-                WHERE {same_group} AND owner = p_owner AND kind <> 'wait'
-                RETURNING token INTO v_token;
-                IF FOUND THEN
-                    RETURN v_token;
-                END IF;
-                IF p_kind = 'permit' THEN
-                    SELECT count(*) < p_permits INTO v_free FROM {h}
-                    WHERE {same_group} AND kind <> 'wait';
-                ELSIF p_kind = 'read' THEN
-                    SELECT NOT EXISTS (
-                        SELECT 1 FROM {h} WHERE {same_group} AND kind IN ('write', 'wait')
-                    ) INTO v_free;
-                ELSE
-                    SELECT NOT EXISTS (
-                        SELECT 1 FROM {h} WHERE {same_group} AND kind <> 'wait'
-                    ) INTO v_free;
-                END IF;
-                IF NOT v_free THEN
-                    -- Nothing here needs to survive a crash (expired rows,
-                    -- a waiting writer's row it writes again at its next
-                    -- attempt), so the group's row is let go without
-                    -- waiting for the disk.
-                    PERFORM set_config('synchronous_commit', 'off', true);
-                    IF p_kind = 'write' THEN
-                        INSERT INTO {h} (family, name, owner, kind, token, expires_at)
-                        VALUES (p_family, p_name, p_owner, 'wait', 0,
-                                GREATEST(v_until, now() + {mark_ms} * INTERVAL '1 millisecond'))
-                        ON CONFLICT (family, name, owner) DO UPDATE SET expires_at = EXCLUDED.expires_at;
-                    END IF;
-                    RETURN NULL;
-                END IF;
-                UPDATE {g} SET last_token = last_token + 1 WHERE {same_group}
-                RETURNING last_token INTO v_token;
-                INSERT INTO {h} (family, name, owner, kind, token, expires_at)
-                VALUES (p_family, p_name, p_owner, p_kind, v_token, v_until)
-                ON CONFLICT (family, name, owner) DO UPDATE SET
-                    kind = EXCLUDED.kind, token = EXCLUDED.token, expires_at = EXCLUDED.expires_at;
-                RETURN v_token;
-            END
-            "
-    );
-    GroupObjects {
-        tables,
-        function: f,
-        body,
-    }
 }
 
 /// How long a name the table's `name` column takes (a table made by somebody

@@ -190,7 +190,8 @@ pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
     })?;
     let synced = matches!(config.synchronous, SqliteSynchronous::Full);
     // SQLite's busy timeout bounds the wait for another writer.
-    start(pool, &common.table, common.timeout, errors, synced).await
+    let (table, create) = (&common.table, common.create_tables);
+    start(pool, table, common.timeout, create, errors, synced).await
 }
 
 /// A backend on a pool the application made (see the crate docs). Its
@@ -224,14 +225,17 @@ pub(crate) async fn from_pool(pool: SqlitePool, options: Checked) -> Result<SqlB
     }
     // 2 is FULL, 3 EXTRA; below, a power cut can lose the last grants.
     let synced = synchronous >= 2;
-    start(pool, &options.table, options.timeout, errors, synced).await
+    let (table, create) = (&options.table, options.create_tables);
+    start(pool, table, options.timeout, create, errors, synced).await
 }
 
-/// Creates the tables if they are missing and makes the backend.
+/// Creates the tables if they are missing (or checks they are there) and
+/// makes the backend.
 async fn start(
     pool: SqlitePool,
     table: &TableName,
     timeout: Duration,
+    create_tables: bool,
     errors: ErrorMap,
     synced: bool,
 ) -> Result<SqlBackend> {
@@ -241,40 +245,12 @@ async fn start(
         holders: &table.companion("holders"),
         groups: &table.companion("groups"),
     };
-    // Idempotent, and safe when several processes run it at once: SQLite
-    // serialises the writers and `IF NOT EXISTS` is checked under the lock.
-    let create = format!(
-        "CREATE TABLE IF NOT EXISTS {t} (
-            name TEXT NOT NULL PRIMARY KEY,
-            owner TEXT,
-            version INTEGER NOT NULL,
-            expires_at INTEGER NOT NULL
-        );
-        CREATE TABLE IF NOT EXISTS {h} (
-            family TEXT NOT NULL,
-            name TEXT NOT NULL,
-            owner TEXT NOT NULL,
-            kind TEXT NOT NULL,
-            token INTEGER NOT NULL,
-            expires_at INTEGER NOT NULL,
-            PRIMARY KEY (family, name, owner)
-        );
-        CREATE TABLE IF NOT EXISTS {g} (
-            family TEXT NOT NULL,
-            name TEXT NOT NULL,
-            last_token INTEGER NOT NULL,
-            PRIMARY KEY (family, name)
-        )",
-        h = tables.holders,
-        g = tables.groups,
-    );
     let limit = SqlBackend::client_limit(timeout);
-    within(limit, "create table", async {
-        sqlx::raw_sql(AssertSqlSafe(create))
-            .execute(&pool)
-            .await
-            .map_err(|e| errors.convert("create table", e))
-    })
+    within(
+        limit,
+        "create table",
+        prepare(&pool, &tables, create_tables, &errors),
+    )
     .await?;
     let driver = ReturningDriver {
         pool,
@@ -290,6 +266,89 @@ struct Tables<'a> {
     locks: &'a str,
     holders: &'a str,
     groups: &'a str,
+}
+
+impl Tables<'_> {
+    /// Each table's name and the statement that makes it.
+    fn creates(&self) -> [(&str, String); 3] {
+        let (t, h, g) = (self.locks, self.holders, self.groups);
+        [
+            (
+                t,
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {t} (
+    name TEXT NOT NULL PRIMARY KEY,
+    owner TEXT,
+    version INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL
+)"
+                ),
+            ),
+            (
+                h,
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {h} (
+    family TEXT NOT NULL,
+    name TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    token INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL,
+    PRIMARY KEY (family, name, owner)
+)"
+                ),
+            ),
+            (
+                g,
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {g} (
+    family TEXT NOT NULL,
+    name TEXT NOT NULL,
+    last_token INTEGER NOT NULL,
+    PRIMARY KEY (family, name)
+)"
+                ),
+            ),
+        ]
+    }
+}
+
+/// Makes the tables that are missing (`create`), or fails naming them.
+async fn prepare(
+    pool: &SqlitePool,
+    tables: &Tables<'_>,
+    create: bool,
+    errors: &ErrorMap,
+) -> Result<()> {
+    let creates = tables.creates();
+    if create {
+        // Idempotent, and safe when several processes run it at once:
+        // SQLite serialises the writers and `IF NOT EXISTS` is checked
+        // under the lock.
+        let script: Vec<&str> = creates.iter().map(|(_, c)| c.as_str()).collect();
+        return sqlx::raw_sql(AssertSqlSafe(script.join(";\n")))
+            .execute(pool)
+            .await
+            .map(drop)
+            .map_err(|e| errors.convert("create table", e));
+    }
+    let mut lacking = Vec::new();
+    for (name, _) in &creates {
+        let found: Option<i64> =
+            sqlx::query_scalar("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1")
+                .bind(*name)
+                .fetch_optional(pool)
+                .await
+                .map_err(|e| errors.convert("inspect table", e))?;
+        if found.is_none() {
+            lacking.push(format!("table {name}"));
+        }
+    }
+    if lacking.is_empty() {
+        return Ok(());
+    }
+    let script: Vec<String> = creates.into_iter().map(|(_, c)| c).collect();
+    Err(crate::provision::missing(errors.backend, &lacking, &script))
 }
 
 fn statements(tables: &Tables<'_>) -> Statements {
@@ -394,6 +453,7 @@ mod tests {
             ("sqlite://x.db?timeout=5", "no unit"),
             ("sqlite://x.db?synchronous=off", "full or normal"),
             ("sqlite://x.db?pool_size=0", "from 1 to 64"),
+            ("sqlite://x.db?create_tables=no", "true or false"),
         ];
         lock_core::url::assert_refused(Config::parse, &cases);
     }
@@ -433,5 +493,32 @@ mod tests {
             .await
             .unwrap_err();
         assert!(err.to_string().contains("is not a directory"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn without_create_tables_missing_tables_are_named_and_not_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}/x.db?table=t3", dir.path().display());
+        let err = SqlBackend::connect(&format!("{url}&create_tables=false"))
+            .await
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            matches!(err, lock_core::Error::InvalidConfig { .. }),
+            "{text}"
+        );
+        for expected in [
+            "table t3,",
+            "t3_holders",
+            "CREATE TABLE IF NOT EXISTS t3_groups",
+        ] {
+            assert!(text.contains(expected), "{expected:?} not in {text}");
+        }
+        SqlBackend::connect(&url)
+            .await
+            .expect("made with create_tables=true");
+        SqlBackend::connect(&format!("{url}&create_tables=false"))
+            .await
+            .expect("found once made");
     }
 }

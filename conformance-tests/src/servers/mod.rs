@@ -27,6 +27,8 @@ pub mod redis;
 pub mod redis_cluster;
 #[cfg(feature = "redis")]
 pub mod redis_sentinel;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub mod sql_teams;
 pub mod tls;
 pub mod url;
 #[cfg(feature = "zk")]
@@ -99,6 +101,12 @@ pub struct SqlInstance {
 }
 
 impl SqlInstance {
+    /// A URL with this query string, logged in as `user` with `password`
+    /// instead of the harness's own user.
+    pub fn url_as(&self, user: &str, password: &str, query: &str) -> String {
+        self.url.as_user(user, password).url(query)
+    }
+
     /// Waits until a server just started accepts connections;
     /// [`PortTaken`](ports::PortTaken) if it could not listen.
     async fn wait_started(&self) -> Result<(), ports::PortTaken> {

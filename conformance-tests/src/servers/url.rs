@@ -159,6 +159,22 @@ impl ServerUrl {
         self.via(port).url(query)
     }
 
+    /// The same server, logged in to as `user` with `password`.
+    pub fn as_user(&self, user: &str, password: &str) -> Self {
+        let hosts = self
+            .hosts
+            .iter()
+            .map(|h| Host {
+                userinfo: Some(format!("{user}:{password}")),
+                ..h.clone()
+            })
+            .collect();
+        Self {
+            hosts,
+            ..self.clone()
+        }
+    }
+
     /// The first host, reached through `127.0.0.1:port` instead.
     pub fn via(&self, port: u16) -> Self {
         let host = Host {
