@@ -2,12 +2,16 @@
 //! locks: an ACL user per team, allowed its own key and channel prefix and
 //! the commands distlock sends, and nothing else (the rule lock-redis's
 //! README gives). The core cases run as such a user; another team's user
-//! can neither read, renew, release, take nor delete a held lock.
+//! can neither read, renew, release, take nor delete a held lock. And on
+//! every topology (one server, Cluster, Sentinel, Redlock) the password can
+//! come from a file (`password_file=`), so that no URL shows it.
 
 use std::time::Duration;
 
 use conformance_tests::access::another_identity_is_refused;
-use conformance_tests::servers::redis::Redis;
+use conformance_tests::servers::redis::{Redis, RedisSet};
+use conformance_tests::servers::redis_cluster::RedisCluster;
+use conformance_tests::servers::redis_sentinel::RedisSentinel;
 use conformance_tests::targets::{UrlTarget, fresh_table};
 use conformance_tests::{Verdict, cases};
 use lock_core::{AcquireOptions, Locker, Wait};
@@ -118,4 +122,81 @@ async fn another_team_cannot_touch_a_held_lock() {
         "team a lost its lock"
     );
     guard.release().await.expect("team a releases");
+}
+
+/// `url` with every password taken out of its user-info, and
+/// `password_file=file` added; the password it had.
+fn password_in_file(url: &str, file: &std::path::Path) -> (String, String) {
+    let (scheme, rest) = url.split_once("://").expect("a URL");
+    let (hosts, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let mut password = None;
+    let hosts: Vec<String> = hosts
+        .split(',')
+        .map(|host| match host.split_once('@') {
+            Some((userinfo, at)) => {
+                let (user, pw) = userinfo.split_once(':').expect("a password in the URL");
+                password = Some(pw.to_owned());
+                format!("{user}@{at}")
+            }
+            None => host.to_owned(),
+        })
+        .collect();
+    let option = format!("password_file={}", file.display());
+    let query = [query, option.as_str()]
+        .into_iter()
+        .filter(|q| !q.is_empty())
+        .collect::<Vec<_>>()
+        .join("&");
+    let url = format!("{scheme}://{}?{query}", hosts.join(","));
+    (url, password.expect("a password in the URL"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_topology_reads_its_password_from_a_file() {
+    let prefix = format!("prefix={}:", fresh_table());
+    let urls = [
+        Redis::shared().await.url(&prefix),
+        RedisCluster::shared().await.url(&prefix),
+        RedisSentinel::shared().await.url(&prefix),
+        RedisSet::shared().await.url(&prefix),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("redis-password");
+    for url in urls {
+        let (url, password) = password_in_file(&url, &file);
+        assert!(!url.contains(&password), "{url}");
+        std::fs::write(&file, format!("{password}\n")).unwrap();
+        let backend = distlock::connect_backend(&url)
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", url.split_once("://").unwrap().0));
+        let guard = Locker::from_arc(backend)
+            .lock_with("filed", AcquireOptions::with_ttl(TTL).wait(Wait::No))
+            .await
+            .expect("free");
+        guard.release().await.expect("release");
+
+        std::fs::write(&file, "not-the-password\n").unwrap();
+        let refused = match distlock::connect_backend(&url).await {
+            Err(e) => e,
+            Ok(backend) => Locker::from_arc(backend)
+                .try_lock("filed")
+                .await
+                .expect_err("a wrong password gets in"),
+        };
+        assert!(
+            !refused.to_string().contains("not-the-password"),
+            "{refused}"
+        );
+
+        let missing = url.replace("redis-password", "missing");
+        let err = match distlock::connect_backend(&missing).await {
+            Err(e) => e,
+            Ok(_) => panic!("connected without the password file"),
+        };
+        let text = err.to_string();
+        assert!(
+            text.contains("password_file") && text.contains("cannot read"),
+            "{text}"
+        );
+    }
 }

@@ -4,9 +4,11 @@ mod options;
 mod sentinel;
 
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use lock_core::backend::QueryOptions;
+use lock_core::secret::{PASSWORD_FILE, read_password_file};
 use lock_core::tls::TlsOptions;
 use lock_core::url::{host_with_port, redact};
 use lock_core::{Error, Result};
@@ -31,6 +33,9 @@ pub struct NodeConfig {
     pub allow_eviction: bool,
     /// TLS, and what it trusts and presents.
     pub tls: TlsOptions,
+    /// A file holding the password, read each time a client is made
+    /// (`password_file`); the URL then has none.
+    pub password_file: Option<PathBuf>,
 }
 
 impl NodeConfig {
@@ -48,8 +53,16 @@ impl NodeConfig {
             _ => return Err(Error::invalid_url(url, "expected redis:// or rediss://")),
         };
         let authority = rest.split('/').next().unwrap_or_default();
-        let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+        let (userinfo, host) = authority.rsplit_once('@').unwrap_or(("", authority));
         let label = host_with_port(url, host, 6379, "redis://HOST[:PORT][/DB]")?;
+        if common.password_file.is_some() && userinfo.contains(':') {
+            return Err(Error::invalid_url(
+                url,
+                format!(
+                    "a password is given both in the URL and by option \"{PASSWORD_FILE}\"; give one"
+                ),
+            ));
+        }
         let scheme = if tls.is_enabled() { "rediss" } else { "redis" };
         Ok(Self {
             url: format!("{scheme}://{rest}"),
@@ -58,6 +71,7 @@ impl NodeConfig {
             connect_timeout: common.connect_timeout,
             allow_eviction: common.allow_eviction,
             tls,
+            password_file: common.password_file.clone(),
         })
     }
 
@@ -68,14 +82,33 @@ impl NodeConfig {
         &self.url
     }
 
-    /// A `redis::Client` of this server, with the TLS settings (the files
-    /// are read now: a missing one is an error naming its option).
+    /// A `redis::Client` of this server, with the TLS settings and the
+    /// password file (the files are read now: a missing one is an error
+    /// naming its option).
     pub fn client(&self) -> Result<redis::Client> {
+        use redis::IntoConnectionInfo as _;
+        let mut info = self
+            .url
+            .as_str()
+            .into_connection_info()
+            .map_err(|e| self.invalid(e))?;
+        if let Some(password) = self.password()? {
+            let settings = info.redis_settings().clone().set_password(password);
+            info = info.set_redis_settings(settings);
+        }
         let client = match crate::tls::certificates(&self.tls)? {
-            None => redis::Client::open(self.url.as_str()),
-            Some(certificates) => redis::Client::build_with_tls(self.url.as_str(), certificates),
+            None => redis::Client::open(info),
+            Some(certificates) => redis::Client::build_with_tls(info, certificates),
         };
         client.map_err(|e| self.invalid(e))
+    }
+
+    /// The password in the file `password_file` names, if it names one.
+    pub(crate) fn password(&self) -> Result<Option<String>> {
+        self.password_file
+            .as_deref()
+            .map(|path| read_password_file(crate::NAME, path))
+            .transpose()
     }
 
     /// The driver refused the URL.
@@ -92,6 +125,7 @@ impl fmt::Debug for NodeConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("allow_eviction", &self.allow_eviction)
             .field("tls", &self.tls)
+            .field("password_file", &self.password_file)
             .finish()
     }
 }
@@ -112,6 +146,10 @@ pub struct CommonOptions {
     /// TLS to every server (off for a backend made from the
     /// application's own clients, whose TLS is theirs).
     pub tls: TlsOptions,
+    /// A file holding every server's password (`password_file`), read
+    /// when the backend connects, so that no URL or command line shows
+    /// it; not beside a password in the URL.
+    pub password_file: Option<PathBuf>,
 }
 
 impl CommonOptions {
@@ -139,6 +177,7 @@ impl CommonOptions {
             connect_timeout,
             allow_eviction,
             tls: TlsOptions::default(),
+            password_file: None,
         })
     }
 
@@ -153,6 +192,7 @@ impl CommonOptions {
         "tls_ca",
         "tls_cert",
         "tls_key",
+        PASSWORD_FILE,
     ];
     /// The key prefix unless one is given.
     pub const DEFAULT_PREFIX: &'static str = "distlock:";
@@ -175,12 +215,17 @@ impl CommonOptions {
             q.take_positive_duration("connect_timeout", NodeConfig::DEFAULT_TIMEOUT)?;
         let allow_eviction = q.take_bool("allow_eviction", false)?;
         let tls = TlsOptions::from_query(q, tls_implied)?;
+        let password_file = match lock_core::secret::Password::from_query(q, None)? {
+            Some(lock_core::secret::Password::File(path)) => Some(path),
+            _ => None,
+        };
         Ok(Self {
             prefix,
             timeout,
             connect_timeout,
             allow_eviction,
             tls,
+            password_file,
         })
     }
 }
@@ -246,7 +291,8 @@ impl RedisConfig {
         let wait = take_wait(&mut q, url)?;
         q.finish(&[CommonOptions::NAMES, &["wait_replicas", "wait_timeout"]].concat())?;
         let (node, sentinel) = if kind == Kind::Sentinel {
-            let sentinel = SentinelConfig::parse(url, rest, common.tls.clone())?;
+            let sentinel =
+                SentinelConfig::parse(url, rest, common.tls.clone(), common.password_file.clone())?;
             let node = NodeConfig::new(&format!("redis://{}", sentinel.label()), &common)?;
             (node, Some(sentinel))
         } else {
@@ -385,6 +431,34 @@ mod tests {
             RedisConfig::parse("redis://h").unwrap().node.label,
             "h:6379"
         );
+    }
+
+    #[test]
+    fn a_password_file_is_kept_and_never_beside_a_password() {
+        let one = RedisConfig::parse("redis://app@h?password_file=/run/pw").unwrap();
+        assert_eq!(one.node.password_file.as_deref(), Some("/run/pw".as_ref()));
+        assert!(format!("{one:?}").contains("/run/pw"));
+        let cluster =
+            RedisConfig::parse("redis+cluster://app@h:1,h:2?password_file=/run/pw").unwrap();
+        assert!(cluster.cluster.iter().all(|n| n.password_file.is_some()));
+        let sentinel = RedisConfig::parse("redis+sentinel://app@h:1/m?password_file=/run/pw")
+            .unwrap()
+            .sentinel
+            .unwrap();
+        assert_eq!(
+            sentinel.password,
+            Some(lock_core::secret::Password::File("/run/pw".into()))
+        );
+        for url in [
+            "redis://app:s3cret@h?password_file=/run/pw",
+            "redis+cluster://app:s3cret@h:1,h:2?password_file=/run/pw",
+            "redis+sentinel://app:s3cret@h:1/m?password_file=/run/pw",
+            "redis://h?password_file=",
+        ] {
+            let err = RedisConfig::parse(url).unwrap_err();
+            assert!(err.is_invalid_input(), "{url}: {err}");
+            assert!(!err.to_string().contains("s3cret"), "{err}");
+        }
     }
 
     #[test]

@@ -106,6 +106,15 @@ pub fn cluster_client(
         .response_timeout(timeout)
         .retries(2);
     let tls = seeds.first().map(|s| &s.tls).cloned().unwrap_or_default();
+    let builder = match seeds
+        .first()
+        .map(NodeConfig::password)
+        .transpose()?
+        .flatten()
+    {
+        Some(password) => builder.password(password),
+        None => builder,
+    };
     Ok(match crate::tls::certificates(&tls)? {
         Some(certificates) => builder.certs(certificates),
         None => builder,
@@ -193,7 +202,7 @@ impl SentinelConn {
             builder = builder.set_client_to_redis_username(user);
         }
         if let Some(password) = &config.password {
-            builder = builder.set_client_to_redis_password(password);
+            builder = builder.set_client_to_redis_password(password.read(crate::NAME)?);
         }
         let sentinels = builder.build().map_err(invalid)?;
         let conn = Arc::new(Self {

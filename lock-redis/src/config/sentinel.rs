@@ -1,7 +1,9 @@
 //! Where `redis+sentinel://` URLs say to ask for the master.
 
 use std::fmt;
+use std::path::PathBuf;
 
+use lock_core::secret::{PASSWORD_FILE, Password};
 use lock_core::tls::TlsOptions;
 use lock_core::url::{host_with_port, redact};
 use lock_core::{Error, Result};
@@ -17,7 +19,7 @@ pub struct SentinelConfig {
     pub master: String,
     /// The data nodes' user, if any.
     pub username: Option<String>,
-    pub(crate) password: Option<String>,
+    pub(crate) password: Option<Password>,
     /// TLS to the sentinels and to the data nodes (`rediss+sentinel://`
     /// or `tls=true`): the same CA and client certificate for both.
     pub tls: TlsOptions,
@@ -26,8 +28,14 @@ pub struct SentinelConfig {
 }
 
 impl SentinelConfig {
-    /// `rest` is what follows `redis[s]+sentinel://`.
-    pub(super) fn parse(url: &str, rest: &str, tls: TlsOptions) -> Result<Self> {
+    /// `rest` is what follows `redis[s]+sentinel://`; `password_file`
+    /// holds the data nodes' password if the URL does not.
+    pub(super) fn parse(
+        url: &str,
+        rest: &str,
+        tls: TlsOptions,
+        password_file: Option<PathBuf>,
+    ) -> Result<Self> {
         let shape = "expected redis+sentinel://[USER:PASSWORD@]HOST:PORT,HOST:PORT,…/MASTER_NAME";
         let base = rest.split_once('?').map_or(rest, |(b, _)| b);
         let (authority, master) = base
@@ -65,6 +73,18 @@ impl SentinelConfig {
                 Ok((host.trim_matches(['[', ']']).to_owned(), port))
             })
             .collect::<Result<Vec<_>>>()?;
+        let password = match (password, password_file) {
+            (Some(_), Some(_)) => {
+                return Err(Error::invalid_url(
+                    url,
+                    format!(
+                        "a password is given both in the URL and by option \"{PASSWORD_FILE}\"; give one"
+                    ),
+                ));
+            }
+            (Some(p), None) => Some(Password::Given(p)),
+            (None, file) => file.map(Password::File),
+        };
         Ok(Self {
             sentinels,
             master: decode(master)?,
@@ -99,6 +119,8 @@ impl fmt::Debug for SentinelConfig {
 
 #[cfg(test)]
 mod tests {
+    use lock_core::secret::Password;
+
     use crate::config::RedisConfig;
 
     #[test]
@@ -117,7 +139,7 @@ mod tests {
         );
         assert_eq!(s.master, "mymaster");
         assert_eq!(s.username.as_deref(), Some("app"));
-        assert_eq!(s.password.as_deref(), Some("s3cret"));
+        assert_eq!(s.password, Some(Password::Given("s3cret".into())));
         assert_eq!(c.wait.map(|w| w.replicas), Some(1));
         assert!(!format!("{c:?}").contains("s3cret"));
         for url in [
