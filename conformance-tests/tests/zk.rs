@@ -48,18 +48,35 @@ fn curator_uuid(owner: OwnerToken) -> String {
     )
 }
 
-/// The one node of `nodes` named `_c_<uuid>-<marker><10 digits>`, as
-/// Curator names the nodes of the owner with that uuid.
-fn named_by_curator<'a>(nodes: &'a [String], uuid: &str, marker: &str) -> &'a String {
-    let head = format!("_c_{uuid}-{marker}");
+/// The one node of `nodes` that `owner` made, named as Curator names a
+/// node (`_c_<uuid>-<marker><10 digits>`, the uuid in its 8-4-4-4-12
+/// form): the uuid starts with the owner's short holder id and does not
+/// carry the rest of its token.
+fn named_by_curator<'a>(nodes: &'a [String], owner: OwnerToken, marker: &str) -> &'a String {
+    let head = format!("_c_{}", owner.short());
     let mine: Vec<&String> = nodes.iter().filter(|n| n.starts_with(&head)).collect();
-    assert_eq!(mine.len(), 1, "one node named {head}…: {nodes:?}");
-    let digits = &mine[0][head.len()..];
+    assert_eq!(mine.len(), 1, "one node of {head}…: {nodes:?}");
+    let node = mine[0];
+    let uuid = &node[3..39];
+    let dashes: Vec<usize> = uuid.match_indices('-').map(|(i, _)| i).collect();
+    assert_eq!(dashes, [8, 13, 18, 23], "not a uuid: {node}");
+    assert!(
+        uuid.chars().all(|c| c == '-' || c.is_ascii_hexdigit()),
+        "{node}"
+    );
+    let digits = node
+        .strip_prefix(&format!("_c_{uuid}-{marker}"))
+        .unwrap_or_else(|| panic!("not a {marker} node: {node}"));
     assert!(
         digits.len() == 10 && digits.chars().all(|c| c.is_ascii_digit()),
         "{nodes:?}"
     );
-    mine[0]
+    let hex = owner.to_hex();
+    assert!(
+        !uuid.replace('-', "").contains(&hex[8..]) && !node.contains(&curator_uuid(owner)),
+        "the node's name carries the owner token: {node}"
+    );
+    node
 }
 
 /// A node made by hand as a Curator recipe makes it: ephemeral-sequential
@@ -83,7 +100,7 @@ async fn curator_node(client: &zk::Client, parent: &str, marker: &str) -> String
 }
 
 /// distlock's nodes are Curator's (`_c_<uuid>-lock-<sequence>`, the uuid
-/// being the owner token), the token is the node's czxid, and a
+/// made from the owner token), the token is the node's czxid, and a
 /// Curator-compatible locker (zookeeper-client's `LockPrefix::new_curator`,
 /// the layout of Curator's `InterProcessMutex`) and distlock exclude each
 /// other both ways.
@@ -99,7 +116,7 @@ async fn curator_layout_and_mutual_exclusion_with_a_curator_style_locker() {
     let client = plain(zk, &chroot).await;
     let nodes = children(&client, "/locks/interop").await;
     assert_eq!(nodes.len(), 1, "{nodes:?}");
-    named_by_curator(&nodes, &curator_uuid(guard.lease().owner()), "lock-");
+    named_by_curator(&nodes, guard.lease().owner(), "lock-");
     assert_eq!(
         guard.token().get(),
         czxid(&client, &format!("/locks/interop/{}", nodes[0])).await,
@@ -226,12 +243,12 @@ async fn a_semaphore_shares_its_permits_with_curator_leases() {
         .expect("distlock gets the permit a Curator lease returned")
         .expect("task")
         .expect("permit");
-    let uuid = curator_uuid(g.lease().owner());
-    named_by_curator(&waited_in, &uuid, "lock-");
+    let owner = g.lease().owner();
+    named_by_curator(&waited_in, owner, "lock-");
     let nodes = children(&client, leases).await;
     assert_eq!(nodes.len(), PERMITS as usize, "{nodes:?}");
     assert!(nodes.contains(&full[0]), "{nodes:?}");
-    let lease = named_by_curator(&nodes, &uuid, "lease-");
+    let lease = named_by_curator(&nodes, owner, "lease-");
     assert_eq!(
         g.token().get(),
         czxid(&client, &format!("{leases}/{lease}")).await,
@@ -288,7 +305,7 @@ async fn a_read_write_lock_shares_with_curator_readers_and_writers() {
         .expect("task")
         .expect("read lock");
     let nodes = children(&client, parent).await;
-    let read = named_by_curator(&nodes, &curator_uuid(r.lease().owner()), "__READ__");
+    let read = named_by_curator(&nodes, r.lease().owner(), "__READ__");
     assert_eq!(
         r.token().get(),
         czxid(&client, &format!("{parent}/{read}")).await,
@@ -324,7 +341,7 @@ async fn a_read_write_lock_shares_with_curator_readers_and_writers() {
         .expect("write lock");
     let nodes = children(&client, parent).await;
     assert_eq!(nodes.len(), 1, "{nodes:?}");
-    let write = named_by_curator(&nodes, &curator_uuid(w.lease().owner()), "__WRIT__");
+    let write = named_by_curator(&nodes, w.lease().owner(), "__WRIT__");
     assert!(
         write[write.len() - 10..] > read[read.len() - 10..],
         "readers and writers share one sequence"

@@ -161,10 +161,18 @@ impl Queue {
     }
 }
 
-/// `_c_<owner as a UUID>-`: how every node of one owner starts, whatever
-/// the family.
+/// `_c_<uuid>-`: how every node of one owner starts, whatever the family.
+/// The UUID is the owner's short holder id (the token's first 32 bits, as
+/// `distlock status` shows it) and 96 bits of the token's SHA-256: the same
+/// for every node of the owner, so they are found again after a lost
+/// reply, yet not the token itself, which a node name would show to every
+/// reader of its parent and to the driver's debug log.
 pub(crate) fn owner_prefix(owner: OwnerToken) -> String {
-    let v = owner.to_u128();
+    let token = owner.to_u128();
+    let digest = ring::digest::digest(&ring::digest::SHA256, &token.to_be_bytes());
+    let mut tail = [0u8; 16];
+    tail[4..].copy_from_slice(&digest.as_ref()[..12]);
+    let v = (token & (0xffff_ffff << 96)) | u128::from_be_bytes(tail);
     format!(
         "{PROTECTED}{:08x}-{:04x}-{:04x}-{:04x}-{:012x}-",
         v >> 96,
@@ -176,9 +184,8 @@ pub(crate) fn owner_prefix(owner: OwnerToken) -> String {
 }
 
 /// `path` as logs show it: the owner's UUID in a node name cut to its
-/// first 8 hex digits (the holder id `distlock status` shows), so that no
-/// log line carries a whole owner token, which would let its reader renew
-/// or release the lock.
+/// first 8 hex digits (the holder id `distlock status` shows), all a
+/// reader of the log needs.
 pub(crate) fn shown(path: &str) -> String {
     const UUID: usize = 36;
     match path.rfind(PROTECTED) {
@@ -208,8 +215,17 @@ mod tests {
     fn node_names_follow_curator() {
         let owner = OwnerToken::from_hex("0123456789abcdef0011223344556677").unwrap();
         let name = LockName::new("x").unwrap();
-        let uuid = "_c_01234567-89ab-cdef-0011-223344556677-";
-        assert!(owner_prefix(owner)[3..].starts_with(&owner.short()));
+        let uuid = owner_prefix(owner);
+        assert!(uuid[3..].starts_with(&owner.short()));
+        assert_eq!(uuid.len(), "_c_01234567-89ab-cdef-0011-223344556677-".len());
+        assert_eq!(uuid, owner_prefix(owner), "the same owner, the same name");
+        let other = OwnerToken::from_hex("0123456789abcdef0011223344556678").unwrap();
+        assert_ne!(uuid, owner_prefix(other), "it depends on the whole token");
+        let token_digits = &owner.to_hex()[8..];
+        assert!(
+            !uuid.replace('-', "").contains(token_digits),
+            "the token's hidden digits show: {uuid}"
+        );
         let node = format!("/locks/job/{}lock-0000000007", owner_prefix(owner));
         let shown = shown(&node);
         assert_eq!(
