@@ -8,7 +8,9 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 use common::*;
+use conformance_tests::servers::SqlServer as _;
 use conformance_tests::servers::etcd::Etcd;
+use conformance_tests::servers::postgres::Postgres;
 use conformance_tests::servers::tls::TestCa;
 use conformance_tests::targets::fresh_table;
 
@@ -81,6 +83,35 @@ async fn run_with_tls_true_trusts_the_system_store() {
             ("SSL_CERT_FILE", TestCa::stranger().ca.display().to_string()),
             ("SSL_CERT_DIR", store.path().display().to_string()),
         ],
+    )
+    .await;
+    assert!(!untrusted.status.success());
+    assert!(
+        stderr(&untrusted).contains("UnknownIssuer"),
+        "{}",
+        stderr(&untrusted)
+    );
+}
+
+/// The same on PostgreSQL, whose driver (sqlx) reads no trust store of
+/// its own: `tls=true` hands it the system's beside its public roots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_with_tls_true_on_postgres_trusts_the_system_store() {
+    let server = Postgres::shared_tls().await;
+    let ca = format!("tls_ca={}&", TestCa::shared().ca.display());
+    let url = server
+        .url(&format!("table={}", fresh_table()))
+        .replace(&ca, "tls=true&");
+    assert!(url.contains("tls=true&tls_cert="), "{url}");
+    let trusted = run(
+        echo_token(&url, "pg-tls-job"),
+        vec![("SSL_CERT_FILE", TestCa::shared().ca.display().to_string())],
+    )
+    .await;
+    assert!(trusted.status.success(), "{}", stderr(&trusted));
+    let untrusted = run(
+        echo_token(&url, "pg-tls-job"),
+        vec![("SSL_CERT_FILE", TestCa::stranger().ca.display().to_string())],
     )
     .await;
     assert!(!untrusted.status.success());

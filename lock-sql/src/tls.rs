@@ -63,6 +63,17 @@ impl Tls {
     }
 }
 
+/// The CA certificates to hand sqlx, which adds them to its public
+/// (webpki) roots: `tls_ca`'s, or else the system's trust store, so that
+/// `tls=true` trusts both as on every other backend. A system without a
+/// bundle leaves the public roots alone.
+fn extra_roots(material: &TlsMaterial, backend: &'static str) -> Option<Vec<u8>> {
+    match material.ca_pem() {
+        Some(ca) => Some(ca.to_vec()),
+        None => lock_core::tls::system_roots_pem(backend).ok(),
+    }
+}
+
 #[cfg(feature = "postgres")]
 pub(crate) fn postgres(
     tls: &Tls,
@@ -75,8 +86,8 @@ pub(crate) fn postgres(
         Tls::On(_) => options.ssl_mode(PgSslMode::VerifyFull),
     };
     if let Some(material) = tls.load(crate::POSTGRES_NAME)? {
-        if let Some(ca) = material.ca_pem() {
-            options = options.ssl_root_cert_from_pem(ca.to_vec());
+        if let Some(roots) = extra_roots(&material, crate::POSTGRES_NAME) {
+            options = options.ssl_root_cert_from_pem(roots);
         }
         if let Some((cert, key)) = material.identity_pem() {
             options = options
@@ -99,8 +110,8 @@ pub(crate) fn mysql(
         Tls::On(_) => options.ssl_mode(MySqlSslMode::VerifyIdentity),
     };
     if let Some(material) = tls.load(crate::MYSQL_NAME)? {
-        if let Some(ca) = material.ca_pem() {
-            options = options.ssl_ca_from_pem(ca.to_vec());
+        if let Some(roots) = extra_roots(&material, crate::MYSQL_NAME) {
+            options = options.ssl_ca_from_pem(roots);
         }
         if let Some((cert, key)) = material.identity_pem() {
             options = options
