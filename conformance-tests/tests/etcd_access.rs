@@ -3,7 +3,8 @@
 //! only. A user of another team can neither take, renew, release, delete
 //! nor read the owner of a lock under a prefix that is not its own: each
 //! is a clear error, and the holder keeps its lock. A wrong password is a
-//! clear error that does not show it.
+//! clear error that does not show it. With TLS and `--client-cert-auth`
+//! the same holds of identities given by client certificates alone.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -109,4 +110,27 @@ async fn a_wrong_password_is_refused_clearly() {
     );
     assert!(!text.contains("not-her-password-42"), "{text}");
     assert!(!error.is_retryable(), "{error:?}");
+}
+
+/// On a TLS-only member with `--client-cert-auth`, the client
+/// certificate is the identity: alice's certificate, with no password, acts
+/// as alice (her prefix is hers to lock), and bob's is refused on every
+/// touch of her lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_is_the_identity() {
+    let etcd = EtcdAuth::shared_tls().await;
+    let ((alice, team_a), (bob, _)) = (TEAMS[0], TEAMS[1]);
+    let path = format!("{team_a}{}", fresh_table());
+    let url = etcd.url_by_certificate(alice, &path, "");
+    assert!(!url.contains("password"), "{url}");
+    let owner = backend(&url).await;
+    let intruder = backend(&etcd.url_by_certificate(bob, &path, "")).await;
+    another_identity_is_refused(owner, intruder, &[]).await;
+    // A certificate of a name etcd has no user for gets nothing.
+    let stranger = backend(&etcd.url_by_certificate("mallory", &path, "")).await;
+    let error = Locker::from_arc(stranger)
+        .lock_with("job", AcquireOptions::with_ttl(TTL).wait(Wait::No))
+        .await
+        .expect_err("no such user");
+    assert!(!error.is_retryable(), "{error}");
 }

@@ -5,7 +5,8 @@
 
 use tokio::sync::OnceCell;
 
-use super::etcd::{Etcd, etcdctl};
+use super::etcd::{Etcd, etcdctl_to};
+use super::tls::TestCa;
 
 /// The teams: a user, and the key prefix its role may read and write.
 pub const TEAMS: [(&str, &str); 2] = [("alice", "team-a/"), ("bob", "team-b/")];
@@ -25,9 +26,24 @@ impl EtcdAuth {
         SHARED.get_or_init(Self::start).await
     }
 
+    /// One TLS-only member with auth on (`--client-cert-auth`), shared by
+    /// every test in this test binary: a client certificate's common name
+    /// is the user it acts as when it gives no password
+    /// ([`url_by_certificate`](Self::url_by_certificate)).
+    pub async fn shared_tls() -> &'static Self {
+        static SHARED: OnceCell<EtcdAuth> = OnceCell::const_new();
+        SHARED
+            .get_or_init(|| async { Self::set_up(Etcd::start_tls().await) })
+            .await
+    }
+
     /// Starts a member, adds root and the teams, and turns auth on.
     pub async fn start() -> Self {
-        let etcd = Etcd::start().await;
+        Self::set_up(Etcd::start().await)
+    }
+
+    /// Adds root and the teams to `etcd`, and turns auth on.
+    fn set_up(etcd: Etcd) -> Self {
         let made = Self {
             etcd,
             root_password: password("root"),
@@ -57,7 +73,7 @@ impl EtcdAuth {
     /// Runs a setting-up `etcdctl` command (before auth is on), or panics
     /// with its output.
     fn setup(&self, args: &[&str]) {
-        let out = etcdctl(&self.etcd.endpoints(), args)
+        let out = etcdctl_to(&self.etcd.endpoints(), self.tls(), args)
             .output()
             .expect("run etcdctl");
         assert!(
@@ -72,7 +88,9 @@ impl EtcdAuth {
         let user = format!("--user=root:{}", self.root_password);
         let mut all = vec![user.as_str()];
         all.extend_from_slice(args);
-        let out = etcdctl(&self.etcd.endpoints(), &all).output().ok()?;
+        let out = etcdctl_to(&self.etcd.endpoints(), self.tls(), &all)
+            .output()
+            .ok()?;
         out.status
             .success()
             .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
@@ -88,6 +106,32 @@ impl EtcdAuth {
             format!("{login}&{query}")
         };
         self.etcd.url(path, &query)
+    }
+
+    /// An `etcd://` URL of the TLS-only member that presents the test CA's
+    /// client certificate whose common name is `user`, and no password:
+    /// etcd takes the name for the user.
+    pub fn url_by_certificate(&self, user: &str, path: &str, query: &str) -> String {
+        assert!(self.tls(), "only the TLS-only member knows certificates");
+        let pki = TestCa::shared();
+        let client = pki.client(user);
+        let base = self.etcd.url(path, "");
+        let (base, _) = base.split_once('?').unwrap_or((&base, ""));
+        let mut url = format!(
+            "{base}?tls_ca={}&tls_cert={}&tls_key={}",
+            pki.ca.display(),
+            client.cert.display(),
+            client.key.display()
+        );
+        if !query.is_empty() {
+            url.push('&');
+            url.push_str(query);
+        }
+        url
+    }
+
+    fn tls(&self) -> bool {
+        self.etcd.members.iter().any(|m| m.tls)
     }
 
     /// The password of `user`, as the URLs give it.
