@@ -23,8 +23,10 @@ use crate::signals::Signals;
 use crate::table::TableName;
 
 mod config;
+mod location;
 mod schema;
 pub(crate) use config::Config;
+use location::Location;
 
 /// With notifications, polling is only a safety net.
 const POLL_CAP: Duration = Duration::from_millis(500);
@@ -33,40 +35,6 @@ const CAPABILITIES: Capabilities = Capabilities::new(crate::POSTGRES_NAME, Fenci
     .with_server_side_wait(true)
     .with_semaphores(true)
     .with_read_write(true);
-
-/// Where the locks table lives: `schema.table`, or `table` on the search path.
-#[derive(Debug)]
-struct Location {
-    schema: Option<TableName>,
-    table: TableName,
-}
-
-impl Location {
-    fn qualified(&self) -> String {
-        self.in_schema(self.table.as_str())
-    }
-
-    /// A companion of the locks table (its holders, its groups, the
-    /// function that admits holders), in the same schema.
-    fn companion(&self, suffix: &str) -> String {
-        self.in_schema(&self.table.companion(suffix))
-    }
-
-    fn in_schema(&self, object: &str) -> String {
-        match &self.schema {
-            Some(s) => format!("{}.{object}", s.as_str()),
-            None => object.to_owned(),
-        }
-    }
-
-    /// The notification channel. Channel names are cut at 63 bytes by the
-    /// server; two tables sharing a channel only cost a spurious wake-up.
-    fn channel(&self) -> String {
-        let mut channel = format!("distlock_{}", self.qualified());
-        channel.truncate(63);
-        channel
-    }
-}
 
 pub(crate) fn transient(e: &dyn DatabaseError) -> bool {
     // Class 08 (connection), 40 (serialization/deadlock), 53 (resources),

@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use lock_core::backend::{Backoff, QueryOptions};
 use lock_core::{Capabilities, Error, Fencing, Result};
-use sqlx::AssertSqlSafe;
 use sqlx::error::DatabaseError;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
@@ -27,6 +26,9 @@ use crate::error::ErrorMap;
 use crate::pool::Checked;
 use crate::returning::{Join, ReturningDriver, Statements};
 use crate::table::TableName;
+
+mod schema;
+use schema::{Tables, prepare};
 
 /// The database's clock in milliseconds since the Unix epoch. SQLite keeps
 /// `'now'` fixed for the length of one statement.
@@ -259,96 +261,6 @@ async fn start(
         capabilities: capabilities(synced),
     };
     Ok(SqlBackend::new(driver, timeout))
-}
-
-/// The locks table and its companions for semaphores and read-write locks.
-struct Tables<'a> {
-    locks: &'a str,
-    holders: &'a str,
-    groups: &'a str,
-}
-
-impl Tables<'_> {
-    /// Each table's name and the statement that makes it.
-    fn creates(&self) -> [(&str, String); 3] {
-        let (t, h, g) = (self.locks, self.holders, self.groups);
-        [
-            (
-                t,
-                format!(
-                    "CREATE TABLE IF NOT EXISTS {t} (
-    name TEXT NOT NULL PRIMARY KEY,
-    owner TEXT,
-    version INTEGER NOT NULL,
-    expires_at INTEGER NOT NULL
-)"
-                ),
-            ),
-            (
-                h,
-                format!(
-                    "CREATE TABLE IF NOT EXISTS {h} (
-    family TEXT NOT NULL,
-    name TEXT NOT NULL,
-    owner TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    token INTEGER NOT NULL,
-    expires_at INTEGER NOT NULL,
-    PRIMARY KEY (family, name, owner)
-)"
-                ),
-            ),
-            (
-                g,
-                format!(
-                    "CREATE TABLE IF NOT EXISTS {g} (
-    family TEXT NOT NULL,
-    name TEXT NOT NULL,
-    last_token INTEGER NOT NULL,
-    PRIMARY KEY (family, name)
-)"
-                ),
-            ),
-        ]
-    }
-}
-
-/// Makes the tables that are missing (`create`), or fails naming them.
-async fn prepare(
-    pool: &SqlitePool,
-    tables: &Tables<'_>,
-    create: bool,
-    errors: &ErrorMap,
-) -> Result<()> {
-    let creates = tables.creates();
-    if create {
-        // Idempotent, and safe when several processes run it at once:
-        // SQLite serialises the writers and `IF NOT EXISTS` is checked
-        // under the lock.
-        let script: Vec<&str> = creates.iter().map(|(_, c)| c.as_str()).collect();
-        return sqlx::raw_sql(AssertSqlSafe(script.join(";\n")))
-            .execute(pool)
-            .await
-            .map(drop)
-            .map_err(|e| errors.convert("create table", e));
-    }
-    let mut lacking = Vec::new();
-    for (name, _) in &creates {
-        let found: Option<i64> =
-            sqlx::query_scalar("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1")
-                .bind(*name)
-                .fetch_optional(pool)
-                .await
-                .map_err(|e| errors.convert("inspect table", e))?;
-        if found.is_none() {
-            lacking.push(format!("table {name}"));
-        }
-    }
-    if lacking.is_empty() {
-        return Ok(());
-    }
-    let script: Vec<String> = creates.into_iter().map(|(_, c)| c).collect();
-    Err(crate::provision::missing(errors.backend, &lacking, &script))
 }
 
 fn statements(tables: &Tables<'_>) -> Statements {

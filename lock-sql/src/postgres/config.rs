@@ -9,7 +9,7 @@ use lock_core::backend::QueryOptions;
 use lock_core::{Error, Result};
 use sqlx::postgres::PgConnectOptions;
 
-use super::Location;
+use super::location::Location;
 use crate::config::{ServerOptions, server_limit};
 use crate::table::TableName;
 

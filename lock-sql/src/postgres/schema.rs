@@ -8,7 +8,7 @@ use lock_core::backend::AcquireRequest;
 use sqlx::AssertSqlSafe;
 use sqlx::postgres::PgPool;
 
-use super::Location;
+use super::location::Location;
 use crate::error::ErrorMap;
 
 /// The types of the admitting function's arguments, as `to_regprocedure`
