@@ -133,4 +133,5 @@ async fn a_client_certificate_is_the_identity() {
         .await
         .expect_err("no such user");
     assert!(!error.is_retryable(), "{error}");
+    assert!(error.to_string().contains("permission denied"), "{error}");
 }

@@ -187,6 +187,12 @@ async fn every_topology_reads_its_password_from_a_file() {
             !refused.to_string().contains("not-the-password"),
             "{refused}"
         );
+        assert!(
+            refused
+                .to_string()
+                .contains("Password authentication failed"),
+            "{refused}"
+        );
 
         let missing = url.replace("redis-password", "missing");
         let err = match distlock::connect_backend(&missing).await {

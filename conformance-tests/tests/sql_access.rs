@@ -55,6 +55,7 @@ async fn missing_tables_are_named_with_their_statements(
     teams: &SqlTeams,
     team: &str,
     url: impl Fn(&str) -> String,
+    function: Option<String>,
 ) {
     let table = fresh_table();
     let error = match distlock::connect_backend(&url(&table)).await {
@@ -67,12 +68,15 @@ async fn missing_tables_are_named_with_their_statements(
         "not a configuration error: {text}"
     );
     assert!(!error.is_retryable(), "a retry cannot make tables: {text}");
+    let tables = format!("lacks table {table}, table {table}_holders, table {table}_groups");
     for expected in [
-        format!("table {table}"),
-        format!("table {table}_holders"),
+        tables,
         "create_tables=true".to_owned(),
         "Least privilege".to_owned(),
-    ] {
+    ]
+    .into_iter()
+    .chain(function)
+    {
         assert!(text.contains(&expected), "{expected:?} not in: {text}");
     }
     assert!(
@@ -85,8 +89,9 @@ async fn missing_tables_are_named_with_their_statements(
         .map(|(script, _)| script)
         .unwrap_or_else(|| panic!("no statements in: {text}"));
     teams.admin(&[script.to_owned()]).await;
-    teams.grant(team, &table).await;
-    let locker = Locker::from_arc(connect(&url(&table)).await);
+    // The team's user, granted that table alone, locks on it.
+    let granted = teams.grant(team, &table).await;
+    let locker = Locker::from_arc(connect(&granted).await);
     let guard = locker
         .try_lock("made-by-hand")
         .await
@@ -109,7 +114,13 @@ async fn mariadb_another_team_is_refused() {
 async fn postgres_missing_tables_are_named_with_their_statements() {
     let teams = SqlTeams::postgres().await;
     let team = TEAMS[0];
-    missing_tables_are_named_with_their_statements(teams, team, |t| teams.url_as(team, t)).await;
+    missing_tables_are_named_with_their_statements(
+        teams,
+        team,
+        |t| teams.url_as(team, t),
+        Some("_join(TEXT, TEXT, TEXT, TEXT, BIGINT, BIGINT)".to_owned()),
+    )
+    .await;
 }
 
 /// MariaDB says "denied", not "missing", to a user without rights on the
@@ -125,9 +136,12 @@ async fn mariadb_missing_tables_are_named_with_their_statements() {
             format!("GRANT SELECT, INSERT, UPDATE, DELETE ON distlock.* TO '{user}'@'%'"),
         ])
         .await;
-    missing_tables_are_named_with_their_statements(teams, TEAMS[0], |t| {
-        teams.url_with(user, pw, &format!("table={t}&create_tables=false"))
-    })
+    missing_tables_are_named_with_their_statements(
+        teams,
+        TEAMS[0],
+        |t| teams.url_with(user, pw, &format!("table={t}&create_tables=false")),
+        None,
+    )
     .await;
 }
 

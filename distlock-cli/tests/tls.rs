@@ -8,9 +8,7 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 use common::*;
-use conformance_tests::servers::SqlServer as _;
 use conformance_tests::servers::etcd::Etcd;
-use conformance_tests::servers::postgres::Postgres;
 use conformance_tests::servers::tls::TestCa;
 use conformance_tests::targets::fresh_table;
 
@@ -93,24 +91,25 @@ async fn run_with_tls_true_trusts_the_system_store() {
     );
 }
 
-/// The same on PostgreSQL, whose driver (sqlx) reads no trust store of
-/// its own: `tls=true` hands it the system's beside its public roots.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn run_with_tls_true_on_postgres_trusts_the_system_store() {
-    let server = Postgres::shared_tls().await;
+/// The same on PostgreSQL and MariaDB, whose driver (sqlx) reads no trust
+/// store of its own: `tls=true` hands it the system's beside its public
+/// roots. `server` is the TLS-only server.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+async fn sql_tls_true_trusts_the_system_store(server: &conformance_tests::servers::SqlInstance) {
+    use conformance_tests::servers::SqlServer as _;
     let ca = format!("tls_ca={}&", TestCa::shared().ca.display());
     let url = server
         .url(&format!("table={}", fresh_table()))
         .replace(&ca, "tls=true&");
     assert!(url.contains("tls=true&tls_cert="), "{url}");
     let trusted = run(
-        echo_token(&url, "pg-tls-job"),
+        echo_token(&url, "sql-tls-job"),
         vec![("SSL_CERT_FILE", TestCa::shared().ca.display().to_string())],
     )
     .await;
     assert!(trusted.status.success(), "{}", stderr(&trusted));
     let untrusted = run(
-        echo_token(&url, "pg-tls-job"),
+        echo_token(&url, "sql-tls-job"),
         vec![("SSL_CERT_FILE", TestCa::stranger().ca.display().to_string())],
     )
     .await;
@@ -120,6 +119,20 @@ async fn run_with_tls_true_on_postgres_trusts_the_system_store() {
         "{}",
         stderr(&untrusted)
     );
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_with_tls_true_on_postgres_trusts_the_system_store() {
+    let server = conformance_tests::servers::postgres::Postgres::shared_tls().await;
+    sql_tls_true_trusts_the_system_store(server).await;
+}
+
+#[cfg(feature = "mysql")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_with_tls_true_on_mariadb_trusts_the_system_store() {
+    let server = conformance_tests::servers::mariadb::Mariadb::shared_tls().await;
+    sql_tls_true_trusts_the_system_store(server).await;
 }
 
 /// A URL without TLS options to the TLS-only member: a clear error, in

@@ -78,20 +78,16 @@ async fn refused(addr: &str, material: &TlsMaterial) -> Option<Error> {
         }
     };
     match handshake(addr, config).await? {
-        // A plain-text port closes at our ClientHello, or answers it with
-        // something that is no TLS record.
-        Err(e)
-            if e.kind() == std::io::ErrorKind::UnexpectedEof
-                || matches!(tls_error(&e), Some(rustls::Error::InvalidMessage(_))) =>
-        {
-            Some(Error::InvalidConfig {
-                backend: crate::NAME,
-                reason: format!(
-                    "{addr} does not answer TLS ({e}): is it a plain-text client port? \
+        // A plain-text port closes at our ClientHello (with a reset when
+        // it had not read all of it), or answers it with something that is
+        // no TLS record.
+        Err(e) if plain_text_answer(&e) => Some(Error::InvalidConfig {
+            backend: crate::NAME,
+            reason: format!(
+                "{addr} does not answer TLS ({e}): is it a plain-text client port? \
                      Drop tls, tls_ca, tls_cert and tls_key, or use the cluster's https port"
-                ),
-            })
-        }
+            ),
+        }),
         Err(e) if tls_error(&e).is_some() => Some(Error::InvalidConfig {
             backend: crate::NAME,
             reason: format!(
@@ -109,6 +105,17 @@ async fn refused(addr: &str, material: &TlsMaterial) -> Option<Error> {
             }
         }
     }
+}
+
+/// Whether a failed handshake is a plain-text server's doing: the
+/// connection closed or reset at our ClientHello, or an answer that is no
+/// TLS record.
+fn plain_text_answer(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{ConnectionAborted, ConnectionReset, UnexpectedEof};
+    matches!(
+        e.kind(),
+        UnexpectedEof | ConnectionReset | ConnectionAborted
+    ) || matches!(tls_error(e), Some(rustls::Error::InvalidMessage(_)))
 }
 
 /// Whether `addr` answers a TLS handshake (whatever its certificate).
@@ -150,4 +157,42 @@ async fn handshake(
             .connect(name, tcp)
             .await,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::AsyncReadExt;
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// A plain-text server that closes after one read: of all the client
+    /// sent (an orderly close, seen as end of file) or of a few bytes (the
+    /// kernel then resets the connection, as it does for etcd's plain port
+    /// when the close comes before the whole ClientHello was read).
+    async fn plain_server(read_all: bool) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (mut conn, _) = listener.accept().await.unwrap();
+            let mut buffer = vec![0u8; if read_all { 64 * 1024 } else { 8 }];
+            let _ = conn.read(&mut buffer).await;
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn a_plain_port_that_closes_or_resets_is_named() {
+        let material = TlsOptions::on().load(crate::NAME).unwrap().unwrap();
+        for read_all in [true, false] {
+            let addr = plain_server(read_all).await;
+            let error = refused(&addr, &material)
+                .await
+                .unwrap_or_else(|| panic!("no cause found (read all: {read_all})"));
+            assert!(
+                error.to_string().contains("does not answer TLS"),
+                "read all: {read_all}: {error}"
+            );
+        }
+    }
 }

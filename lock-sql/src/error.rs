@@ -121,6 +121,8 @@ fn hint(operation: &str, e: &sqlx::Error) -> &'static str {
         " (a wrong user or password, or a user the server admits only over TLS or with a client certificate: see tls, tls_ca, tls_cert and tls_key)"
     } else if !insufficient_privilege(&**db) {
         ""
+    } else if operation == "connect" {
+        " (a user without rights on this database)"
     } else if operation == "create table" {
         " (a user without the right to create tables: have an administrator make them, and connect with create_tables=false; lock-sql's README, \"Least privilege\")"
     } else {

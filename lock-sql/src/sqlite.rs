@@ -154,9 +154,18 @@ pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
         backend: crate::SQLITE_NAME,
         pool_timeout: common.connect_timeout,
     };
+    if !common.create_tables && !config.path.exists() {
+        return Err(Error::InvalidConfig {
+            backend: crate::SQLITE_NAME,
+            reason: format!(
+                "{}: no such database file, and create_tables=false creates none",
+                config.path.display()
+            ),
+        });
+    }
     let options = SqliteConnectOptions::new()
         .filename(&config.path)
-        .create_if_missing(true)
+        .create_if_missing(common.create_tables)
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(config.synchronous)
         .busy_timeout(common.timeout);
@@ -411,6 +420,8 @@ mod tests {
     async fn without_create_tables_missing_tables_are_named_and_not_made() {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}/x.db?table=t3", dir.path().display());
+        // An empty file is an empty database.
+        std::fs::write(dir.path().join("x.db"), "").unwrap();
         let err = SqlBackend::connect(&format!("{url}&create_tables=false"))
             .await
             .unwrap_err();
@@ -426,11 +437,31 @@ mod tests {
         ] {
             assert!(text.contains(expected), "{expected:?} not in {text}");
         }
+        let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}/x.db", dir.path().display()))
+            .await
+            .unwrap();
+        let options = crate::SqlOptions::new().table("t3").create_tables(false);
+        let err = SqlBackend::from_pool(pool.clone(), options)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("table t3,"), "{err}");
+        let tables: i64 = sqlx::query_scalar("SELECT count(*) FROM sqlite_master")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(tables, 0, "create_tables=false made a table");
         SqlBackend::connect(&url)
             .await
             .expect("made with create_tables=true");
         SqlBackend::connect(&format!("{url}&create_tables=false"))
             .await
             .expect("found once made");
+        let missing = format!(
+            "sqlite://{}/none.db?create_tables=false",
+            dir.path().display()
+        );
+        let err = SqlBackend::connect(&missing).await.unwrap_err();
+        assert!(err.to_string().contains("no such database file"), "{err}");
+        assert!(!dir.path().join("none.db").exists(), "a file was made");
     }
 }

@@ -64,14 +64,12 @@ impl Tls {
 }
 
 /// The CA certificates to hand sqlx, which adds them to its public
-/// (webpki) roots: `tls_ca`'s, or else the system's trust store, so that
-/// `tls=true` trusts both as on every other backend. A system without a
-/// bundle leaves the public roots alone.
-fn extra_roots(material: &TlsMaterial, backend: &'static str) -> Option<Vec<u8>> {
-    match material.ca_pem() {
-        Some(ca) => Some(ca.to_vec()),
-        None => lock_core::tls::system_roots_pem(backend).ok(),
-    }
+/// (webpki) roots: `tls_ca`'s, or else what `tls=true` trusts on every
+/// other backend, the public roots and the system's store, without the
+/// system certificates rustls cannot use (sqlx would fail every connect on
+/// the first of them).
+fn extra_roots(material: &TlsMaterial) -> Vec<u8> {
+    material.roots_pem()
 }
 
 #[cfg(feature = "postgres")]
@@ -86,9 +84,7 @@ pub(crate) fn postgres(
         Tls::On(_) => options.ssl_mode(PgSslMode::VerifyFull),
     };
     if let Some(material) = tls.load(crate::POSTGRES_NAME)? {
-        if let Some(roots) = extra_roots(&material, crate::POSTGRES_NAME) {
-            options = options.ssl_root_cert_from_pem(roots);
-        }
+        options = options.ssl_root_cert_from_pem(extra_roots(&material));
         if let Some((cert, key)) = material.identity_pem() {
             options = options
                 .ssl_client_cert_from_pem(cert)
@@ -110,9 +106,7 @@ pub(crate) fn mysql(
         Tls::On(_) => options.ssl_mode(MySqlSslMode::VerifyIdentity),
     };
     if let Some(material) = tls.load(crate::MYSQL_NAME)? {
-        if let Some(roots) = extra_roots(&material, crate::MYSQL_NAME) {
-            options = options.ssl_ca_from_pem(roots);
-        }
+        options = options.ssl_ca_from_pem(extra_roots(&material));
         if let Some((cert, key)) = material.identity_pem() {
             options = options
                 .ssl_client_cert_from_pem(cert)

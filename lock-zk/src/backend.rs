@@ -277,8 +277,8 @@ impl ZkBackend {
     /// The path of `lease`'s node in `queue`, and whether it is this backend's own
     /// grant on its live session; `None` if the node is gone.
     ///
-    /// Our own grant is not read first: its path names the owner (its
-    /// token) and a sequence number unique under the parent, so whatever
+    /// Our own grant is not read first: its path names the owner (a
+    /// digest of its token) and a sequence number unique under the parent, so whatever
     /// node is there is this owner's; and while the lease is kept, not
     /// expired, on this live session, the node there is the lease's own:
     /// nothing else deletes it but the expiry task (which marks the lease

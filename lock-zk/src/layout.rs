@@ -118,7 +118,7 @@ impl Queue {
         }
     }
 
-    /// `_c_<owner as a UUID>-<marker>`: the name of an owner's node here
+    /// `_c_<uuid>-<marker>` (see [`owner_prefix`]): the name of an owner's node here
     /// before the server appends the sequence number.
     pub(crate) fn node_prefix(&self, owner: OwnerToken) -> String {
         format!("{}{}", owner_prefix(owner), self.marker)

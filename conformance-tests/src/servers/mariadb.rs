@@ -100,7 +100,8 @@ impl Mariadb {
             let setup = format!(
                 "CREATE DATABASE IF NOT EXISTS {DATABASE};
                  CREATE USER IF NOT EXISTS '{USER}'@'127.0.0.1' IDENTIFIED BY '{PASSWORD}'{require};
-                 GRANT ALL ON *.* TO '{USER}'@'127.0.0.1' WITH GRANT OPTION;"
+                 GRANT ALL ON {DATABASE}.* TO '{USER}'@'127.0.0.1' WITH GRANT OPTION;
+                 GRANT CREATE USER ON *.* TO '{USER}'@'127.0.0.1';"
             );
             wait_started(
                 "mariadb",

@@ -70,7 +70,7 @@ impl SqlTeams {
                     format!(
                         "DO $$ BEGIN
                         CREATE ROLE {team} LOGIN;
-                     EXCEPTION WHEN duplicate_object THEN NULL;
+                     EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
                      END $$"
                     ),
                     format!("ALTER ROLE {team} LOGIN PASSWORD '{pw}'"),

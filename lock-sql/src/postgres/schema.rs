@@ -177,10 +177,15 @@ impl Objects {
         }
         match self.installed_body(pool, errors, "inspect table").await? {
             None => lacking.push(format!("function {}{ARGUMENTS}", self.function)),
-            Some(body) if body != self.body => lacking.push(format!(
-                "this version of function {}{ARGUMENTS} (another version of lock-sql made it)",
-                self.function
-            )),
+            // Another lock-sql version's, as in a rolling upgrade: used as
+            // it is (its arguments are the same), since instances of both
+            // versions share it until the last one is upgraded.
+            Some(body) if body != self.body => tracing::warn!(
+                function = %self.function,
+                "the admitting function was made by another version of lock-sql; \
+                 an administrator can replace it with the statements create_tables=false \
+                 prints when it is missing"
+            ),
             Some(_) => {}
         }
         if lacking.is_empty() {

@@ -81,12 +81,13 @@ pub(super) async fn prepare(
     }
     let mut lacking = Vec::new();
     for (name, _) in &creates {
-        let found: Option<i64> =
-            sqlx::query_scalar("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1")
-                .bind(*name)
-                .fetch_optional(pool)
-                .await
-                .map_err(|e| errors.convert("inspect table", e))?;
+        let found: Option<i64> = sqlx::query_scalar(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1 COLLATE NOCASE",
+        )
+        .bind(*name)
+        .fetch_optional(pool)
+        .await
+        .map_err(|e| errors.convert("inspect table", e))?;
         if found.is_none() {
             lacking.push(format!("table {name}"));
         }
