@@ -189,6 +189,9 @@ struct ModuleTree {
     /// Module path → the names its file binds with `use`, to absolute
     /// paths.
     uses: BTreeMap<ModPath, BTreeMap<String, ModPath>>,
+    /// File-module → the file-modules it names, each with one path that
+    /// names it.
+    edges: BTreeMap<ModPath, BTreeMap<ModPath, String>>,
 }
 
 impl ModuleTree {
@@ -198,6 +201,7 @@ impl ModuleTree {
             files: BTreeMap::new(),
             tokens: BTreeMap::new(),
             uses: BTreeMap::new(),
+            edges: BTreeMap::new(),
         };
         let dir = root.parent().expect("a directory").to_owned();
         tree.add(Vec::new(), root.to_owned(), dir);
@@ -207,6 +211,7 @@ impl ModuleTree {
             .map(|module| (module.clone(), tree.bound_by_use(module)))
             .collect();
         tree.uses = uses;
+        tree.edges = tree.named_modules();
         tree
     }
 
@@ -324,7 +329,7 @@ impl ModuleTree {
     }
 
     /// Which file-modules each file-module names.
-    fn edges(&self) -> BTreeMap<ModPath, BTreeMap<ModPath, String>> {
+    fn named_modules(&self) -> BTreeMap<ModPath, BTreeMap<ModPath, String>> {
         let mut edges: BTreeMap<ModPath, BTreeMap<ModPath, String>> = BTreeMap::new();
         for (module, tokens) in &self.tokens {
             let uses = &self.uses[module];
@@ -348,7 +353,7 @@ impl ModuleTree {
     /// The strongly connected sets of more than one file, each as its
     /// files (relative, sorted).
     fn cycles(&self) -> Vec<Vec<String>> {
-        let edges = self.edges();
+        let edges = &self.edges;
         let mut cycles = Vec::new();
         let mut seen = BTreeSet::new();
         for start in self.files.keys() {
@@ -385,7 +390,7 @@ impl ModuleTree {
 
     /// The edges inside `cycle` (files), each with one path that makes it.
     fn explain(&self, cycle: &[String]) -> String {
-        let edges = self.edges();
+        let edges = &self.edges;
         let module_of = |file: &String| {
             self.files
                 .iter()

@@ -27,9 +27,7 @@ impl Password {
     /// (taken from `q`). Both at once is a contradiction.
     pub fn from_query(q: &mut QueryOptions, given: Option<String>) -> Result<Option<Self>> {
         match (given, q.take(PASSWORD_FILE)) {
-            (Some(_), Some(_)) => Err(q.invalid(format!(
-                "a password is given both in the URL and by option \"{PASSWORD_FILE}\"; give one"
-            ))),
+            (Some(_), Some(_)) => Err(given_twice(&q.url)),
             (_, Some(path)) if path.is_empty() => {
                 Err(q.invalid(format!("option \"{PASSWORD_FILE}\" needs a file path")))
             }
@@ -55,6 +53,16 @@ impl fmt::Debug for Password {
             Self::File(path) => f.debug_tuple("PasswordFile").field(path).finish(),
         }
     }
+}
+
+/// The error for `url`, which gives a password both in itself and by
+/// `password_file`: for a backend whose URLs keep passwords where
+/// [`Password::from_query`] does not look (in each of several hosts, say).
+pub fn given_twice(url: &str) -> Error {
+    Error::invalid_url(
+        url,
+        format!("a password is given both in the URL and by option \"{PASSWORD_FILE}\"; give one"),
+    )
 }
 
 /// Reads the password in the file at `path`: its content without the

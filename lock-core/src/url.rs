@@ -64,7 +64,7 @@ fn redact_userinfo(base: &str) -> String {
 /// asked for is reported instead of silently ignored. `Debug` shows the
 /// URL redacted and the keys left, never their values.
 pub struct QueryOptions {
-    url: String,
+    pub(crate) url: String,
     values: BTreeMap<String, String>,
 }
 

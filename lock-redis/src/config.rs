@@ -56,12 +56,7 @@ impl NodeConfig {
         let (userinfo, host) = authority.rsplit_once('@').unwrap_or(("", authority));
         let label = host_with_port(url, host, 6379, "redis://HOST[:PORT][/DB]")?;
         if common.password_file.is_some() && userinfo.contains(':') {
-            return Err(Error::invalid_url(
-                url,
-                format!(
-                    "a password is given both in the URL and by option \"{PASSWORD_FILE}\"; give one"
-                ),
-            ));
+            return Err(lock_core::secret::given_twice(url));
         }
         let scheme = if tls.is_enabled() { "rediss" } else { "redis" };
         Ok(Self {

@@ -3,13 +3,22 @@
 //! tables and nothing more cannot create them, and must be told what an
 //! administrator has to run when they are not there.
 
-use lock_core::Error;
+use lock_core::{Error, Result};
 
-/// The error of a backend that may not create what it needs: `lacking`
-/// names what is missing, `script` is every statement that makes it all
-/// (idempotent, so an administrator can run the whole of it).
-pub(crate) fn missing(backend: &'static str, lacking: &[String], script: &[String]) -> Error {
-    Error::InvalidConfig {
+/// Nothing, if nothing is `lacking`; else the error of a backend that may
+/// not create what it needs, naming what is missing, with `script`: every
+/// statement that makes it all (idempotent, so an administrator can run
+/// the whole of it).
+pub(crate) fn require(
+    backend: &'static str,
+    lacking: &[String],
+    script: impl FnOnce() -> Vec<String>,
+) -> Result<()> {
+    if lacking.is_empty() {
+        return Ok(());
+    }
+    let script = script();
+    Err(Error::InvalidConfig {
         backend,
         reason: format!(
             "create_tables=false, and the database lacks {}. An administrator can make it by \
@@ -18,5 +27,5 @@ pub(crate) fn missing(backend: &'static str, lacking: &[String], script: &[Strin
             lacking.join(", "),
             script.join(";\n\n"),
         ),
-    }
+    })
 }

@@ -113,16 +113,9 @@ impl EtcdAuth {
     /// etcd takes the name for the user.
     pub fn url_by_certificate(&self, user: &str, path: &str, query: &str) -> String {
         assert!(self.tls(), "only the TLS-only member knows certificates");
-        let pki = TestCa::shared();
-        let client = pki.client(user);
         let base = self.etcd.url(path, "");
         let (base, _) = base.split_once('?').unwrap_or((&base, ""));
-        let mut url = format!(
-            "{base}?tls_ca={}&tls_cert={}&tls_key={}",
-            pki.ca.display(),
-            client.cert.display(),
-            client.key.display()
-        );
+        let mut url = format!("{base}?{}", TestCa::shared().url_options(user));
         if !query.is_empty() {
             url.push('&');
             url.push_str(query);

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use lock_core::secret::{PASSWORD_FILE, Password};
+use lock_core::secret::Password;
 use lock_core::tls::TlsOptions;
 use lock_core::url::{host_with_port, redact};
 use lock_core::{Error, Result};
@@ -74,14 +74,7 @@ impl SentinelConfig {
             })
             .collect::<Result<Vec<_>>>()?;
         let password = match (password, password_file) {
-            (Some(_), Some(_)) => {
-                return Err(Error::invalid_url(
-                    url,
-                    format!(
-                        "a password is given both in the URL and by option \"{PASSWORD_FILE}\"; give one"
-                    ),
-                ));
-            }
+            (Some(_), Some(_)) => return Err(lock_core::secret::given_twice(url)),
             (Some(p), None) => Some(Password::Given(p)),
             (None, file) => file.map(Password::File),
         };

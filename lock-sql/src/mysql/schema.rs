@@ -54,11 +54,9 @@ pub(super) async fn prepare(
             Ok(_) => {}
         }
     }
-    if lacking.is_empty() {
-        return Ok(());
-    }
-    let script: Vec<String> = tables.into_iter().map(|(_, create)| create).collect();
-    Err(crate::provision::missing(errors.backend, &lacking, &script))
+    crate::provision::require(errors.backend, &lacking, || {
+        tables.into_iter().map(|(_, create)| create).collect()
+    })
 }
 
 /// Each table's name and the statement that makes it. Names compare byte

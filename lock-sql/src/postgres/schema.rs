@@ -49,6 +49,7 @@ impl Objects {
         );
         let tables = [
             (
+                t.clone(),
                 format!(
                     "CREATE TABLE IF NOT EXISTS {t} (
     name VARCHAR(255) NOT NULL PRIMARY KEY,
@@ -57,9 +58,9 @@ impl Objects {
     expires_at TIMESTAMPTZ NOT NULL
 )"
                 ),
-                t,
             ),
             (
+                h.clone(),
                 format!(
                     "CREATE TABLE IF NOT EXISTS {h} (
     family VARCHAR(8) NOT NULL,
@@ -71,9 +72,9 @@ impl Objects {
     PRIMARY KEY (family, name, owner)
 )"
                 ),
-                h.clone(),
             ),
             (
+                g.clone(),
                 format!(
                     "CREATE TABLE IF NOT EXISTS {g} (
     family VARCHAR(8) NOT NULL,
@@ -82,10 +83,8 @@ impl Objects {
     PRIMARY KEY (family, name)
 )"
                 ),
-                g.clone(),
             ),
-        ]
-        .map(|(create, name)| (name, create));
+        ];
         Self {
             schema: at
                 .schema
@@ -188,15 +187,7 @@ impl Objects {
             ),
             Some(_) => {}
         }
-        if lacking.is_empty() {
-            Ok(())
-        } else {
-            Err(crate::provision::missing(
-                errors.backend,
-                &lacking,
-                &self.script(),
-            ))
-        }
+        crate::provision::require(errors.backend, &lacking, || self.script())
     }
 }
 

@@ -92,9 +92,7 @@ pub(super) async fn prepare(
             lacking.push(format!("table {name}"));
         }
     }
-    if lacking.is_empty() {
-        return Ok(());
-    }
-    let script: Vec<String> = creates.into_iter().map(|(_, c)| c).collect();
-    Err(crate::provision::missing(errors.backend, &lacking, &script))
+    crate::provision::require(errors.backend, &lacking, || {
+        creates.into_iter().map(|(_, c)| c).collect()
+    })
 }
