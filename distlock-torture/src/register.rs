@@ -94,10 +94,14 @@ impl Register {
             },
         };
         if now != was {
-            let text = format!("{} {} {}\n", now.seen, now.value, now.exclusive);
+            // Fixed width, written over the old text in one `write`: a
+            // writer killed at any instant (the kill-holder nemesis) leaves
+            // the old state or the new one. Emptying the file first left
+            // it empty, read as value 0, when the kill fell in between.
+            let text = format!("{:020} {:020} {:020}\n", now.seen, now.value, now.exclusive);
             file.seek(SeekFrom::Start(0))?;
-            file.set_len(0)?;
             file.write_all(text.as_bytes())?;
+            file.set_len(text.len() as u64)?;
         }
         Ok(Verdict::Served(answer))
     }
@@ -185,5 +189,62 @@ mod tests {
         assert_eq!(shared(6), Verdict::Stale);
         assert_eq!(shared(8), Verdict::Served(1));
         assert_eq!(register.write(7, 2).unwrap(), Verdict::Stale);
+    }
+
+    /// Set for the child process of
+    /// `a_writer_killed_at_any_instant_leaves_a_whole_state`: the register
+    /// it writes to, over and over.
+    const CHILD: &str = "DISTLOCK_REGISTER_WRITER";
+
+    /// In the child: writes rising values with rising tokens until killed.
+    #[test]
+    fn writer_until_killed() {
+        let Some(path) = std::env::var_os(CHILD) else {
+            return;
+        };
+        let register = Register::open(path);
+        let start = register.value().unwrap();
+        for step in 1.. {
+            let token = start + step;
+            register.read(token, Side::Exclusive).unwrap();
+            register.write(token, token).unwrap();
+        }
+    }
+
+    /// A holder SIGKILLed at random instants while it writes (as the
+    /// kill-holder nemesis does) never leaves the register empty or torn:
+    /// its value never goes back.
+    #[test]
+    fn a_writer_killed_at_any_instant_leaves_a_whole_state() {
+        use rand::Rng;
+        use std::time::Duration;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r");
+        let register = Register::open(&path);
+        let mut last = 0;
+        for _ in 0..40 {
+            let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "register::tests::writer_until_killed",
+                    "--test-threads=1",
+                ])
+                .env(CHILD, &path)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            // Let it start and write a while, then kill it mid-loop.
+            let wait = rand::rng().random_range(20..60);
+            std::thread::sleep(Duration::from_millis(wait));
+            child.kill().unwrap();
+            child.wait().unwrap();
+            let value = register
+                .value()
+                .unwrap_or_else(|e| panic!("the register is torn: {e}"));
+            assert!(value >= last, "the value went back from {last} to {value}");
+            last = value;
+        }
+        assert!(last > 0, "the writer never wrote");
     }
 }
