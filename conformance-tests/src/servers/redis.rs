@@ -133,9 +133,16 @@ impl Redis {
             // A replica is in sync at once rather than after five seconds.
             "--repl-diskless-sync-delay",
             "0",
+            // Nobody may log in as the default user, but it keeps every
+            // permission: Redis 7.0 replays the append-only file's
+            // transactions (a script's writes) as the default user, and
+            // drops those it may not run (redis/redis#14541).
             "--user",
             "default",
             "off",
+            "~*",
+            "&*",
+            "+@all",
             "--user",
             USER,
             "on",
