@@ -24,7 +24,6 @@ const MAX_LINES: usize = 500;
 const KNOWN_LONG: &[&str] = &[
     "conformance-tests/src/cases.rs",
     "distlock-cli/src/cli/bench/workload.rs",
-    "lock-core/src/guard.rs",
     "lock-core/src/locker.rs",
     "lock-redis/src/node.rs",
     "lock-sql/src/mysql.rs",
@@ -34,24 +33,11 @@ const KNOWN_LONG: &[&str] = &[
 /// by " ↔ ".
 const KNOWN_CYCLES: &[&str] = &[
     "conformance-tests/src/cases.rs ↔ conformance-tests/src/cases/fifo.rs ↔ conformance-tests/src/cases/processes.rs ↔ conformance-tests/src/cases/shared.rs ↔ conformance-tests/src/lib.rs ↔ conformance-tests/src/stress.rs",
-    "conformance-tests/src/servers/external.rs ↔ conformance-tests/src/servers/url.rs",
-    "conformance-tests/src/servers/mod.rs ↔ conformance-tests/src/servers/ports.rs",
-    "conformance-tests/src/servers/redis_cluster.rs ↔ conformance-tests/src/servers/redis_cluster/listing.rs",
-    "conformance-tests/src/servers/redis_sentinel.rs ↔ conformance-tests/src/servers/redis_sentinel/conf.rs",
     "distlock-cli/src/cli/bench/chart/latency.rs ↔ distlock-cli/src/cli/bench/chart/mod.rs ↔ distlock-cli/src/cli/bench/chart/ratios.rs ↔ distlock-cli/src/cli/bench/chart/sweep.rs ↔ distlock-cli/src/cli/bench/compare.rs ↔ distlock-cli/src/cli/bench/contender.rs ↔ distlock-cli/src/cli/bench/counting.rs ↔ distlock-cli/src/cli/bench/floor/etcd.rs ↔ distlock-cli/src/cli/bench/floor/memcache.rs ↔ distlock-cli/src/cli/bench/floor/memory.rs ↔ distlock-cli/src/cli/bench/floor/mod.rs ↔ distlock-cli/src/cli/bench/floor/mysql.rs ↔ distlock-cli/src/cli/bench/floor/postgres.rs ↔ distlock-cli/src/cli/bench/floor/redis.rs ↔ distlock-cli/src/cli/bench/floor/redis_ops.rs ↔ distlock-cli/src/cli/bench/floor/redlock.rs ↔ distlock-cli/src/cli/bench/floor/sql.rs ↔ distlock-cli/src/cli/bench/floor/sqlite.rs ↔ distlock-cli/src/cli/bench/floor/zk.rs ↔ distlock-cli/src/cli/bench/metrics.rs ↔ distlock-cli/src/cli/bench/mod.rs ↔ distlock-cli/src/cli/bench/peer/etcd_lock.rs ↔ distlock-cli/src/cli/bench/peer/mod.rs ↔ distlock-cli/src/cli/bench/peer/rslock.rs ↔ distlock-cli/src/cli/bench/peer/tokio_mutex.rs ↔ distlock-cli/src/cli/bench/peer/zk_lock.rs ↔ distlock-cli/src/cli/bench/progress.rs ↔ distlock-cli/src/cli/bench/report.rs ↔ distlock-cli/src/cli/bench/sweep.rs ↔ distlock-cli/src/cli/bench/target.rs ↔ distlock-cli/src/cli/bench/workload.rs",
-    "distlock-cli/src/cli/mod.rs ↔ distlock-cli/src/cli/run.rs ↔ distlock-cli/src/cli/supervise.rs",
-    "distlock-torture/src/nemesis.rs ↔ distlock-torture/src/run.rs",
-    "distlock-torture/src/probe.rs ↔ distlock-torture/src/worker.rs",
-    "lock-core/src/backend.rs ↔ lock-core/src/wait.rs",
-    "lock-core/src/error.rs ↔ lock-core/src/name.rs ↔ lock-core/src/url.rs",
-    "lock-core/src/guard.rs ↔ lock-core/src/renewal.rs ↔ lock-core/src/renewal_queue.rs",
-    "lock-core/src/tls.rs ↔ lock-core/src/tls/client_config.rs",
-    "lock-etcd/src/backend.rs ↔ lock-etcd/src/client.rs ↔ lock-etcd/src/config.rs ↔ lock-etcd/src/error.rs ↔ lock-etcd/src/handover.rs ↔ lock-etcd/src/layout.rs ↔ lock-etcd/src/lib.rs ↔ lock-etcd/src/probe.rs ↔ lock-etcd/src/queue.rs ↔ lock-etcd/src/session.rs",
-    "lock-memcache/src/backend.rs ↔ lock-memcache/src/lib.rs ↔ lock-memcache/src/meta.rs",
-    "lock-redis/src/backend.rs ↔ lock-redis/src/config.rs ↔ lock-redis/src/config/options.rs ↔ lock-redis/src/config/sentinel.rs ↔ lock-redis/src/confirm.rs ↔ lock-redis/src/conn.rs ↔ lock-redis/src/error.rs ↔ lock-redis/src/lib.rs ↔ lock-redis/src/node.rs ↔ lock-redis/src/notices.rs ↔ lock-redis/src/tls.rs",
-    "lock-redlock/src/backend.rs ↔ lock-redlock/src/config.rs ↔ lock-redlock/src/lib.rs ↔ lock-redlock/src/majority.rs",
-    "lock-sql/src/admission.rs ↔ lock-sql/src/backend.rs ↔ lock-sql/src/config.rs ↔ lock-sql/src/error.rs ↔ lock-sql/src/lib.rs ↔ lock-sql/src/mysql.rs ↔ lock-sql/src/mysql/config.rs ↔ lock-sql/src/mysql/schema.rs ↔ lock-sql/src/pool.rs ↔ lock-sql/src/postgres.rs ↔ lock-sql/src/postgres/config.rs ↔ lock-sql/src/postgres/schema.rs ↔ lock-sql/src/returning.rs ↔ lock-sql/src/sqlite.rs ↔ lock-sql/src/sqlite/schema.rs ↔ lock-sql/src/tls.rs",
-    "lock-zk/src/backend.rs ↔ lock-zk/src/cleanup.rs ↔ lock-zk/src/config.rs ↔ lock-zk/src/error.rs ↔ lock-zk/src/expiry.rs ↔ lock-zk/src/lib.rs ↔ lock-zk/src/recipe.rs ↔ lock-zk/src/session.rs",
+    "lock-etcd/src/backend.rs ↔ lock-etcd/src/handover.rs ↔ lock-etcd/src/layout.rs ↔ lock-etcd/src/queue.rs ↔ lock-etcd/src/session.rs",
+    "lock-redis/src/config.rs ↔ lock-redis/src/config/options.rs ↔ lock-redis/src/config/sentinel.rs ↔ lock-redis/src/tls.rs",
+    "lock-sql/src/admission.rs ↔ lock-sql/src/backend.rs ↔ lock-sql/src/config.rs ↔ lock-sql/src/error.rs ↔ lock-sql/src/mysql.rs ↔ lock-sql/src/mysql/config.rs ↔ lock-sql/src/mysql/schema.rs ↔ lock-sql/src/pool.rs ↔ lock-sql/src/postgres.rs ↔ lock-sql/src/postgres/config.rs ↔ lock-sql/src/postgres/schema.rs ↔ lock-sql/src/returning.rs ↔ lock-sql/src/sqlite.rs ↔ lock-sql/src/sqlite/schema.rs ↔ lock-sql/src/tls.rs",
+    "lock-zk/src/backend.rs ↔ lock-zk/src/cleanup.rs ↔ lock-zk/src/expiry.rs ↔ lock-zk/src/recipe.rs ↔ lock-zk/src/session.rs",
 ];
 
 #[test]

@@ -19,6 +19,7 @@ pub mod checker;
 pub mod history;
 pub mod lock;
 pub mod nemesis;
+pub mod plan;
 pub mod probe;
 pub mod register;
 pub mod report;
@@ -28,6 +29,7 @@ pub mod worker;
 
 pub use checker::{Figures, check};
 pub use lock::Lock;
-pub use nemesis::{Calm, KillHolder, Nemesis, PauseHolder};
-pub use run::{LockOutcome, Outcome, Run, RunPlan, run};
-pub use worker::{WorkerPlan, work};
+pub use nemesis::{Calm, KillHolder, PauseHolder};
+pub use plan::WorkerPlan;
+pub use run::{LockOutcome, Nemesis, Outcome, Run, RunPlan, run};
+pub use worker::work;

@@ -1,22 +1,11 @@
-//! Faults a run applies on its schedule, and the client faults every
-//! backend is measured under: none, a holder paused, a holder killed.
+//! The client faults every backend is measured under: none, a holder
+//! paused, a holder killed (the `Nemesis` trait they implement is the
+//! run's, in `run.rs`).
 
 use lock_core::backend::async_trait;
 use nix::sys::signal::Signal;
 
-use crate::run::Run;
-
-/// A fault: started by [`inject`](Nemesis::inject), ended by
-/// [`heal`](Nemesis::heal).
-#[async_trait]
-pub trait Nemesis: Send {
-    /// A name without spaces, for the history and the report.
-    fn label(&self) -> String;
-    /// Starts the fault.
-    async fn inject(&mut self, run: &Run) -> std::io::Result<()>;
-    /// Ends it.
-    async fn heal(&mut self, run: &Run) -> std::io::Result<()>;
-}
+use crate::run::{Nemesis, Run};
 
 /// No fault: the baseline.
 #[derive(Debug, Default)]

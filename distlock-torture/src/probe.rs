@@ -7,7 +7,7 @@
 use lock_core::{AcquireOptions, LockGuard, Locker, Wait};
 
 use crate::history::{Event, History, error_kind, instant_ns};
-use crate::worker::WorkerPlan;
+use crate::plan::WorkerPlan;
 
 /// Takes `plan.lock` whole, logs each grant and a `probe` line with how
 /// much it got, and releases what it got.

@@ -11,13 +11,14 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 
+use lock_core::backend::async_trait;
+
 use crate::checker::{Figures, check};
 use crate::history::{Event, Follower, History, now_ns};
 use crate::lock::Lock;
-use crate::nemesis::Nemesis;
+use crate::plan::WorkerPlan;
 use crate::register::Register;
 use crate::watch::{Phase, Watch};
-use crate::worker::WorkerPlan;
 
 /// What a run does.
 #[derive(Clone, Debug)]
@@ -78,6 +79,18 @@ impl RunPlan {
             dir: dir.to_owned(),
         }
     }
+}
+
+/// A fault: started by [`inject`](Nemesis::inject), ended by
+/// [`heal`](Nemesis::heal).
+#[async_trait]
+pub trait Nemesis: Send {
+    /// A name without spaces, for the history and the report.
+    fn label(&self) -> String;
+    /// Starts the fault.
+    async fn inject(&mut self, run: &Run) -> std::io::Result<()>;
+    /// Ends it.
+    async fn heal(&mut self, run: &Run) -> std::io::Result<()>;
 }
 
 /// A run in progress, as a nemesis sees it.

@@ -11,16 +11,42 @@ pub use crate::handover::{Handover, Handovers, Registration};
 pub use crate::lease::Lease;
 pub use crate::options::{AcquireRequest, WaitBudget};
 pub use crate::single_flight::SingleFlight;
+pub use crate::stats::BackendStats;
 pub use crate::url::{HostList, QueryOptions};
-pub use crate::wait::{
-    Backoff, ReleaseSignals, Retry, poll_acquire, poll_acquire_signalled, poll_acquire_with,
-};
+pub use crate::wait::{Backoff, ReleaseSignals, Retry, Waking};
 pub use async_trait::async_trait;
 
 use crate::capabilities::Capabilities;
 use crate::error::{Error, Result};
 use crate::name::LockName;
 use crate::token::FencingToken;
+
+/// Waits for `req` within `budget` by polling `backend.try_acquire` with
+/// jittered exponential backoff, woken early by `waking`'s signals when a
+/// release happens in this process (or its server announces one into
+/// them): the [`acquire`](LockBackend::acquire) of a backend without a
+/// server-side queue.
+///
+/// Retryable backend errors (a dropped connection, a busy database) are
+/// retried within the budget; the last one is returned if the budget runs
+/// out after it.
+pub async fn poll_acquire<B: LockBackend + ?Sized>(
+    backend: &B,
+    req: &AcquireRequest,
+    budget: &WaitBudget,
+    waking: Waking<'_>,
+) -> Result<Lease> {
+    crate::wait::poll(backend, req, budget, waking).await
+}
+
+impl<B: LockBackend + ?Sized> crate::wait::Attempt for B {
+    fn attempt<'a>(
+        &'a self,
+        req: &'a AcquireRequest,
+    ) -> impl Future<Output = Result<Option<Lease>>> + Send + 'a {
+        self.try_acquire(req)
+    }
+}
 
 /// A distributed-lock backend: one object-safe trait, so a backend chosen at
 /// run time from a URL can be held as `Arc<dyn LockBackend>`.
@@ -51,7 +77,7 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// Implementations stop waiting when the budget's cancellation token
     /// fires, between requests, never in the middle of one.
     async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
-        crate::wait::poll_acquire(self, req, budget, None).await
+        poll_acquire(self, req, budget, Waking::polling()).await
     }
 
     /// Extends the lease to `ttl` from now if it is still ours; otherwise
@@ -94,25 +120,6 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// backend counts nothing).
     fn stats(&self) -> BackendStats {
         BackendStats::default()
-    }
-}
-
-/// A backend's own counters, as [`LockBackend::stats`] reports them. Each is
-/// a running total; take differences between two readings.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct BackendStats {
-    /// Wake-ups: times a waiter was woken by the server — a watch, a
-    /// notification, a pub/sub message — rather than by its own poll (or, on
-    /// backends without server-side wake-ups, by a release in this process).
-    pub wakeups: u64,
-}
-
-impl BackendStats {
-    /// Counters with `wakeups` set (for backends filling them in).
-    pub const fn with_wakeups(mut self, wakeups: u64) -> Self {
-        self.wakeups = wakeups;
-        self
     }
 }
 

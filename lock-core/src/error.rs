@@ -218,7 +218,7 @@ impl Error {
 
     /// An [`Error::NotHeld`] for `name`: the lease is no longer the
     /// caller's.
-    pub fn not_held(name: &crate::LockName) -> Self {
+    pub fn not_held(name: impl std::fmt::Display) -> Self {
         Error::NotHeld {
             name: name.to_string(),
         }
@@ -351,7 +351,7 @@ impl Error {
     /// An [`Error::InvalidUrl`]; `url` is redacted before it is stored.
     pub fn invalid_url(url: &str, reason: impl Into<String>) -> Self {
         Error::InvalidUrl {
-            url: crate::url::redact(url),
+            url: crate::redact::redact(url),
             reason: reason.into(),
         }
     }

@@ -19,23 +19,9 @@ use crate::metrics::{self, Labels};
 use crate::name::LockName;
 use crate::renewal::{KeepAlive, LostSignal, Renewing};
 use crate::renewal_queue::{RenewalQueue, Ticket};
+use crate::state::LockState;
 use crate::token::FencingToken;
 use crate::turns::LocalHold;
-
-/// How safe it is to act under a lock right now.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum LockState {
-    /// The last renewal succeeded and the lease has not run out.
-    Held,
-    /// A renewal failed (the backend is slow or unreachable) but the lease's
-    /// deadline has not passed: the lock is still ours for
-    /// [`Lease::remaining`], and renewal keeps trying. Finish or checkpoint
-    /// quickly.
-    AtRisk,
-    /// The lease ran out or another owner has the lock. Stop acting under it:
-    /// anything done from now on may overlap with the next holder. Final.
-    Lost,
-}
 
 /// A cheap, cloneable view of a held lock for the code running under it: its
 /// name, fencing token, lease and lost signal.

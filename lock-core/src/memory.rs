@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::backend::{BackendStats, Holder, LockBackend};
+use crate::backend::{BackendStats, Holder, LockBackend, poll_acquire};
 use crate::capabilities::{Capabilities, Fencing};
 use crate::error::{Error, Result};
 use crate::kind::{Family, LockKind};
@@ -15,7 +15,7 @@ use crate::lease::Lease;
 use crate::name::LockName;
 use crate::options::{AcquireRequest, WaitBudget};
 use crate::token::{FencingToken, OwnerToken};
-use crate::wait::{ReleaseSignals, poll_acquire};
+use crate::wait::{ReleaseSignals, Waking};
 
 /// Locks that live in this process only. Clones share the same locks, so
 /// several [`Locker`](crate::Locker)s made from clones contend with each
@@ -193,7 +193,7 @@ impl LockBackend for MemoryBackend {
     }
 
     async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
-        poll_acquire(self, req, budget, Some(&self.inner.signals)).await
+        poll_acquire(self, req, budget, Waking::signalled(&self.inner.signals)).await
     }
 
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {

@@ -9,9 +9,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::LockBackend;
 use crate::error::Error;
-use crate::guard::LockState;
 use crate::lease::Lease;
 use crate::metrics::{self, Labels};
+use crate::state::LockState;
 
 /// Renew at this fraction of the TTL, leaving two more chances before the
 /// deadline if a renewal fails.

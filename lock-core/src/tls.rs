@@ -9,7 +9,6 @@
 //! `rustls` feature, [`TlsMaterial::client_config`] builds the rustls
 //! configuration for backends whose driver takes one.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
@@ -222,47 +221,8 @@ fn pem_has(pem: &[u8], labels: &[&str]) -> bool {
     })
 }
 
-/// The PEM contents of a backend's TLS files, read by [`TlsOptions::load`].
-/// `Debug` shows neither certificate nor key.
-#[derive(Clone)]
-pub struct TlsMaterial {
-    backend: &'static str,
-    ca: Option<Vec<u8>>,
-    identity: Option<(Vec<u8>, Vec<u8>)>,
-}
-
-impl TlsMaterial {
-    /// The CA certificates to trust instead of the public and system roots.
-    pub fn ca_pem(&self) -> Option<&[u8]> {
-        self.ca.as_deref()
-    }
-
-    /// The client certificate chain and its private key.
-    pub fn identity_pem(&self) -> Option<(&[u8], &[u8])> {
-        self.identity
-            .as_ref()
-            .map(|(c, k)| (c.as_slice(), k.as_slice()))
-    }
-
-    /// An error naming the backend, for a driver that refused this
-    /// material.
-    pub fn refused(&self, reason: impl fmt::Display) -> Error {
-        Error::InvalidConfig {
-            backend: self.backend,
-            reason: format!("TLS: {reason}"),
-        }
-    }
-}
-
-impl fmt::Debug for TlsMaterial {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TlsMaterial")
-            .field("backend", &self.backend)
-            .field("ca", &self.ca.as_ref().map(|_| "<PEM>"))
-            .field("identity", &self.identity.as_ref().map(|_| "<hidden>"))
-            .finish()
-    }
-}
+mod material;
+pub use material::TlsMaterial;
 
 #[cfg(feature = "rustls")]
 mod client_config;

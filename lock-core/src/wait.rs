@@ -9,50 +9,71 @@ use std::time::Duration;
 use rand::Rng;
 use tokio::sync::Notify;
 
-use crate::backend::LockBackend;
 use crate::error::Result;
 use crate::lease::Lease;
 use crate::name::LockName;
 use crate::options::{AcquireRequest, WaitBudget};
 use crate::per_name::PerName;
 
-/// Waits by polling `backend.try_acquire` with jittered exponential backoff,
-/// woken early by `signals` when a release happens in this process.
+/// How a polling waiter learns that it may try again: the in-process
+/// release signals that wake it at once (a backend's own, or its server's
+/// announcements fed into them), and the backoff between attempts, whose
+/// cap is how often it re-checks at the latest.
+#[derive(Debug, Default)]
+pub struct Waking<'a> {
+    signals: Option<&'a ReleaseSignals>,
+    backoff: Backoff,
+}
+
+impl<'a> Waking<'a> {
+    /// Polling only, with the default [`Backoff`].
+    pub fn polling() -> Self {
+        Self::default()
+    }
+
+    /// Woken by `signals` as well as polling.
+    pub fn signalled(signals: &'a ReleaseSignals) -> Self {
+        Self {
+            signals: Some(signals),
+            backoff: Backoff::new(),
+        }
+    }
+
+    /// Re-checks at least every `cap`: a backend whose server wakes
+    /// waiters polls only as a safety net, with a longer cap.
+    pub fn cap(mut self, cap: Duration) -> Self {
+        self.backoff = Backoff::with_cap(cap);
+        self
+    }
+}
+
+/// One attempt at a lock: all the polling loop needs of a backend, so
+/// that this file does not name the backend trait (`backend.rs` implements
+/// it for every backend).
+pub(crate) trait Attempt: Sync {
+    fn attempt<'a>(
+        &'a self,
+        req: &'a AcquireRequest,
+    ) -> impl Future<Output = Result<Option<Lease>>> + Send + 'a;
+}
+
+/// The waiting loop of the backends' `poll_acquire`: attempts until one
+/// grants, with jittered exponential backoff, woken early by `waking`'s
+/// signals when a release happens in this process.
 ///
 /// Retryable backend errors (a dropped connection, a busy database) are
 /// retried within the budget; the last one is returned if the budget runs out
 /// after it.
-pub async fn poll_acquire<B: LockBackend + ?Sized>(
-    backend: &B,
+pub(crate) async fn poll<A: Attempt + ?Sized>(
+    backend: &A,
     req: &AcquireRequest,
     budget: &WaitBudget,
-    signals: Option<&ReleaseSignals>,
+    waking: Waking<'_>,
 ) -> Result<Lease> {
-    poll_acquire_with(backend, req, budget, signals, Backoff::new()).await
-}
-
-/// [`poll_acquire_with`] woken by `signals` and re-checking at least every
-/// `cap`: the `acquire` of a backend whose releases (local, or announced by
-/// its server) feed `signals`.
-pub async fn poll_acquire_signalled<B: LockBackend + ?Sized>(
-    backend: &B,
-    req: &AcquireRequest,
-    budget: &WaitBudget,
-    signals: &ReleaseSignals,
-    cap: Duration,
-) -> Result<Lease> {
-    poll_acquire_with(backend, req, budget, Some(signals), Backoff::with_cap(cap)).await
-}
-
-/// [`poll_acquire`] with a chosen backoff: a backend whose server wakes
-/// waiters polls only as a safety net, with a longer cap.
-pub async fn poll_acquire_with<B: LockBackend + ?Sized>(
-    backend: &B,
-    req: &AcquireRequest,
-    budget: &WaitBudget,
-    signals: Option<&ReleaseSignals>,
-    mut backoff: Backoff,
-) -> Result<Lease> {
+    let Waking {
+        signals,
+        mut backoff,
+    } = waking;
     let wake = signals.map(|s| s.subscribe(&req.name));
     loop {
         // Listening from before the attempt: a release announced while the
@@ -64,7 +85,7 @@ pub async fn poll_acquire_with<B: LockBackend + ?Sized>(
             listening.enable();
         }
         budget.attempted();
-        let failure = match backend.try_acquire(req).await {
+        let failure = match backend.attempt(req).await {
             Ok(Some(lease)) => return Ok(lease),
             Ok(None) => None,
             Err(e) if e.is_transient() => {
@@ -149,8 +170,7 @@ impl Default for Backoff {
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-/// use lock_core::backend::{Backoff, WaitBudget};
-/// use lock_core::wait::Retry;
+/// use lock_core::backend::{Backoff, Retry, WaitBudget};
 /// use lock_core::Error;
 ///
 /// let budget = WaitBudget::forever();
@@ -267,7 +287,7 @@ impl ReleaseSignals {
     /// The [`BackendStats`](crate::BackendStats) of a backend whose waiters
     /// these signals wake: `wakeups`.
     pub fn stats(&self) -> crate::BackendStats {
-        crate::BackendStats::default().with_wakeups(self.wakeups())
+        crate::stats::BackendStats::default().with_wakeups(self.wakeups())
     }
 }
 
@@ -290,23 +310,10 @@ mod tests {
         attempts: AtomicU64,
     }
 
-    #[async_trait::async_trait]
-    impl LockBackend for AlwaysHeld {
-        fn capabilities(&self) -> crate::Capabilities {
-            crate::Capabilities::new("held", crate::Fencing::Strict)
-        }
-        async fn try_acquire(&self, _: &AcquireRequest) -> Result<Option<Lease>> {
+    impl Attempt for AlwaysHeld {
+        async fn attempt(&self, _: &AcquireRequest) -> Result<Option<Lease>> {
             self.attempts.fetch_add(1, Ordering::SeqCst);
             Ok(None)
-        }
-        async fn renew(&self, _: &Lease, _: Duration) -> Result<Lease> {
-            unreachable!("nothing is granted")
-        }
-        async fn release(&self, _: &Lease) -> Result<()> {
-            unreachable!("nothing is granted")
-        }
-        async fn abandon(&self, _: &AcquireRequest) -> Result<()> {
-            Ok(())
         }
     }
 
@@ -323,9 +330,9 @@ mod tests {
             let req = AcquireRequest::new(name.clone(), Duration::from_secs(10));
             let wait = {
                 let (backend, signals) = (backend.clone(), signals.clone());
-                tokio::spawn(
-                    async move { poll_acquire(&*backend, &req, &budget, Some(&signals)).await },
-                )
+                tokio::spawn(async move {
+                    poll(&*backend, &req, &budget, Waking::signalled(&signals)).await
+                })
             };
             // The first attempt failed and the waiter sleeps.
             while backend.attempts.load(Ordering::SeqCst) == 0 {
@@ -348,12 +355,8 @@ mod tests {
         attempts: AtomicU64,
     }
 
-    #[async_trait::async_trait]
-    impl LockBackend for ReleasedDuringTheAttempt {
-        fn capabilities(&self) -> crate::Capabilities {
-            crate::Capabilities::new("released", crate::Fencing::Strict)
-        }
-        async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {
+    impl Attempt for ReleasedDuringTheAttempt {
+        async fn attempt(&self, req: &AcquireRequest) -> Result<Option<Lease>> {
             if self.attempts.fetch_add(1, Ordering::SeqCst) == 0 {
                 self.signals.notify_all(&req.name);
                 return Ok(None);
@@ -364,15 +367,6 @@ mod tests {
                 token,
                 tokio::time::Instant::now(),
             )))
-        }
-        async fn renew(&self, _: &Lease, _: Duration) -> Result<Lease> {
-            unreachable!("not renewed")
-        }
-        async fn release(&self, _: &Lease) -> Result<()> {
-            Ok(())
-        }
-        async fn abandon(&self, _: &AcquireRequest) -> Result<()> {
-            Ok(())
         }
     }
 
@@ -387,7 +381,8 @@ mod tests {
         let budget = WaitBudget::forever();
         let started = tokio::time::Instant::now();
         let cap = Duration::from_secs(1);
-        poll_acquire_signalled(&backend, &req, &budget, &signals, cap)
+        let waking = Waking::signalled(&signals).cap(cap);
+        poll(&backend, &req, &budget, waking)
             .await
             .expect("granted");
         assert_eq!(backend.attempts.load(Ordering::SeqCst), 2);

@@ -65,7 +65,8 @@ impl LockBackend for Flaky {
         granted
     }
     async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
-        lock_core::wait::poll_acquire(self, req, budget, None).await
+        lock_core::backend::poll_acquire(self, req, budget, lock_core::backend::Waking::polling())
+            .await
     }
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         match self.renewals.load(Ordering::SeqCst) {
@@ -479,7 +480,8 @@ impl LockBackend for Counted {
         self.inner.try_acquire(req).await
     }
     async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
-        lock_core::wait::poll_acquire(self, req, budget, None).await
+        lock_core::backend::poll_acquire(self, req, budget, lock_core::backend::Waking::polling())
+            .await
     }
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         self.inner.renew(lease, ttl).await

@@ -45,7 +45,8 @@ impl LockBackend for BlackHoled {
         self.inner.try_acquire(req).await
     }
     async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
-        lock_core::wait::poll_acquire(self, req, budget, None).await
+        lock_core::backend::poll_acquire(self, req, budget, lock_core::backend::Waking::polling())
+            .await
     }
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         self.unanswered().await?;

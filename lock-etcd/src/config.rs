@@ -211,6 +211,13 @@ impl fmt::Debug for EtcdConfig {
     }
 }
 
+/// The backend's name, as [`Capabilities::backend`](lock_core::Capabilities::backend) and
+/// error messages give it.
+pub const NAME: &str = "etcd";
+
+/// The URL schemes this backend accepts.
+pub const SCHEMES: &[&str] = &["etcd"];
+
 #[cfg(test)]
 mod tests {
     use super::*;

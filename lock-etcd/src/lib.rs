@@ -15,9 +15,4 @@ mod session;
 
 pub use backend::{EtcdBackend, MIN_TTL};
 
-/// The backend's name, as [`Capabilities::backend`](lock_core::Capabilities::backend) and
-/// error messages give it.
-pub const NAME: &str = "etcd";
-
-/// The URL schemes this backend accepts.
-pub const SCHEMES: &[&str] = &["etcd"];
+pub use config::{NAME, SCHEMES};

@@ -4,7 +4,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lock_core::backend::{
-    AcquireRequest, Holder, Lease, LockBackend, ReleaseSignals, WaitBudget, async_trait,
+    AcquireRequest, Holder, Lease, LockBackend, ReleaseSignals, WaitBudget, Waking, async_trait,
     poll_acquire,
 };
 use lock_core::{Capabilities, Error, Fencing, FencingToken, LockKind, LockName, Result};
@@ -392,7 +392,7 @@ impl LockBackend for MemcacheBackend {
     }
 
     async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
-        poll_acquire(self, req, budget, Some(self.signals(req.kind))).await
+        poll_acquire(self, req, budget, Waking::signalled(self.signals(req.kind))).await
     }
 
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {

@@ -80,6 +80,13 @@ impl MemcacheConfig {
     }
 }
 
+/// The backend's name, as [`Capabilities::backend`](lock_core::Capabilities::backend) and
+/// error messages give it.
+pub const NAME: &str = "memcache";
+
+/// The URL schemes this backend accepts.
+pub const SCHEMES: &[&str] = &["memcache"];
+
 #[cfg(test)]
 mod tests {
     use super::*;

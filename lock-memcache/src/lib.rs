@@ -16,9 +16,4 @@ mod meta;
 mod semaphore;
 mod stream;
 
-/// The backend's name, as [`Capabilities::backend`](lock_core::Capabilities::backend) and
-/// error messages give it.
-pub const NAME: &str = "memcache";
-
-/// The URL schemes this backend accepts.
-pub const SCHEMES: &[&str] = &["memcache"];
+pub use config::{NAME, SCHEMES};

@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::backend::{
-    AcquireRequest, BackendStats, Holder, Lease, LockBackend, ReleaseSignals, WaitBudget,
-    async_trait, poll_acquire_signalled,
+    AcquireRequest, BackendStats, Holder, Lease, LockBackend, ReleaseSignals, WaitBudget, Waking,
+    async_trait, poll_acquire,
 };
 use lock_core::{Capabilities, Error, Fencing, FencingToken, LockKind, LockName, Result};
 use redis::Client;
@@ -253,7 +253,13 @@ impl LockBackend for RedisBackend {
 
     async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
         let Notices::Sharded(sharded) = &self.notices else {
-            return poll_acquire_signalled(self, req, budget, &self.signals, POLL_CAP).await;
+            return poll_acquire(
+                self,
+                req,
+                budget,
+                Waking::signalled(&self.signals).cap(POLL_CAP),
+            )
+            .await;
         };
         // In a cluster a waiter subscribes to its name's releases, which
         // costs a round trip: only once the lock was found held, and before
@@ -268,7 +274,13 @@ impl LockBackend for RedisBackend {
         }
         budget.waiting();
         let _watching = sharded.watch(&req.name, budget).await;
-        poll_acquire_signalled(self, req, budget, &self.signals, POLL_CAP).await
+        poll_acquire(
+            self,
+            req,
+            budget,
+            Waking::signalled(&self.signals).cap(POLL_CAP),
+        )
+        .await
     }
 
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {

@@ -398,5 +398,21 @@ fn take_wait(q: &mut QueryOptions, url: &str) -> Result<Option<ReplicaWait>> {
     }
 }
 
+/// The backend's name, as [`Capabilities::backend`](lock_core::Capabilities::backend) and
+/// error messages give it.
+pub const NAME: &str = "redis";
+
+/// The URL schemes this backend accepts (`rediss` is TLS; `redis+cluster`
+/// and `rediss+cluster` name a Redis Cluster by some of its nodes;
+/// `redis+sentinel` and `rediss+sentinel` name a master by its sentinels).
+pub const SCHEMES: &[&str] = &[
+    "redis",
+    "rediss",
+    "redis+cluster",
+    "rediss+cluster",
+    "redis+sentinel",
+    "rediss+sentinel",
+];
+
 #[cfg(test)]
 mod tests;

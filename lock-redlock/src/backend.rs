@@ -1,30 +1,114 @@
 //! [`RedlockBackend`]: the Redlock algorithm over independent Redis masters.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::backend::{
-    AcquireRequest, BackendStats, Holder, Lease, LockBackend, ReleaseSignals, WaitBudget,
-    async_trait, poll_acquire_signalled,
+    AcquireRequest, BackendStats, Holder, Lease, LockBackend, ReleaseSignals, WaitBudget, Waking,
+    async_trait, poll_acquire,
 };
 use lock_core::{Capabilities, Error, Family, Fencing, FencingToken, LockKind, LockName, Result};
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::majority::{Answers, Member, grant_on, holds_on, renew_on};
+use lock_redis::config::CommonOptions;
+use lock_redis::node::Node;
+use redis::Client;
+
+use crate::config::{RedlockConfig, RedlockOptions, check_masters};
+use crate::majority::{Answers, Majority, Reach, grant_on, holds_on, renew_on};
 
 /// Redlock over N independent masters (see the crate docs).
 #[derive(Debug)]
 pub struct RedlockBackend {
-    pub(crate) members: Vec<Arc<Member>>,
-    pub(crate) connecting: Vec<JoinHandle<()>>,
-    pub(crate) quorum: usize,
-    pub(crate) node_timeout: Duration,
-    pub(crate) retry_delay: Duration,
-    pub(crate) signals: ReleaseSignals,
+    majority: Majority,
+    retry_delay: Duration,
+    signals: ReleaseSignals,
 }
 
 impl RedlockBackend {
+    /// Connects to the masters a `redlock://` URL lists, each in the
+    /// background. Waits for the first attempt on every master, at most as
+    /// long as one attempt may take, and fails unless a majority is then
+    /// connected; the masters not connected keep being tried.
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(RedlockConfig::parse(url)?).await
+    }
+
+    /// Connects to the masters `config` names; see [`connect`](Self::connect).
+    pub async fn connect_with(config: RedlockConfig) -> Result<Self> {
+        // The clients are made here, so that a TLS file that cannot be read
+        // fails the connect at once rather than every attempt in the
+        // background.
+        let masters = config
+            .nodes
+            .iter()
+            .map(|node| {
+                let client = node.client().map_err(|e| match e {
+                    Error::InvalidConfig { reason, .. } => Error::InvalidConfig {
+                        backend: crate::NAME,
+                        reason,
+                    },
+                    e => e,
+                })?;
+                let reach = Reach::new(client, config.common.clone());
+                Ok((node.label.clone(), reach))
+            })
+            .collect::<Result<_>>()?;
+        Self::start(masters, &config.common, config.retry_delay).await
+    }
+
+    /// Redlock over the masters that `redis::Client`s of the application's
+    /// reach (an odd number, 3 or more, each a different `host:port`), with
+    /// `options` in place of a URL's. The backend opens its own
+    /// connection to each master from its client, in the background, and
+    /// waits for a majority as [`connect`](Self::connect) does.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> lock_core::Result<()> {
+    /// use lock_core::Locker;
+    /// use lock_redlock::RedlockBackend;
+    /// use lock_redlock::config::RedlockOptions;
+    ///
+    /// let clients = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"]
+    ///     .map(|url| redis::Client::open(url).unwrap());
+    /// let backend = RedlockBackend::from_clients(clients, RedlockOptions::new().prefix("jobs:")).await?;
+    /// let locker = Locker::new(backend);
+    /// # Ok(()) }
+    /// ```
+    pub async fn from_clients(
+        clients: impl IntoIterator<Item = Client>,
+        options: RedlockOptions,
+    ) -> Result<Self> {
+        let (common, retry_delay) = options.check()?;
+        let masters: Vec<(String, Reach)> = clients
+            .into_iter()
+            .map(|client| (Node::label_of(&client), Reach::new(client, common.clone())))
+            .collect();
+        check_masters(
+            masters.iter().map(|(label, _)| label.as_str()),
+            "RedlockBackend::from_clients",
+        )?;
+        Self::start(masters, &common, retry_delay).await
+    }
+
+    /// Connects to each master in the background (see [`Majority::start`]).
+    async fn start(
+        masters: Vec<(String, Reach)>,
+        common: &CommonOptions,
+        retry_delay: Duration,
+    ) -> Result<Self> {
+        Ok(Self {
+            majority: Majority::start(masters, common).await?,
+            retry_delay,
+            signals: ReleaseSignals::new(),
+        })
+    }
+
+    /// The number of masters.
+    pub fn nodes(&self) -> usize {
+        self.majority.nodes()
+    }
+
     /// Wakes local waiters after a release: one for the lock; every one
     /// for a read-write lock, whose release may let many readers in.
     fn wake(&self, name: &LockName, kind: LockKind) {
@@ -42,7 +126,10 @@ impl LockBackend for RedlockBackend {
             .with_read_write(true)
             .with_survives_node_loss(true)
             .with_ordered_requests(true)
-            .with_ttl_range(self.node_timeout * 2, Capabilities::DEFAULT_MAX_TTL)
+            .with_ttl_range(
+                self.majority.node_timeout() * 2,
+                Capabilities::DEFAULT_MAX_TTL,
+            )
     }
 
     /// `wakeups`: releases in this process that woke a local waiter.
@@ -54,16 +141,17 @@ impl LockBackend for RedlockBackend {
         // `Locker` checks this too; a caller of the backend itself must not
         // get a semaphore, which majorities cannot keep.
         self.capabilities().check_kind(req.kind)?;
-        let limit = self.node_limit(req.ttl);
+        let limit = self.majority.node_limit(req.ttl);
         let sent = Instant::now();
         let outcomes = self
-            .on_members(self.members.iter(), limit, |n| grant_on(n, req))
+            .majority
+            .on_members(self.majority.members().iter(), limit, |n| grant_on(n, req))
             .await;
         let tokens: Vec<FencingToken> = outcomes
             .iter()
             .filter_map(|o| o.as_ref().ok().copied().flatten())
             .collect();
-        if tokens.len() >= self.quorum && Self::still_valid(sent, req.ttl) {
+        if tokens.len() >= self.majority.quorum() && Majority::still_valid(sent, req.ttl) {
             let token = tokens.iter().copied().max().unwrap_or(FencingToken::new(0));
             return Ok(Some(Lease::granted(req, token, sent)));
         }
@@ -73,19 +161,22 @@ impl LockBackend for RedlockBackend {
         // nothing, so an attempt that lost everywhere (the common case
         // under contention) costs no second wave.
         let maybe_ours = self
-            .members
+            .majority
+            .members()
             .iter()
             .zip(&outcomes)
             .filter(|(_, o)| !matches!(o, Ok(None)))
             .map(|(m, _)| m);
         if maybe_ours.clone().next().is_some() {
-            self.release_on_members(maybe_ours, req, limit).await;
+            self.majority
+                .release_on_members(maybe_ours, req, limit)
+                .await;
         }
         let answers = Answers::of(outcomes);
-        if answers.ok.len() < self.quorum {
-            return Err(self.no_answer_quorum("acquire", &answers, limit));
+        if answers.ok.len() < self.majority.quorum() {
+            return Err(self.majority.no_answer_quorum("acquire", &answers, limit));
         }
-        if tokens.len() >= self.quorum {
+        if tokens.len() >= self.majority.quorum() {
             return Err(Error::timeout(
                 "acquire on a majority before the lease's validity ran out",
                 sent.elapsed(),
@@ -95,73 +186,98 @@ impl LockBackend for RedlockBackend {
     }
 
     async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
-        poll_acquire_signalled(self, req, budget, &self.signals, self.retry_delay).await
+        poll_acquire(
+            self,
+            req,
+            budget,
+            Waking::signalled(&self.signals).cap(self.retry_delay),
+        )
+        .await
     }
 
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
-        let limit = self.node_limit(ttl);
+        let limit = self.majority.node_limit(ttl);
         let sent = Instant::now();
-        let answers = self.on_every(limit, |n| renew_on(n, lease, ttl)).await;
+        let answers = self
+            .majority
+            .on_every(limit, |n| renew_on(n, lease, ttl))
+            .await;
         let extended = answers.ok.iter().filter(|e| **e).count();
         let refused = answers.ok.len() - extended;
-        if extended >= self.quorum && Self::still_valid(sent, ttl) {
+        if extended >= self.majority.quorum() && Majority::still_valid(sent, ttl) {
             return Ok(lease.renewed(ttl, sent));
         }
-        if refused > self.members.len() - self.quorum {
+        if refused > self.majority.nodes() - self.majority.quorum() {
             return Err(Error::not_held(lease.name()));
         }
-        Err(self.no_answer_quorum("renew", &answers, limit))
+        Err(self.majority.no_answer_quorum("renew", &answers, limit))
     }
 
     /// Ours while a majority of masters hold our key and the lease's
     /// validity, counted on this client's clock, has not run out.
     async fn is_held(&self, lease: &Lease) -> Result<bool> {
-        let limit = self.node_limit(lease.ttl());
-        let answers = self.on_every(limit, |n| holds_on(n, lease)).await;
+        let limit = self.majority.node_limit(lease.ttl());
+        let answers = self.majority.on_every(limit, |n| holds_on(n, lease)).await;
         let holding = answers.ok.iter().filter(|h| **h).count();
-        if holding >= self.quorum {
+        if holding >= self.majority.quorum() {
             return Ok(!lease.is_expired());
         }
-        if answers.ok.len() - holding > self.members.len() - self.quorum {
+        if answers.ok.len() - holding > self.majority.nodes() - self.majority.quorum() {
             return Ok(false);
         }
-        Err(self.no_answer_quorum("check the owner", &answers, limit))
+        Err(self
+            .majority
+            .no_answer_quorum("check the owner", &answers, limit))
     }
 
     async fn release(&self, lease: &Lease) -> Result<()> {
-        let limit = self.node_limit(lease.ttl());
+        let limit = self.majority.node_limit(lease.ttl());
         let answers = self
+            .majority
             .release_everywhere(lease.name(), lease.kind(), lease.owner(), limit)
             .await;
         self.wake(lease.name(), lease.kind());
         let deleted = answers.ok.iter().filter(|d| **d).count();
-        if deleted >= self.quorum {
+        if deleted >= self.majority.quorum() {
             Ok(())
-        } else if answers.ok.len() < self.quorum {
-            Err(self.no_answer_quorum("release", &answers, limit))
+        } else if answers.ok.len() < self.majority.quorum() {
+            Err(self.majority.no_answer_quorum("release", &answers, limit))
         } else {
             Err(Error::not_held(lease.name()))
         }
     }
 
     async fn abandon(&self, req: &AcquireRequest) -> Result<()> {
-        self.release_everywhere(&req.name, req.kind, req.owner, self.node_limit(req.ttl))
+        self.majority
+            .release_everywhere(
+                &req.name,
+                req.kind,
+                req.owner,
+                self.majority.node_limit(req.ttl),
+            )
             .await;
         self.wake(&req.name, req.kind);
         Ok(())
     }
 
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
-        let answers = self.on_every(self.node_timeout, |n| n.holder(name)).await;
-        if answers.ok.len() < self.quorum {
-            return Err(self.no_answer_quorum("holder", &answers, self.node_timeout));
+        let answers = self
+            .majority
+            .on_every(self.majority.node_timeout(), |n| n.holder(name))
+            .await;
+        if answers.ok.len() < self.majority.quorum() {
+            return Err(self.majority.no_answer_quorum(
+                "holder",
+                &answers,
+                self.majority.node_timeout(),
+            ));
         }
         let held: Vec<_> = answers.ok.into_iter().flatten().collect();
         // The holder is whoever holds the key on a majority, if anybody does.
         let Some(owner) = held
             .iter()
             .map(|h| &h.owner)
-            .find(|o| held.iter().filter(|h| &h.owner == *o).count() >= self.quorum)
+            .find(|o| held.iter().filter(|h| &h.owner == *o).count() >= self.majority.quorum())
         else {
             return Ok(None);
         };

@@ -170,6 +170,13 @@ impl RedlockOptions {
     }
 }
 
+/// The backend's name, as [`Capabilities::backend`](lock_core::Capabilities::backend) and
+/// error messages give it.
+pub const NAME: &str = "redlock";
+
+/// The URL schemes this backend accepts.
+pub const SCHEMES: &[&str] = &["redlock"];
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,16 +7,14 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use lock_core::backend::{AcquireRequest, Backoff, Lease, ReleaseSignals};
+use lock_core::backend::{AcquireRequest, Backoff, Lease};
 use lock_core::{Error, FencingToken, LockKind, LockName, OwnerToken, Result};
 use lock_redis::config::CommonOptions;
 use lock_redis::node::{Keys, Node};
 use redis::Client;
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
-
-use crate::backend::RedlockBackend;
-use crate::config::{RedlockConfig, RedlockOptions, check_masters};
 
 /// One master, connected by a task of its own (see [`keep_connecting`]):
 /// a master that is down, or slow to connect (a TLS handshake, a long
@@ -63,9 +61,14 @@ impl Member {
 /// How a member reaches its master: a `redis::Client` (made from a node of
 /// a `redlock://` URL, or the application's), with the options.
 #[derive(Clone)]
-struct Reach(Box<(Client, CommonOptions)>);
+pub(crate) struct Reach(Box<(Client, CommonOptions)>);
 
 impl Reach {
+    /// A master reached through `client` with `common`'s options.
+    pub(crate) fn new(client: Client, common: CommonOptions) -> Self {
+        Self(Box::new((client, common)))
+    }
+
     async fn connect(&self, label: &str, keys: Keys) -> Result<Node> {
         let (client, common) = &*self.0;
         Node::with_client(
@@ -90,6 +93,17 @@ struct Progress {
     tried: usize,
     /// Members connected.
     connected: usize,
+}
+
+/// The masters and the rule that a majority of them decides: every call
+/// runs on all of them at once, each bounded on its own.
+#[derive(Debug)]
+pub(crate) struct Majority {
+    members: Vec<Arc<Member>>,
+    /// The members' connection tasks, stopped with the majority.
+    connecting: Vec<JoinHandle<()>>,
+    quorum: usize,
+    node_timeout: Duration,
 }
 
 /// What every node answered to one call.
@@ -157,85 +171,13 @@ async fn keep_connecting(
     }
 }
 
-impl RedlockBackend {
-    /// Connects to the masters a `redlock://` URL lists, each in the
-    /// background. Waits for the first attempt on every master, at most as
-    /// long as one attempt may take, and fails unless a majority is then
-    /// connected; the masters not connected keep being tried.
-    pub async fn connect(url: &str) -> Result<Self> {
-        Self::connect_with(RedlockConfig::parse(url)?).await
-    }
-
-    /// Connects to the masters `config` names; see [`connect`](Self::connect).
-    pub async fn connect_with(config: RedlockConfig) -> Result<Self> {
-        // The clients are made here, so that a TLS file that cannot be read
-        // fails the connect at once rather than every attempt in the
-        // background.
-        let masters = config
-            .nodes
-            .iter()
-            .map(|node| {
-                let client = node.client().map_err(|e| match e {
-                    Error::InvalidConfig { reason, .. } => Error::InvalidConfig {
-                        backend: crate::NAME,
-                        reason,
-                    },
-                    e => e,
-                })?;
-                let reach = Reach(Box::new((client, config.common.clone())));
-                Ok((node.label.clone(), reach))
-            })
-            .collect::<Result<_>>()?;
-        Self::start(masters, &config.common, config.retry_delay).await
-    }
-
-    /// Redlock over the masters that `redis::Client`s of the application's
-    /// reach (an odd number, 3 or more, each a different `host:port`), with
-    /// `options` in place of a URL's. The backend opens its own
-    /// connection to each master from its client, in the background, and
-    /// waits for a majority as [`connect`](Self::connect) does.
-    ///
-    /// ```no_run
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> lock_core::Result<()> {
-    /// use lock_core::Locker;
-    /// use lock_redlock::RedlockBackend;
-    /// use lock_redlock::config::RedlockOptions;
-    ///
-    /// let clients = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"]
-    ///     .map(|url| redis::Client::open(url).unwrap());
-    /// let backend = RedlockBackend::from_clients(clients, RedlockOptions::new().prefix("jobs:")).await?;
-    /// let locker = Locker::new(backend);
-    /// # Ok(()) }
-    /// ```
-    pub async fn from_clients(
-        clients: impl IntoIterator<Item = Client>,
-        options: RedlockOptions,
-    ) -> Result<Self> {
-        let (common, retry_delay) = options.check()?;
-        let masters: Vec<(String, Reach)> = clients
-            .into_iter()
-            .map(|client| {
-                (
-                    Node::label_of(&client),
-                    Reach(Box::new((client, common.clone()))),
-                )
-            })
-            .collect();
-        check_masters(
-            masters.iter().map(|(label, _)| label.as_str()),
-            "RedlockBackend::from_clients",
-        )?;
-        Self::start(masters, &common, retry_delay).await
-    }
-
+impl Majority {
     /// Connects to each master in the background; waits for the first
     /// attempt on every one, at most as long as one attempt may take, and
     /// fails unless a majority is then connected.
-    async fn start(
+    pub(crate) async fn start(
         masters: Vec<(String, Reach)>,
         common: &CommonOptions,
-        retry_delay: Duration,
     ) -> Result<Self> {
         let quorum = masters.len() / 2 + 1;
         let keys = Keys::new(common.prefix.clone()).without_waiting_mark();
@@ -256,29 +198,42 @@ impl RedlockBackend {
             )));
             members.push(member);
         }
-        let backend = Self {
+        let majority = Self {
             quorum,
             node_timeout: common.timeout,
-            retry_delay,
             members,
             connecting,
-            signals: ReleaseSignals::new(),
         };
         // Connecting, then `INFO` and perhaps `CONFIG GET`.
         let limit = common.connect_timeout + common.timeout * 2;
-        let everyone = backend.members.len();
+        let everyone = majority.members.len();
         let _ = tokio::time::timeout(limit, watch_progress.wait_for(|p| p.tried == everyone)).await;
         let connected = watch_progress.borrow().connected;
-        if connected < backend.quorum {
-            let first_failure = backend.members.iter().find_map(|m| m.failure());
-            return Err(backend.no_quorum("connect", connected, first_failure, limit));
+        if connected < majority.quorum {
+            let first_failure = majority.members.iter().find_map(|m| m.failure());
+            return Err(majority.no_quorum("connect", connected, first_failure, limit));
         }
-        Ok(backend)
+        Ok(majority)
     }
 
     /// The number of masters.
-    pub fn nodes(&self) -> usize {
+    pub(crate) fn nodes(&self) -> usize {
         self.members.len()
+    }
+
+    /// How many masters make a majority.
+    pub(crate) fn quorum(&self) -> usize {
+        self.quorum
+    }
+
+    /// The masters, in the order calls report their outcomes.
+    pub(crate) fn members(&self) -> &[Arc<Member>] {
+        &self.members
+    }
+
+    /// How long one call to one node may take at most.
+    pub(crate) fn node_timeout(&self) -> Duration {
+        self.node_timeout
     }
 
     /// How long one call to one node may take for a lease of `ttl`: far
@@ -420,7 +375,7 @@ async fn release_on(n: &Node, name: &LockName, kind: LockKind, owner: OwnerToken
     }
 }
 
-impl Drop for RedlockBackend {
+impl Drop for Majority {
     fn drop(&mut self) {
         for task in &self.connecting {
             task.abort();

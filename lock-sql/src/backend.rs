@@ -6,8 +6,8 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use lock_core::backend::{
-    AcquireRequest, BackendStats, Holder, Lease, LockBackend, WaitBudget, async_trait, millis,
-    poll_acquire_signalled,
+    AcquireRequest, BackendStats, Holder, Lease, LockBackend, WaitBudget, Waking, async_trait,
+    millis, poll_acquire,
 };
 use lock_core::{Capabilities, Error, Family, LockName, OwnerToken, Result};
 use tokio::task::JoinHandle;
@@ -198,7 +198,13 @@ impl LockBackend for SqlBackend {
     async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
         self.check_name(&req.name)?;
         let signals = self.signals.of(req.kind.family());
-        poll_acquire_signalled(self, req, budget, signals, self.poll_cap).await
+        poll_acquire(
+            self,
+            req,
+            budget,
+            Waking::signalled(signals).cap(self.poll_cap),
+        )
+        .await
     }
 
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {

@@ -233,3 +233,33 @@ impl ServerOptions {
 pub(crate) fn server_limit(timeout: Duration, unit: Duration, max: u128) -> u128 {
     timeout.as_nanos().div_ceil(unit.as_nanos()).clamp(1, max)
 }
+
+/// SQLite's name, as [`Capabilities::backend`](lock_core::Capabilities::backend) and error
+/// messages give it.
+pub const SQLITE_NAME: &str = "sqlite";
+/// SQLite's URL schemes (whether or not the `sqlite` feature is on).
+pub const SQLITE_SCHEMES: &[&str] = &["sqlite"];
+/// PostgreSQL's name.
+pub const POSTGRES_NAME: &str = "postgres";
+/// PostgreSQL's URL schemes (whether or not the `postgres` feature is on).
+pub const POSTGRES_SCHEMES: &[&str] = &["postgres", "postgresql"];
+/// MySQL's and MariaDB's name.
+pub const MYSQL_NAME: &str = "mysql";
+/// MySQL's and MariaDB's URL schemes (whether or not the `mysql` feature is
+/// on).
+pub const MYSQL_SCHEMES: &[&str] = &["mysql", "mariadb"];
+
+/// The URL schemes this build of lock-sql accepts: those of each dialect
+/// whose feature is on.
+pub const SCHEMES: &[&str] = &[
+    #[cfg(feature = "sqlite")]
+    SQLITE_SCHEMES[0],
+    #[cfg(feature = "postgres")]
+    POSTGRES_SCHEMES[0],
+    #[cfg(feature = "postgres")]
+    POSTGRES_SCHEMES[1],
+    #[cfg(feature = "mysql")]
+    MYSQL_SCHEMES[0],
+    #[cfg(feature = "mysql")]
+    MYSQL_SCHEMES[1],
+];

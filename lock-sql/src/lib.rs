@@ -35,32 +35,7 @@ pub use error::is_transient;
 pub use pool::{SqlOptions, SqlPool};
 pub use table::TableName;
 
-/// SQLite's name, as [`Capabilities::backend`](lock_core::Capabilities::backend) and error
-/// messages give it.
-pub const SQLITE_NAME: &str = "sqlite";
-/// SQLite's URL schemes (whether or not the `sqlite` feature is on).
-pub const SQLITE_SCHEMES: &[&str] = &["sqlite"];
-/// PostgreSQL's name.
-pub const POSTGRES_NAME: &str = "postgres";
-/// PostgreSQL's URL schemes (whether or not the `postgres` feature is on).
-pub const POSTGRES_SCHEMES: &[&str] = &["postgres", "postgresql"];
-/// MySQL's and MariaDB's name.
-pub const MYSQL_NAME: &str = "mysql";
-/// MySQL's and MariaDB's URL schemes (whether or not the `mysql` feature is
-/// on).
-pub const MYSQL_SCHEMES: &[&str] = &["mysql", "mariadb"];
-
-/// The URL schemes this build of lock-sql accepts: those of each dialect
-/// whose feature is on.
-pub const SCHEMES: &[&str] = &[
-    #[cfg(feature = "sqlite")]
-    SQLITE_SCHEMES[0],
-    #[cfg(feature = "postgres")]
-    POSTGRES_SCHEMES[0],
-    #[cfg(feature = "postgres")]
-    POSTGRES_SCHEMES[1],
-    #[cfg(feature = "mysql")]
-    MYSQL_SCHEMES[0],
-    #[cfg(feature = "mysql")]
-    MYSQL_SCHEMES[1],
-];
+pub use config::{
+    MYSQL_NAME, MYSQL_SCHEMES, POSTGRES_NAME, POSTGRES_SCHEMES, SCHEMES, SQLITE_NAME,
+    SQLITE_SCHEMES,
+};

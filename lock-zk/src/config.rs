@@ -291,6 +291,13 @@ fn parse_auth(url: &str, auth: &str, from_file: bool) -> Result<(String, Option<
     Ok((user.to_owned(), password))
 }
 
+/// The backend's name, as [`Capabilities::backend`](lock_core::Capabilities::backend) and
+/// error messages give it.
+pub const NAME: &str = "zookeeper";
+
+/// The URL schemes this backend accepts.
+pub const SCHEMES: &[&str] = &["zk"];
+
 #[cfg(test)]
 mod tests {
     use super::*;

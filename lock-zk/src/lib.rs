@@ -17,9 +17,4 @@ pub use backend::MIN_TTL;
 pub use backend::ZkBackend;
 pub use layout::ROOT;
 
-/// The backend's name, as [`Capabilities::backend`](lock_core::Capabilities::backend) and
-/// error messages give it.
-pub const NAME: &str = "zookeeper";
-
-/// The URL schemes this backend accepts.
-pub const SCHEMES: &[&str] = &["zk"];
+pub use config::{NAME, SCHEMES};

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use super::Supervised;
+use super::process::Supervised;
 
 /// The lowest port handed out.
 const FIRST: u16 = 10_000;
@@ -229,7 +229,7 @@ fn listens_on(pid: u32, ports: &[u16]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{data_dir, find_binary};
+    use super::super::process::{data_dir, find_binary};
     use super::*;
 
     /// Another process takes the port of the first attempt between the

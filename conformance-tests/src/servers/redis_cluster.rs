@@ -450,3 +450,28 @@ fn node_at(url: &ServerUrl, address: &str) -> Redis {
         None,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_follow_the_hash_tag_rules() {
+        // Values from Redis's cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+        assert_eq!(RedisCluster::slot_of("foo"), 12182);
+        assert_eq!(
+            RedisCluster::slot_of("{user1000}.following"),
+            RedisCluster::slot_of("user1000")
+        );
+        assert_eq!(
+            RedisCluster::slot_of("foo{}{bar}"),
+            crc16(b"foo{}{bar}") % SLOTS
+        );
+        assert_eq!(
+            RedisCluster::slot_of("foo{{bar}}zap"),
+            RedisCluster::slot_of("{bar")
+        );
+        assert_eq!(RedisCluster::slot_of("foo{bar"), crc16(b"foo{bar") % SLOTS);
+    }
+}

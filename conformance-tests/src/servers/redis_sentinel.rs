@@ -54,10 +54,7 @@ use super::tls::TestCa;
 use super::url::ServerUrl;
 use super::{Supervised, data_dir, find_binary, wait_for, wait_until_ready};
 use crate::proxy::{Fault, Proxy};
-use conf::{records, sentinel_conf};
-
-/// The name the sentinels know the master by.
-const NAME: &str = "distlock";
+use conf::{NAME, records, sentinel_conf};
 
 /// Sentinels the harness starts.
 const SENTINELS: usize = 3;

@@ -6,7 +6,7 @@
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
 
-use super::external::{Backend, Userinfo};
+use super::backends::{Backend, Userinfo};
 
 /// `scheme://[userinfo@]host:port[,…][/path][?query]`. `Debug` and
 /// [`ServerUrl::redacted`] never show a password.
@@ -350,7 +350,7 @@ pub fn join_query(first: &str, second: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::servers::external::{ETCD, MYSQL, POSTGRES, REDIS, REDLOCK};
+    use crate::servers::backends::{ETCD, MYSQL, POSTGRES, REDIS, REDLOCK};
 
     #[test]
     fn urls_keep_the_server_and_add_the_tests_options() {

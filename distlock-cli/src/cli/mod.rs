@@ -8,6 +8,7 @@ mod group;
 mod help;
 mod man;
 mod run;
+mod show;
 mod signals;
 mod status;
 mod supervise;
@@ -94,9 +95,4 @@ fn init_logging(verbose: u8) {
         .with_target(verbose >= 2)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-}
-
-/// A duration as distlock prints it.
-fn human(d: std::time::Duration) -> String {
-    format!("{:.1}s", d.as_secs_f64())
 }

@@ -13,7 +13,7 @@ use tokio::process::{Child, Command};
 use super::args::{RunArgs, URL_ENV};
 use super::exit;
 use super::group::Group;
-use super::human;
+use super::show::human;
 use super::signals::Forwarded;
 use super::supervise::{self, Supervisor};
 use super::watchdog::Watchdog;

@@ -12,7 +12,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::{Instant, sleep, sleep_until};
 
 use super::group::{Group, continues_after, pid_of};
-use super::human;
+use super::show::human;
 use super::signals::Forwarded;
 use super::watchdog::Watchdog;
 

@@ -108,27 +108,6 @@ pub(super) fn crc16(bytes: &[u8]) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::servers::redis_cluster::{RedisCluster, SLOTS};
-
-    #[test]
-    fn slots_follow_the_hash_tag_rules() {
-        // Values from Redis's cluster specification and `CLUSTER KEYSLOT`.
-        assert_eq!(crc16(b"123456789"), 0x31C3);
-        assert_eq!(RedisCluster::slot_of("foo"), 12182);
-        assert_eq!(
-            RedisCluster::slot_of("{user1000}.following"),
-            RedisCluster::slot_of("user1000")
-        );
-        assert_eq!(
-            RedisCluster::slot_of("foo{}{bar}"),
-            crc16(b"foo{}{bar}") % SLOTS
-        );
-        assert_eq!(
-            RedisCluster::slot_of("foo{{bar}}zap"),
-            RedisCluster::slot_of("{bar")
-        );
-        assert_eq!(RedisCluster::slot_of("foo{bar"), crc16(b"foo{bar") % SLOTS);
-    }
 
     #[test]
     fn cluster_nodes_lines_give_roles_and_slots() {

@@ -3,9 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use super::NAME;
 use crate::servers::redis::{Redis, USER};
 use crate::servers::tls::TestCa;
+
+/// The name the sentinels know the master by.
+pub(super) const NAME: &str = "distlock";
 
 /// A sentinel's configuration, watching the master at `master_port`; over
 /// TLS only if `tls`, to clients and to the data nodes alike.

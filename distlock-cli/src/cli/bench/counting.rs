@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use distlock::backend::{
-    AcquireRequest, Holder, Lease, LockBackend, ReleaseSignals, WaitBudget, async_trait,
+    AcquireRequest, Holder, Lease, LockBackend, ReleaseSignals, WaitBudget, Waking, async_trait,
     poll_acquire,
 };
 use distlock::{Capabilities, LockName, Result};
@@ -79,7 +79,7 @@ impl LockBackend for Counting {
     }
 
     async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
-        poll_acquire(self, req, budget, Some(&self.signals)).await
+        poll_acquire(self, req, budget, Waking::signalled(&self.signals)).await
     }
 
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
