@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use lock_core::Result;
 
-use super::{CommonOptions, NodeConfig, ReplicaWait};
+use super::node::{CommonOptions, NodeConfig, ReplicaWait};
 
 /// The options of a backend made with
 /// [`RedisBackend::from_client`](crate::RedisBackend::from_client): a

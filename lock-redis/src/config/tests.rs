@@ -1,4 +1,6 @@
 use super::*;
+use lock_core::secret::Password;
+use lock_core::tls::TlsOptions;
 
 #[test]
 fn parses_options_and_keeps_the_password_out_of_debug() {
@@ -131,5 +133,35 @@ fn cluster_urls_name_seed_nodes_with_shared_credentials() {
             err.is_invalid_input() && err.to_string().contains(expected),
             "{url}: {err}"
         );
+    }
+}
+
+#[test]
+fn sentinel_urls_name_the_sentinels_and_the_master() {
+    let c = RedisConfig::parse(
+        "redis+sentinel://app:s3cret@127.0.0.1:26379,127.0.0.2/mymaster?wait_replicas=1",
+    )
+    .unwrap();
+    let s = c.sentinel.as_ref().unwrap();
+    assert_eq!(
+        s.sentinels,
+        [
+            ("127.0.0.1".to_owned(), 26379),
+            ("127.0.0.2".to_owned(), 26379)
+        ]
+    );
+    assert_eq!(s.master, "mymaster");
+    assert_eq!(s.username.as_deref(), Some("app"));
+    assert_eq!(s.password, Some(Password::Given("s3cret".into())));
+    assert_eq!(c.wait.map(|w| w.replicas), Some(1));
+    assert!(!format!("{c:?}").contains("s3cret"));
+    for url in [
+        "redis+sentinel://127.0.0.1:26379",
+        "redis+sentinel://127.0.0.1:26379/",
+        "redis+sentinel://127.0.0.1:x/m",
+    ] {
+        let err = RedisConfig::parse(url).unwrap_err();
+        assert!(err.is_invalid_input(), "{url}: {err}");
+        assert!(!err.to_string().contains("s3cret"));
     }
 }
