@@ -9,6 +9,7 @@
 mod fifo;
 mod processes;
 mod shared;
+mod support;
 
 pub use fifo::fifo_one_wake_up_per_release;
 pub use processes::{multi_process, multi_process_semaphore};
@@ -23,61 +24,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lock_core::backend::{AcquireRequest, Lease};
-use lock_core::{AcquireOptions, Error, Fencing, LockState, Locker, OwnerToken, Wait};
+use lock_core::{Error, Fencing, LockState, OwnerToken, Wait};
 use rand::Rng;
 use tokio::time::{Instant, sleep, timeout};
 
 use crate::{Target, Verdict};
-
-/// A lock name no other test uses.
-fn unique(case: &str) -> String {
-    format!("{case}-{:08x}", rand::rng().random::<u32>())
-}
-
-async fn locker(t: &dyn Target) -> Locker {
-    Locker::from_arc(t.client().await)
-}
-
-/// The shortest TTL worth testing expiry with on this backend.
-fn short_ttl(l: &Locker) -> Duration {
-    l.capabilities().min_ttl.max(Duration::from_millis(400))
-}
-
-/// A wait long enough for any short-TTL lease to run out, with room to spare.
-fn patient(ttl: Duration) -> Wait {
-    Wait::For(ttl * 10 + Duration::from_secs(10))
-}
-
-fn opts(ttl: Duration, wait: Wait) -> AcquireOptions {
-    AcquireOptions::with_ttl(ttl).wait(wait)
-}
-
-fn assert_not_held<T: std::fmt::Debug>(what: &str, r: lock_core::Result<T>) {
-    match r {
-        Err(Error::NotHeld { .. }) => {}
-        other => panic!("{what}: expected NotHeld, got {other:?}"),
-    }
-}
-
-/// `lease` as a stranger would forge it: the same name, kind and token,
-/// another owner.
-fn forged(lease: &Lease) -> Lease {
-    let req = AcquireRequest::new(lease.name().clone(), lease.ttl()).with_kind(lease.kind());
-    let forged = Lease::granted(&req, lease.token(), Instant::now());
-    match lease.slot() {
-        Some(slot) => forged.with_slot(slot),
-        None => forged,
-    }
-}
-
-fn assert_increasing(tokens: &[u64]) {
-    for pair in tokens.windows(2) {
-        assert!(
-            pair[0] < pair[1],
-            "fencing tokens must strictly increase: {tokens:?}"
-        );
-    }
-}
+use support::{
+    assert_increasing, assert_not_held, forged, locker, opts, patient, short_ttl, unique,
+};
 
 /// Several clients hammer one name; no two critical sections overlap, and
 /// (where fencing is strict) tokens grow in the order of the grants.

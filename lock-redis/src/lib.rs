@@ -18,6 +18,8 @@ pub mod eviction;
 mod eviction;
 #[cfg_attr(not(feature = "raw"), allow(unreachable_pub))]
 mod group;
+#[cfg_attr(not(feature = "raw"), allow(unreachable_pub))]
+mod keys;
 #[cfg(feature = "raw")]
 pub mod node;
 #[cfg(not(feature = "raw"))]

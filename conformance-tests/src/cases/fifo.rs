@@ -8,7 +8,7 @@ use std::time::Duration;
 use lock_core::{Locker, Wait};
 use tokio::time::sleep;
 
-use super::opts;
+use super::support::opts;
 
 /// For backends that queue waiters on the server (etcd, ZooKeeper): waiters
 /// are granted in the order they queued, and each release wakes exactly one

@@ -8,7 +8,7 @@ use std::time::Duration;
 use lock_core::{Fencing, LockKind};
 use tokio::time::timeout;
 
-use super::{assert_increasing, locker, unique};
+use super::support::{assert_increasing, locker, unique};
 use crate::{Target, Verdict};
 
 /// Several OS processes contend for one name through the backend's URL; a

@@ -10,7 +10,9 @@ use std::time::Duration;
 use lock_core::{Error, Fencing, LockKind, Locker, Wait};
 use tokio::time::{sleep, timeout};
 
-use super::{assert_increasing, locker, opts, patient, short_ttl, unique};
+use super::support::{
+    assert_increasing, assert_not_held, forged, locker, opts, patient, short_ttl, unique,
+};
 use crate::{Target, Verdict};
 
 /// `None` if the backend keeps `kind`'s family; otherwise checks that an
@@ -193,9 +195,9 @@ pub async fn readers_share_writer_excludes(t: &dyn Target) -> Verdict {
     );
     assert!(r1.is_held().await.expect("is_held"));
     let lease = r1.lease();
-    super::assert_not_held(
+    assert_not_held(
         "releasing a reader's lease with another owner",
-        b.backend().release(&super::forged(&lease)).await,
+        b.backend().release(&forged(&lease)).await,
     );
     r1.release().await.expect("release");
     assert!(
@@ -448,9 +450,9 @@ pub async fn shared_leases_renew_and_release_for_the_owner_only(t: &dyn Target) 
         assert_eq!(renewed.kind(), kind, "a renewal keeps the kind");
         assert_eq!(renewed.token(), lease.token(), "a renewal keeps the token");
         assert!(renewed.deadline() > lease.deadline());
-        super::assert_not_held(
+        assert_not_held(
             "renew by a stranger",
-            b.backend().renew(&super::forged(&lease), ttl).await,
+            b.backend().renew(&forged(&lease), ttl).await,
         );
         sleep(renewed.remaining().mul_f64(0.6)).await;
         assert!(
@@ -462,9 +464,9 @@ pub async fn shared_leases_renew_and_release_for_the_owner_only(t: &dyn Target) 
             .renew(&renewed, ttl)
             .await
             .unwrap_or_else(|e| panic!("{kind}: a second renewal: {e}"));
-        super::assert_not_held(
+        assert_not_held(
             "release by a stranger",
-            b.backend().release(&super::forged(&again)).await,
+            b.backend().release(&forged(&again)).await,
         );
         a.backend()
             .release(&again)
@@ -474,8 +476,8 @@ pub async fn shared_leases_renew_and_release_for_the_owner_only(t: &dyn Target) 
             !a.backend().is_held(&again).await.expect("is_held"),
             "{kind}: held after its release"
         );
-        super::assert_not_held("a second release", a.backend().release(&again).await);
-        super::assert_not_held("renew after release", a.backend().renew(&again, ttl).await);
+        assert_not_held("a second release", a.backend().release(&again).await);
+        assert_not_held("renew after release", a.backend().renew(&again, ttl).await);
     }
     Verdict::Passed
 }

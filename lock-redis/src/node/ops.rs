@@ -1,0 +1,222 @@
+//! The mutex's operations on one server: each one script, or one `EVAL`
+//! for a cleanup, under the node's timeout.
+
+use std::time::Duration;
+
+use lock_core::backend::{AcquireRequest, millis};
+use lock_core::{FencingToken, LockKind, LockName, OwnerToken, Result};
+use redis::{ErrorKind, ScriptInvocation, ServerErrorKind};
+
+use super::{Node, NodeHolder};
+use crate::scripts::{
+    ACQUIRE_SCRIPT, HOLDER_SCRIPT, RELEASE, RELEASE_UNANNOUNCED, RENEW_SCRIPT, eval,
+};
+
+impl Node {
+    /// Takes the lock for `owner` if it is free (or already `owner`'s);
+    /// returns the fencing token, or `None` if somebody else holds it.
+    pub async fn acquire(
+        &self,
+        name: &LockName,
+        owner: OwnerToken,
+        ttl: Duration,
+    ) -> Result<Option<FencingToken>> {
+        let token: u64 = self
+            .run(self.acquire_invocation(name, owner, ttl), "acquire")
+            .await?;
+        Ok((token > 0).then_some(FencingToken::new(token)))
+    }
+
+    /// Takes the lock for `owner` if it is free with a bare
+    /// `SET key owner NX PX ttl`, and reads the server's clock (`TIME`) in
+    /// the same pipeline; returns that time in microseconds as the token,
+    /// or `None` if the key exists.
+    ///
+    /// A Lua script costs the server several times what these two commands
+    /// do, which Redlock pays on every master; its tokens are best effort
+    /// anyway, so it takes this one. The clock alone orders two grants of
+    /// one name on one server, as long as the clock does not go back: the
+    /// second `SET` can only follow the first holder's release, which came
+    /// after the first reply. The token survives a restart that loses
+    /// every key, but there is no counter to read it back from
+    /// ([`Node::holder`]'s `counter` is not it), and the same owner asking
+    /// again is refused like anybody else.
+    #[cfg_attr(not(feature = "raw"), allow(dead_code))]
+    pub async fn acquire_stamped(
+        &self,
+        name: &LockName,
+        owner: OwnerToken,
+        ttl: Duration,
+    ) -> Result<Option<FencingToken>> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("SET")
+            .arg(self.keys.lock(name))
+            .arg(owner.to_hex())
+            .arg("NX")
+            .arg("PX")
+            .arg(millis(ttl))
+            .cmd("TIME");
+        let (set, (seconds, micros)): (Option<String>, (u64, u64)) = pipe
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| self.fail("acquire", e))?;
+        Ok(set.map(|_| FencingToken::new(seconds * 1_000_000 + micros)))
+    }
+
+    /// Grants `req` of any kind if it is free (or already `req.owner`'s):
+    /// the lock's token, or `None` if it is held.
+    pub async fn grant(&self, req: &AcquireRequest) -> Result<Option<FencingToken>> {
+        if req.kind == LockKind::Exclusive {
+            return self.acquire(&req.name, req.owner, req.ttl).await;
+        }
+        let token: u64 = self.run(self.join_invocation(req), "acquire").await?;
+        Ok((token > 0).then_some(FencingToken::new(token)))
+    }
+
+    /// Runs a script on this node's connection.
+    pub(crate) async fn run<T: redis::FromRedisValue>(
+        &self,
+        invocation: ScriptInvocation<'_>,
+        operation: &'static str,
+    ) -> Result<T> {
+        invocation
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| self.fail(operation, e))
+    }
+
+    pub(crate) fn acquire_invocation(
+        &self,
+        name: &LockName,
+        owner: OwnerToken,
+        ttl: Duration,
+    ) -> ScriptInvocation<'static> {
+        let mut invocation = ACQUIRE_SCRIPT.prepare_invoke();
+        invocation
+            .key(self.keys.lock(name))
+            .key(self.keys.fence(name))
+            .key(self.keys.waiting(name))
+            .arg(owner.to_hex())
+            .arg(millis(ttl))
+            .arg(millis(self.keys.waiting_mark()));
+        invocation
+    }
+
+    /// `invocation` followed by `WAIT replicas timeout`, sent as one
+    /// pipeline on one connection: `WAIT` then counts the replicas that
+    /// have the script's write. Sent separately, a reconnect between the
+    /// two would put `WAIT` on a connection that wrote nothing, which every
+    /// replica has "acknowledged"; in one pipeline, a lost connection fails
+    /// both. Returns the script's answer and how many replicas confirmed.
+    pub(crate) async fn confirmed<T: redis::FromRedisValue>(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+        (replicas, timeout): (u32, Duration),
+        operation: &'static str,
+    ) -> Result<(T, u32)> {
+        let mut pipe = redis::pipe();
+        pipe.invoke_script(invocation)
+            .cmd("WAIT")
+            .arg(replicas)
+            .arg(millis(timeout));
+        let mut conn = self.conn.clone();
+        let mut sent = pipe.query_async(&mut conn).await;
+        if matches!(&sent, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
+            // A restarted server forgot the script; the failed `EVALSHA`
+            // wrote nothing.
+            invocation
+                .load_async(&mut conn)
+                .await
+                .map_err(|e| self.fail(operation, e))?;
+            sent = pipe.query_async(&mut conn).await;
+        }
+        sent.map_err(|e| self.fail(operation, e))
+    }
+
+    /// Extends the lock if `owner` still holds it.
+    pub async fn renew(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<bool> {
+        let done: i64 = self
+            .run(self.renew_invocation(name, owner, ttl), "renew")
+            .await?;
+        Ok(done == 1)
+    }
+
+    pub(crate) fn renew_invocation(
+        &self,
+        name: &LockName,
+        owner: OwnerToken,
+        ttl: Duration,
+    ) -> ScriptInvocation<'static> {
+        let mut invocation = RENEW_SCRIPT.prepare_invoke();
+        invocation
+            .key(self.keys.lock(name))
+            .arg(owner.to_hex())
+            .arg(millis(ttl));
+        invocation
+    }
+
+    /// Deletes the lock if `owner` holds it, and announces the release; as
+    /// one `EVAL`, like every cleanup ([`eval`]).
+    ///
+    /// Without waiting marks (Redlock), nothing is announced, and the
+    /// script is the bare compare-and-delete.
+    pub async fn release(&self, name: &LockName, owner: OwnerToken) -> Result<bool> {
+        let lock = self.keys.lock(name);
+        let cleanup = if self.keys.waiting_mark().is_zero() {
+            let mut cmd = eval(RELEASE_UNANNOUNCED, &[lock]);
+            cmd.arg(owner.to_hex());
+            cmd
+        } else {
+            let (channel, publish) = self.keys.release_channel(name);
+            let mut cmd = eval(RELEASE, &[lock, self.keys.waiting(name)]);
+            cmd.arg(owner.to_hex())
+                .arg(channel)
+                .arg(name.as_str())
+                .arg(publish);
+            cmd
+        };
+        let done: i64 = self.clean_up(cleanup, "release").await?;
+        Ok(done == 1)
+    }
+
+    /// Sends a cleanup made by [`eval`] on this node's connection.
+    pub(crate) async fn clean_up(
+        &self,
+        cleanup: redis::Cmd,
+        operation: &'static str,
+    ) -> Result<i64> {
+        cleanup
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| self.fail(operation, e))
+    }
+
+    /// Whether `owner` holds the lock: its key is there, unexpired, with
+    /// `owner` as its value.
+    pub async fn holds(&self, name: &LockName, owner: OwnerToken) -> Result<bool> {
+        let value: Option<String> = redis::cmd("GET")
+            .arg(self.keys.lock(name))
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| self.fail("check the owner", e))?;
+        Ok(value.is_some_and(|v| v == owner.to_hex()))
+    }
+
+    /// The current holder, if any.
+    pub async fn holder(&self, name: &LockName) -> Result<Option<NodeHolder>> {
+        let reply: Vec<String> = HOLDER_SCRIPT
+            .key(self.keys.lock(name))
+            .key(self.keys.fence(name))
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| self.fail("holder", e))?;
+        let [owner, pttl, counter] = reply.as_slice() else {
+            return Ok(None);
+        };
+        Ok(Some(NodeHolder {
+            owner: owner.clone(),
+            remaining: Duration::from_millis(pttl.parse::<u64>().unwrap_or(0)),
+            counter: counter.parse().unwrap_or(0),
+        }))
+    }
+}
