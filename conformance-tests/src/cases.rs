@@ -6,11 +6,13 @@
 //! binary, is in `processes`; the FIFO case for backends that queue waiters
 //! on the server, which their own tests call, is in `fifo`.
 
+mod cancel;
 mod fifo;
 mod processes;
 mod shared;
 mod support;
 
+pub use cancel::cancel_safety;
 pub use fifo::fifo_one_wake_up_per_release;
 pub use processes::{multi_process, multi_process_semaphore};
 pub use shared::{
@@ -25,7 +27,6 @@ use std::time::Duration;
 
 use lock_core::backend::{AcquireRequest, Lease};
 use lock_core::{Error, Fencing, LockState, OwnerToken, Wait};
-use rand::Rng;
 use tokio::time::{Instant, sleep, timeout};
 
 use crate::{Target, Verdict};
@@ -401,56 +402,6 @@ pub async fn lost_signal_fires(t: &dyn Target) -> Verdict {
     match g.release().await {
         Err(Error::Lost { .. }) => {}
         other => panic!("release of a lost lock: expected Lost, got {other:?}"),
-    }
-    Verdict::Passed
-}
-
-/// An acquire dropped while waiting, or while its request is in flight,
-/// leaves nothing held: the next client gets the lock without waiting for
-/// any TTL.
-pub async fn cancel_safety(t: &dyn Target) -> Verdict {
-    let name = unique("cancel");
-    let (a, b, c) = (locker(t).await, locker(t).await, locker(t).await);
-    let long = Duration::from_secs(60);
-
-    let holder = a
-        .lock_with(&name, opts(long, Wait::No))
-        .await
-        .expect("free lock");
-    let waiting = b.lock_with(&name, opts(long, Wait::For(long)));
-    assert!(
-        timeout(Duration::from_millis(200), waiting).await.is_err(),
-        "the lock was held"
-    );
-    holder.release().await.expect("release");
-    let next = c.try_lock(&name).await.expect("try_lock");
-    next.expect("a dropped waiter left nothing behind")
-        .release()
-        .await
-        .expect("release");
-
-    for i in 0..20 {
-        // A zero timeout drops the acquire right after its first poll, with
-        // its request in flight; the others cut it at random points.
-        let cut = match i % 2 {
-            0 => Duration::ZERO,
-            _ => Duration::from_micros(rand::rng().random_range(0..4000)),
-        };
-        if let Ok(Ok(g)) = timeout(cut, b.lock_with(&name, opts(long, Wait::No))).await {
-            g.release().await.expect("release");
-        }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(g) = c.try_lock(&name).await.expect("try_lock") {
-                g.release().await.expect("release");
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "an acquire dropped after {cut:?} left the lock held"
-            );
-            sleep(Duration::from_millis(20)).await;
-        }
     }
     Verdict::Passed
 }

@@ -3,15 +3,13 @@
 //! so every workload is written once and runs the same way on all of them.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use distlock::backend::async_trait;
-use distlock::{AcquireOptions, Error, LockGuard, LockKind, Locker, OwnerToken, Result, Wait};
+use distlock::{AcquireOptions, Error, LockGuard, LockKind, Locker, Result, Wait};
 use serde::Serialize;
 
 use super::counting::Counting;
-use super::floor::Floor;
 
 /// Which side of the comparison a contender is on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -197,116 +195,5 @@ impl Contender for Library {
 impl Held for LockGuard {
     async fn release(self: Box<Self>) -> Result<()> {
         LockGuard::release(*self).await
-    }
-}
-
-/// A [`Floor`] driven the naive way: retry at once (yielding to the
-/// scheduler, so the holder can run) until granted or out of time.
-pub(crate) struct Spinning<F> {
-    floor: Arc<F>,
-    ttl: Duration,
-    busy: AtomicU64,
-    /// Where the next permit wait starts in the slots, so that clients
-    /// spread over them rather than all asking for the first.
-    next_slot: AtomicU64,
-}
-
-impl<F: Floor> Spinning<F> {
-    pub(crate) fn new(floor: F, ttl: Duration) -> Self {
-        Self {
-            floor: Arc::new(floor),
-            ttl,
-            busy: AtomicU64::new(0),
-            next_slot: AtomicU64::new(0),
-        }
-    }
-}
-
-#[async_trait]
-impl<F: Floor> Contender for Spinning<F> {
-    fn subject(&self) -> Subject {
-        Subject {
-            role: Role::Floor,
-            name: "floor".to_owned(),
-            detail: format!("{}, retried at once while held", self.floor.describe()),
-        }
-    }
-
-    async fn acquire(&self, name: &str, until: Instant) -> Result<Option<Box<dyn Held>>> {
-        // One owner for the whole wait, as a client of the raw primitive
-        // would pick one random value per acquisition.
-        let owner = OwnerToken::random();
-        loop {
-            if let Some(held) = self.attempt(name, owner).await? {
-                return Ok(Some(held));
-            }
-            if Instant::now() >= until {
-                return Ok(None);
-            }
-            tokio::task::yield_now().await;
-        }
-    }
-
-    /// The semaphore a client of the raw primitive builds from it: one lock
-    /// name per permit (`NAME.permit-I`), tried in turn from a slot that
-    /// moves on with every wait, retried at once while all are held.
-    async fn acquire_permit(
-        &self,
-        name: &str,
-        permits: u32,
-        until: Instant,
-    ) -> Result<Option<Box<dyn Held>>> {
-        let owner = OwnerToken::random();
-        let permits = u64::from(permits.max(1));
-        let first = self.next_slot.fetch_add(1, Ordering::Relaxed);
-        loop {
-            for k in 0..permits {
-                let slot = format!("{name}.permit-{}", (first + k) % permits);
-                if let Some(held) = self.attempt(&slot, owner).await? {
-                    return Ok(Some(held));
-                }
-            }
-            if Instant::now() >= until {
-                return Ok(None);
-            }
-            tokio::task::yield_now().await;
-        }
-    }
-
-    fn wakeups(&self) -> Wakeups {
-        Wakeups {
-            busy_attempts: Some(self.busy.load(Ordering::Relaxed)),
-            notices: None,
-        }
-    }
-}
-
-impl<F: Floor> Spinning<F> {
-    /// One attempt at `name`; a refusal is counted as a busy attempt.
-    async fn attempt(&self, name: &str, owner: OwnerToken) -> Result<Option<Box<dyn Held>>> {
-        match self.floor.try_acquire(name, owner, self.ttl).await {
-            Ok(Some(grant)) => Ok(Some(Box::new(FloorHeld {
-                floor: self.floor.clone(),
-                grant,
-            }))),
-            Ok(None) => {
-                self.busy.fetch_add(1, Ordering::Relaxed);
-                Ok(None)
-            }
-            Err(e) if e.is_retryable() => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-}
-
-struct FloorHeld<F: Floor> {
-    floor: Arc<F>,
-    grant: F::Grant,
-}
-
-#[async_trait]
-impl<F: Floor> Held for FloorHeld<F> {
-    async fn release(self: Box<Self>) -> Result<()> {
-        self.floor.release(&self.grant).await
     }
 }

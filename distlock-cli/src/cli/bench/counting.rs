@@ -33,7 +33,7 @@ impl Counting {
     pub(crate) fn fits(url: &str) -> bool {
         // MySQL and memcache wait with the same `poll_acquire` (MySQL with
         // a 100 ms backoff cap, the same as `poll_acquire`'s own).
-        match super::scheme(url) {
+        match super::url::scheme(url) {
             "memory" => true,
             #[cfg(feature = "sqlite")]
             s if distlock::lock_sql::SQLITE_SCHEMES.contains(&s) => true,

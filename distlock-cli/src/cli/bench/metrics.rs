@@ -184,3 +184,94 @@ pub(crate) fn hand_off_in_commands(
         .filter_map(|r| Some((r.subject.clone(), p50(r)? / command)))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::cli::bench::report::show_interval;
+    use crate::cli::bench::stats::{Distribution, Samples};
+
+    fn run(subject: &str, acquisitions: u64, busy: Option<u64>) -> Run {
+        Run {
+            subject: subject.to_owned(),
+            elapsed_ms: 1000.0,
+            acquisitions,
+            per_client: vec![acquisitions],
+            latency: None,
+            acquire_p50_us: None,
+            busy_attempts: busy,
+            notices: None,
+        }
+    }
+
+    #[test]
+    fn ratios_are_to_the_floor_and_skip_what_is_missing() {
+        let runs = [run("library", 90, Some(10)), run("floor", 100, Some(0))];
+        let m = metrics(Workload::Wakeups, &runs, &[], "floor");
+        assert!(m[0].headline && !m[1].headline);
+        assert_eq!(m[0].values["library"], 10.0 / 90.0);
+        assert!(
+            m[0].ratio_to_floor.is_empty(),
+            "the floor's zero divides nothing"
+        );
+        assert_eq!(m[2].ratio_to_floor["library"], 0.9);
+        assert!(!m[2].ratio_to_floor.contains_key("floor"));
+    }
+
+    #[test]
+    fn headline_ratios_pair_slices_of_the_same_round() {
+        let rounds = |name: &str, counts: &[u64]| -> Vec<Run> {
+            counts.iter().map(|c| run(name, *c, None)).collect()
+        };
+        let library = rounds("library", &[90, 40, 100, 0, 95, 99, 180]);
+        // The floor's fourth round got nothing: that pair is left out.
+        let floor = rounds("floor", &[100, 50, 100, 0, 100, 100, 200]);
+        let total = |r: &[Run]| run(&r[0].subject, r.iter().map(|r| r.acquisitions).sum(), None);
+        let runs = [total(&library), total(&floor)];
+        let m = metrics(Workload::Uncontended, &runs, &[library, floor], "floor");
+        let p = &m[0].paired_ratio_to_floor["library"];
+        // Ratios 0.8, 0.9, 0.9, 0.95, 0.99, 1.0: six pairs, so the whole
+        // range at 1 − 2/64 confidence.
+        assert_eq!(p.n, 6);
+        assert!((p.median - 0.925).abs() < 1e-12, "{p:?}");
+        assert_eq!((p.low, p.high), (0.8, 1.0));
+        assert!((p.confidence - (1.0 - 2.0 / 64.0)).abs() < 1e-12);
+        assert!(!p.low.is_nan() && m[1].paired_ratio_to_floor.is_empty());
+        assert_eq!(show_interval(p), "0.93× [0.80–1.00]");
+    }
+
+    #[test]
+    fn hand_off_is_counted_in_the_floors_single_commands() {
+        let mut floor_pairs = run("floor", 100, None);
+        floor_pairs.acquire_p50_us = Some(80.0);
+        let handing = |name: &str, us| {
+            let mut s = Samples::new();
+            s.record(Duration::from_micros(us));
+            Run {
+                latency: Distribution::of(&s, true),
+                ..run(name, 10, None)
+            }
+        };
+        let report = |workload, runs| WorkloadReport {
+            workload,
+            describe: String::new(),
+            latency: "",
+            runs,
+            metrics: Vec::new(),
+        };
+        let workloads = [
+            report(Workload::Uncontended, vec![floor_pairs]),
+            report(
+                Workload::HandOff,
+                vec![handing("library", 200), handing("floor", 120)],
+            ),
+        ];
+        let x = hand_off_in_commands(&workloads, "floor");
+        // Latencies are kept to three significant digits.
+        assert!((x["library"] - 2.5).abs() < 2.5e-3, "{x:?}");
+        assert!((x["floor"] - 1.5).abs() < 1.5e-3, "{x:?}");
+        assert!(hand_off_in_commands(&workloads[1..], "floor").is_empty());
+    }
+}

@@ -16,6 +16,7 @@ mod report;
 mod stats;
 mod sweep;
 mod target;
+mod url;
 mod workload;
 
 use std::path::Path;
@@ -210,11 +211,6 @@ fn finish(written: Vec<std::result::Result<(), String>>) -> Result<u8> {
             Ok(exit::USAGE)
         }
     }
-}
-
-/// The scheme of `url` (what picks the backend, its floor and its peers).
-fn scheme(url: &str) -> &str {
-    url.split_once(':').map_or(url, |(s, _)| s)
 }
 
 /// Writes `STEM.json` (the data) and `STEM.svg` (the chart) into `dir`.

@@ -1,7 +1,12 @@
 //! The chart's second part: each workload's latency percentiles as lines,
 //! one panel per workload.
 
-use super::*;
+use super::draw::*;
+use std::fmt::Write as _;
+
+use crate::cli::bench::contender::Role;
+use crate::cli::bench::report::Report;
+
 use crate::cli::bench::report::WorkloadReport;
 use crate::cli::bench::workload::Run;
 

@@ -1,7 +1,9 @@
 //! The chart's first part: each metric's ratio to the floor as bars on a
 //! log scale.
 
-use super::*;
+use super::draw::*;
+use crate::cli::bench::report::Report;
+
 use crate::cli::bench::report::{Better, show_interval, show_ratio};
 
 /// The ratio axis: symmetric around 1 on a log scale, wide enough for the

@@ -2,7 +2,12 @@
 //! scale) against clients or names (across, log scale), a line per
 //! contender.
 
-use super::*;
+use super::draw::*;
+use std::fmt::Write as _;
+
+use crate::cli::bench::contender::Role;
+use crate::cli::bench::report::show_micros;
+
 use crate::cli::bench::report::show;
 use crate::cli::bench::sweep::{Series, Sweep};
 

@@ -4,7 +4,7 @@
 //! spinning does not pile up leases. Same client options as lock-etcd. No
 //! queue, no watch.
 
-use super::floor_error;
+use super::primitive::floor_error;
 use std::time::Duration;
 
 use distlock::backend::async_trait;
@@ -12,7 +12,7 @@ use distlock::lock_etcd::config::EtcdConfig;
 use distlock::{Error, OwnerToken, Result};
 use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
 
-use super::Floor;
+use super::primitive::Floor;
 
 /// A client of the library's cluster.
 pub(super) struct EtcdFloor {

@@ -10,7 +10,7 @@ use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 
-use super::Floor;
+use super::primitive::Floor;
 
 // lock-memcache's defaults for the options the URL leaves out.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use distlock::backend::async_trait;
 use distlock::{Error, OwnerToken, Result};
 
-use super::Floor;
+use super::primitive::Floor;
 
 /// Names mapped to their owner and expiry: the least a TTL lock in one
 /// process can do.

@@ -2,8 +2,9 @@
 //! measured in the same run as the library so every result can be given as
 //! a ratio to it.
 //!
-//! A backend adds its floor with one [`Floor`] impl in a module here and one
-//! arm in [`connect`].
+//! A backend adds its floor with one `Floor` impl (`primitive.rs`) in a
+//! module here and one arm in [`connect`]; `spinning.rs` drives every floor
+//! the same way.
 
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
@@ -14,12 +15,14 @@ mod memory;
 mod mysql;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod primitive;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(any(feature = "redis", feature = "redlock"))]
 mod redis_ops;
 #[cfg(feature = "redlock")]
 mod redlock;
+mod spinning;
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 mod sql;
 #[cfg(feature = "sqlite")]
@@ -30,34 +33,11 @@ pub(crate) mod zk;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::backend::async_trait;
-use distlock::{Error, OwnerToken, Result};
+use distlock::{Error, Result};
 
-use super::contender::{Contender, Spinning};
-
-/// A backend's raw lock primitive: one attempt, and the release that goes
-/// with it, each as few round trips as the backend allows, with the same
-/// durability and connection settings the library uses.
-#[async_trait]
-pub(crate) trait Floor: Send + Sync + 'static {
-    /// What the release needs to know about a grant.
-    type Grant: Send + Sync + 'static;
-
-    /// The primitive in words, for the report.
-    fn describe(&self) -> String;
-
-    /// One attempt: `Ok(None)` when somebody else holds `name`. Errors that a
-    /// retry may get past are [retryable](Error::is_retryable).
-    async fn try_acquire(
-        &self,
-        name: &str,
-        owner: OwnerToken,
-        ttl: Duration,
-    ) -> Result<Option<Self::Grant>>;
-
-    /// Releases a grant if it is still the owner's.
-    async fn release(&self, grant: &Self::Grant) -> Result<()>;
-}
+use super::contender::Contender;
+pub(crate) use primitive::Floor;
+use spinning::Spinning;
 
 /// The floor of the backend `url`'s scheme picks (`backend` is its name, for
 /// the error when it has none), opened on the same store as `url`.
@@ -79,7 +59,7 @@ pub(crate) async fn connect(
     url: &str,
     ttl: Duration,
 ) -> Result<Arc<dyn Contender>> {
-    match super::scheme(url) {
+    match crate::cli::bench::url::scheme(url) {
         "memory" => Ok(spin(memory::MemoryFloor::default(), ttl)),
         #[cfg(feature = "sqlite")]
         s if distlock::lock_sql::SQLITE_SCHEMES.contains(&s) => {
@@ -123,40 +103,4 @@ pub(crate) async fn connect(
 /// A floor run by the shared spinning client.
 fn spin<F: Floor>(floor: F, ttl: Duration) -> Arc<dyn Contender> {
     Arc::new(Spinning::new(floor, ttl))
-}
-
-/// `url` without its query string: what the floors hand their drivers.
-#[cfg(any(feature = "postgres", feature = "mysql", feature = "redis"))]
-fn base_url(url: &str) -> &str {
-    url.split_once('?').map_or(url, |(base, _)| base)
-}
-
-/// A floor's failure as the library would report it: retryable when the
-/// backend's own error is transient, so the bench retries it alike.
-#[cfg(any(
-    feature = "sqlite",
-    feature = "postgres",
-    feature = "mysql",
-    feature = "redis",
-    feature = "redlock",
-    feature = "etcd",
-    feature = "zk"
-))]
-fn floor_error<E>(backend: &'static str, operation: &str, transient: bool, e: E) -> Error
-where
-    E: std::fmt::Display + Into<distlock::BoxError>,
-{
-    let message = format!("floor {operation}: {e}");
-    if transient {
-        Error::Unavailable {
-            backend,
-            message,
-            source: Some(e.into()),
-        }
-    } else {
-        Error::Backend {
-            message,
-            source: Some(e.into()),
-        }
-    }
 }

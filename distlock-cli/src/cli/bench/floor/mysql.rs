@@ -12,8 +12,8 @@ use distlock::lock_sql::CommonOptions;
 use distlock::{Error, OwnerToken, Result};
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 
+use super::primitive::{Floor, base_url};
 use super::sql::{SqlGrant, convert, ttl_ms};
-use super::{Floor, base_url};
 
 const CREATE: &str = "CREATE TABLE IF NOT EXISTS distlock_bench_floor (
     name VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,

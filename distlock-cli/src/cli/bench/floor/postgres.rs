@@ -13,8 +13,8 @@ use distlock::{Error, OwnerToken, Result};
 use sqlx::Row as _;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
+use super::primitive::{Floor, base_url};
 use super::sql::{SqlGrant, convert, ttl_ms};
-use super::{Floor, base_url};
 
 const CREATE: &str = "CREATE TABLE IF NOT EXISTS distlock_bench_floor (
     name VARCHAR(255) NOT NULL PRIMARY KEY,

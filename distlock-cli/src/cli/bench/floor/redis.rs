@@ -10,7 +10,7 @@ use distlock::backend::async_trait;
 use distlock::lock_redis::config::RedisConfig;
 use distlock::{Error, OwnerToken, Result};
 
-use super::Floor;
+use super::primitive::Floor;
 use super::redis_ops::RawNode;
 
 /// A connection to the library's server.

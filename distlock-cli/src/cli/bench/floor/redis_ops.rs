@@ -2,7 +2,7 @@
 //! owner NX PX ttl`, and `EVALSHA` of a compare-and-delete script, on a
 //! connection lock-redis opens as it opens its own (`lock_redis::conn`).
 
-use super::floor_error;
+use super::primitive::floor_error;
 use std::time::Duration;
 
 use distlock::{Error, Result};

@@ -10,7 +10,7 @@ use distlock::lock_redlock::config::RedlockConfig;
 use distlock::{Error, OwnerToken, Result};
 use futures_util::future::join_all;
 
-use super::Floor;
+use super::primitive::Floor;
 use super::redis_ops::RawNode;
 
 /// A connection to each master.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use distlock::{Error, Result};
 
-use super::floor_error;
+use super::primitive::floor_error;
 
 /// A row taken by an owner at a version.
 pub(super) struct SqlGrant {

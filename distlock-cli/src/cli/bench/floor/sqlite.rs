@@ -15,7 +15,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
-use super::Floor;
+use super::primitive::Floor;
 use super::sql::{SqlGrant, convert, ttl_ms};
 
 const CREATE: &str = "CREATE TABLE IF NOT EXISTS distlock_bench_floor (

@@ -2,7 +2,7 @@
 //! `NodeExists` while somebody holds it), then `delete` it, on a session
 //! opened as lock-zk opens its own. No sequence numbers, no queue, no watch.
 
-use super::floor_error;
+use super::primitive::floor_error;
 use std::future::Future;
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ use distlock::lock_zk::config::ZkConfig;
 use distlock::{Error, OwnerToken, Result};
 use zookeeper_client as zk;
 
-use super::Floor;
+use super::primitive::Floor;
 
 /// The floor's nodes live under this persistent node.
 const ROOT: &str = "/distlock-bench-floor";

@@ -22,7 +22,7 @@ use super::contender::Contender;
 pub(crate) async fn for_backend(url: &str, ttl: Duration) -> Result<Vec<Arc<dyn Contender>>> {
     // Not every build has a peer that needs them.
     let _ = (url, ttl);
-    Ok(match super::scheme(url) {
+    Ok(match crate::cli::bench::url::scheme(url) {
         "memory" => vec![Arc::new(tokio_mutex::TokioMutex::default())],
         #[cfg(feature = "etcd")]
         s if distlock::lock_etcd::SCHEMES.contains(&s) => {
