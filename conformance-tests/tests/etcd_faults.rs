@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::bounded::{all_fail_within, at_once, eventually, timed};
-use common::etcd::wait_for_queue;
+use common::etcd::{queued, wait_for_queue};
 use conformance_tests::proxy::{Fault, Proxy};
 use conformance_tests::servers::etcd::Etcd;
 use conformance_tests::targets::fresh_table;
@@ -127,13 +127,24 @@ async fn a_black_holed_etcd_fails_each_call_within_its_timeout() {
     );
 
     proxy.set(Fault::None);
-    let renewed = eventually("renew", || backend.renew(&lease, TTL)).await;
+    let mut renewed = eventually("renew", || backend.renew(&lease, TTL)).await;
     assert_eq!(renewed.token(), lease.token());
-    // Released before the wait for the orphans, which may take longer than
-    // the lease on a loaded machine.
-    backend.release(&renewed).await.expect("still ours");
-    wait_for_queue(etcd, &dir, 1).await;
+    // The renewals keep the session alive, so only its keep-alives' cleanup
+    // can delete the orphans; and they keep the lease ours while that takes
+    // (a deletion that timed out on a loaded machine waits for the next
+    // keep-alive, which a lease left alone for its TTL would not see).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while queued(etcd, &dir) != 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the orphans under {dir} were never deleted"
+        );
+        let again = eventually("renew", || backend.renew(&renewed, TTL)).await;
+        renewed = again;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     holder.release().await.expect("release");
+    backend.release(&renewed).await.expect("still ours");
 }
 
 /// Renewals of ten leases on one session while etcd is black-holed share

@@ -233,6 +233,13 @@ pub use client_config::server_name;
 mod tests {
     use super::*;
 
+    #[test]
+    fn tls_true_alone_loads_no_ca_and_no_certificate() {
+        let material = TlsOptions::on().load("test").unwrap().unwrap();
+        assert!(material.ca_pem().is_none() && material.identity_pem().is_none());
+        assert!(TlsOptions::default().load("test").unwrap().is_none());
+    }
+
     fn parse(url: &str, implied: bool) -> Result<TlsOptions> {
         let mut q = QueryOptions::parse(url)?;
         let tls = TlsOptions::from_query(&mut q, implied)?;
