@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use conformance_tests::servers::external::{BACKENDS, Backend, REDIS};
+use conformance_tests::servers::backends::{BACKENDS, Backend, REDIS};
 use conformance_tests::servers::url::ServerUrl;
 use serde_yaml_ng::Value;
 

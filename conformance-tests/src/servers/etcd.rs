@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use tokio::sync::OnceCell;
 
-use super::external::{ETCD, external};
+use super::backends::ETCD;
+use super::external::external;
 use super::ports::{Listener, PortTaken, start_on_free_ports, wait_started};
 use super::tls::TestCa;
 use super::url::ServerUrl;

@@ -21,10 +21,7 @@ use tokio::time::{Instant, sleep};
 
 use super::url::ServerUrl;
 
-pub use super::backends::{
-    BACKENDS, Backend, ETCD, MEMCACHE, MYSQL, POSTGRES, REDIS, REDIS_CLUSTER, REDIS_SENTINEL,
-    REDLOCK, Userinfo, ZK,
-};
+use super::backends::{BACKENDS, Backend};
 
 /// The URL `backend`'s variable holds, checked; `None` when it is unset or
 /// empty. A malformed value fails the test with a message naming the

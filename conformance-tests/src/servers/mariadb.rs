@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::sync::OnceCell;
 
-use super::external::MYSQL;
+use super::backends::MYSQL;
 use super::ports::{start_on_loopback, wait_started};
 use super::tls::TestCa;
 use super::url::ServerUrl;

@@ -8,7 +8,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::OnceCell;
 
-use super::external::{MEMCACHE, external};
+use super::backends::MEMCACHE;
+use super::external::external;
 use super::ports::{start_on_loopback, wait_started};
 use super::tls::TestCa;
 use super::url::{ServerUrl, join_query};

@@ -101,7 +101,7 @@ impl SqlInstance {
     /// that `start` starts.
     async fn shared<F: Future<Output = Self>>(
         label: &'static str,
-        backend: &external::Backend,
+        backend: &backends::Backend,
         start: impl FnOnce() -> F,
     ) -> Self {
         match external::external(backend, SQL_READY).await {

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use tokio::sync::OnceCell;
 
-use super::external::POSTGRES;
+use super::backends::POSTGRES;
 use super::ports::start_on_loopback;
 use super::tls::TestCa;
 use super::url::ServerUrl;

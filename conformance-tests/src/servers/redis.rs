@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use tokio::sync::OnceCell;
 
-use super::external::{REDIS, REDLOCK, external};
+use super::backends::{REDIS, REDLOCK};
+use super::external::external;
 use super::ports::{PortTaken, start_on_loopback, wait_started};
 use super::tls::TestCa;
 use super::url::ServerUrl;

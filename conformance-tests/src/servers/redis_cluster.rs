@@ -44,7 +44,8 @@ use std::time::Duration;
 
 use tokio::sync::OnceCell;
 
-use super::external::{REDIS_CLUSTER, external};
+use super::backends::REDIS_CLUSTER;
+use super::external::external;
 use super::ports::start_on_loopback;
 use super::redis::{Redis, USER, info_field as field, tls_cli_args};
 use super::tls::TestCa;

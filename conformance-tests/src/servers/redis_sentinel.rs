@@ -47,7 +47,8 @@ use std::time::Duration;
 
 use tokio::sync::OnceCell;
 
-use super::external::{REDIS_SENTINEL, external};
+use super::backends::REDIS_SENTINEL;
+use super::external::external;
 use super::ports::start_on_loopback;
 use super::redis::{Redis, USER, info_field as field};
 use super::tls::TestCa;

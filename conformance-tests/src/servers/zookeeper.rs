@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use tokio::sync::OnceCell;
 
-use super::external::{ZK, configured, external};
+use super::backends::ZK;
+use super::external::{configured, external};
 use super::ports::{Listener, PortTaken, start_on_free_ports, wait_started};
 use super::tls::TestCa;
 use super::url::{ServerUrl, join_query, resolve};

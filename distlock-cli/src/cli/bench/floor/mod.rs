@@ -36,7 +36,7 @@ use std::time::Duration;
 use distlock::{Error, Result};
 
 use super::contender::Contender;
-pub(crate) use primitive::Floor;
+use primitive::Floor;
 use spinning::Spinning;
 
 /// The floor of the backend `url`'s scheme picks (`backend` is its name, for
