@@ -8,6 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::backend::LockBackend;
+
+use crate::kinds::Kinds;
 use lock_core::{AcquireOptions, Error, LockKind, LockName, LockState, Locker, Wait};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -54,8 +56,8 @@ pub async fn another_identity_is_refused(
         .into_iter()
         .filter(|k| other.capabilities().supports(*k))
     {
-        let opts = AcquireOptions::with_ttl(TTL).wait(Wait::No).kind(kind);
-        match others.lock_with("shared", opts).await {
+        let opts = AcquireOptions::with_ttl(TTL).wait(Wait::No);
+        match others.lock_kind("shared", kind, opts).await {
             Err(e) => refused("lock", e),
             Ok(got) => panic!("the other identity took a {kind} lock: {}", got.token()),
         }

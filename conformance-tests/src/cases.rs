@@ -7,12 +7,18 @@
 //! on the server, which their own tests call, is in `fifo`.
 
 mod cancel;
+mod composite;
 mod fifo;
 mod processes;
 mod shared;
 mod support;
 
 pub use cancel::cancel_safety;
+pub use composite::{
+    lock_all_is_lost_when_any_name_is, lock_all_opposite_orders_never_deadlock,
+    lock_all_takes_all_or_none, reentrant_holds_renew_and_release_on_the_last_drop,
+    reentrant_holds_share_one_grant,
+};
 pub use fifo::fifo_one_wake_up_per_release;
 pub use processes::{multi_process, multi_process_semaphore};
 pub use shared::{
@@ -21,12 +27,13 @@ pub use shared::{
     shared_leases_renew_and_release_for_the_owner_only, waiting_writer_is_not_starved,
 };
 
+use crate::kinds::Kinds;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lock_core::backend::{AcquireRequest, Lease};
-use lock_core::{Error, Fencing, LockState, OwnerToken, Wait};
+use lock_core::{Error, Fencing, LockKind, LockState, OwnerToken, Wait};
 use tokio::time::{Instant, sleep, timeout};
 
 use crate::{Target, Verdict};
@@ -96,20 +103,14 @@ pub async fn try_acquire_on_held_lock(t: &dyn Target) -> Verdict {
         .await
         .expect("free lock");
     assert!(
-        b.try_lock(&name).await.expect("try_lock").is_none(),
+        b.try_lock(&name).await.is_err_and(|e| e.is_busy()),
         "try_lock on a held lock"
     );
     let req = AcquireRequest::new(
         lock_core::LockName::new(&name).expect("name"),
         Duration::from_secs(10),
     );
-    assert!(
-        b.backend()
-            .try_acquire(&req)
-            .await
-            .expect("try_acquire")
-            .is_none()
-    );
+    assert!(b.backend().try_acquire(&req).await.unwrap().is_none());
     match b
         .lock_with(&name, opts(Duration::from_secs(10), Wait::No))
         .await
@@ -118,11 +119,7 @@ pub async fn try_acquire_on_held_lock(t: &dyn Target) -> Verdict {
         other => panic!("Wait::No on a held lock: expected Busy, got {other:?}"),
     }
     g.release().await.expect("release");
-    let again = b
-        .try_lock(&name)
-        .await
-        .expect("try_lock")
-        .expect("free after release");
+    let again = b.try_lock(&name).await.expect("free after release");
     again.release().await.expect("release");
     Verdict::Passed
 }
@@ -171,7 +168,7 @@ pub async fn ttl_expiry_frees_crashed_holder(t: &dyn Target) -> Verdict {
     let (a, b) = (locker(t).await, locker(t).await);
     let ttl = short_ttl(&a);
     let crashed = a
-        .acquire_lease(&name, opts(ttl, Wait::No))
+        .lease_kind(&name, LockKind::Exclusive, opts(ttl, Wait::No))
         .await
         .expect("free lock");
     let g = b
@@ -201,7 +198,7 @@ pub async fn renew_extends_only_for_the_owner(t: &dyn Target) -> Verdict {
     let (a, b) = (locker(t).await, locker(t).await);
     let ttl = a.capabilities().min_ttl.max(Duration::from_secs(1));
     let lease = a
-        .acquire_lease(&name, opts(ttl, Wait::No))
+        .lease_kind(&name, LockKind::Exclusive, opts(ttl, Wait::No))
         .await
         .expect("free lock");
     // Past half the lease, counted as the lease counts it: a backend whose
@@ -217,7 +214,7 @@ pub async fn renew_extends_only_for_the_owner(t: &dyn Target) -> Verdict {
     );
     sleep(renewed.remaining().mul_f64(0.6)).await;
     assert!(
-        b.try_lock(&name).await.expect("try_lock").is_none(),
+        b.try_lock(&name).await.is_err_and(|e| e.is_busy()),
         "still held past the first lease thanks to the renewal"
     );
     let forged = forged(&lease);
@@ -240,7 +237,7 @@ pub async fn extend_renews_now_for_the_owner(t: &dyn Target) -> Verdict {
     let name = unique("extend");
     let (a, b) = (locker(t).await, locker(t).await);
     let ttl = short_ttl(&a);
-    let mut guard = a
+    let guard = a
         .lock_with(&name, opts(ttl, Wait::No))
         .await
         .expect("free lock");
@@ -252,7 +249,7 @@ pub async fn extend_renews_now_for_the_owner(t: &dyn Target) -> Verdict {
     assert_eq!(guard.lease().deadline(), extended.deadline());
     assert_eq!(guard.state(), LockState::Held);
     assert!(
-        b.try_lock(&name).await.expect("try_lock").is_none(),
+        b.try_lock(&name).await.is_err_and(|e| e.is_busy()),
         "still held after the extension"
     );
     // Gone from the server behind the guard's back.
@@ -262,8 +259,8 @@ pub async fn extend_renews_now_for_the_owner(t: &dyn Target) -> Verdict {
         .expect("release behind the guard's back");
     assert_not_held("extend of a lock gone", guard.extend(longer).await);
     assert_eq!(guard.state(), LockState::Lost);
-    let taken = b.try_lock(&name).await.expect("try_lock");
-    assert!(taken.is_some(), "the name is free once released");
+    let taken = b.try_lock(&name).await;
+    assert!(taken.is_ok(), "the name is free once released: {taken:?}");
     Verdict::Passed
 }
 
@@ -276,7 +273,7 @@ pub async fn is_held_asks_the_server(t: &dyn Target) -> Verdict {
     let (a, b) = (locker(t).await, locker(t).await);
     let ttl = short_ttl(&a);
     let stale = a
-        .acquire_lease(&name, opts(ttl, Wait::No))
+        .lease_kind(&name, LockKind::Exclusive, opts(ttl, Wait::No))
         .await
         .expect("free lock");
     let asks = |r: lock_core::Result<bool>| r.expect("is_held answers");
@@ -313,7 +310,7 @@ pub async fn non_owner_release_never_deletes(t: &dyn Target) -> Verdict {
     let (a, b, c) = (locker(t).await, locker(t).await, locker(t).await);
     let ttl = short_ttl(&a);
     let stale = a
-        .acquire_lease(&name, opts(ttl, Wait::No))
+        .lease_kind(&name, LockKind::Exclusive, opts(ttl, Wait::No))
         .await
         .expect("free lock");
     let current = b
@@ -333,7 +330,7 @@ pub async fn non_owner_release_never_deletes(t: &dyn Target) -> Verdict {
     );
     assert_not_held("release by a stranger", c.backend().release(&forged).await);
     assert!(
-        c.try_lock(&name).await.expect("try_lock").is_none(),
+        c.try_lock(&name).await.is_err_and(|e| e.is_busy()),
         "the holder's lock survived"
     );
     assert_eq!(current.state(), LockState::Held);
@@ -363,7 +360,7 @@ pub async fn fencing_tokens_strictly_increase(t: &dyn Target) -> Verdict {
     }
     let ttl = short_ttl(&a);
     let expired = a
-        .acquire_lease(&name, opts(ttl, Wait::No))
+        .lease_kind(&name, LockKind::Exclusive, opts(ttl, Wait::No))
         .await
         .expect("free lock");
     tokens.push(expired.token().get());

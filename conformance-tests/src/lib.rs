@@ -17,6 +17,7 @@
 
 pub mod access;
 pub mod cases;
+pub mod kinds;
 pub mod proxy;
 pub mod servers;
 pub mod stress;
@@ -60,6 +61,11 @@ macro_rules! conformance_suite {
                 waiting_writer_is_not_starved,
                 a_writer_that_gives_up_lets_readers_in,
                 shared_leases_renew_and_release_for_the_owner_only,
+                reentrant_holds_share_one_grant,
+                reentrant_holds_renew_and_release_on_the_last_drop,
+                lock_all_takes_all_or_none,
+                lock_all_opposite_orders_never_deadlock,
+                lock_all_is_lost_when_any_name_is,
             );
 
             $crate::conformance_suite!(@storms $target;

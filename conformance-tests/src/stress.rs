@@ -6,6 +6,7 @@
 //! only when nothing is cancelled shows up here as two holders at once, a
 //! token that goes backwards, or a lock nobody can take any more.
 
+use crate::kinds::Kinds;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -226,8 +227,8 @@ async fn worker(
             };
             (name, kind, wait, hold, rng.random_range(0..6))
         };
-        let opts = AcquireOptions::with_ttl(ttl).wait(wait).kind(kind);
-        let guard = match maybe_cut(locker.lock_with(&name, opts)).await {
+        let opts = AcquireOptions::with_ttl(ttl).wait(wait);
+        let guard = match maybe_cut(locker.lock_kind(&name, kind, opts)).await {
             None => continue,
             Some(Err(e)) => {
                 record(&shared).error(&e);
@@ -281,7 +282,7 @@ async fn storm(t: &dyn Target, storm: Storm) -> Verdict {
     let kind = storm.last();
     if !caps.supports(kind) {
         let e = probe
-            .lock_with("storm", AcquireOptions::default().kind(kind))
+            .lock_kind("storm", kind, AcquireOptions::default())
             .await
             .expect_err("an unsupported kind");
         assert!(matches!(e, Error::Unsupported { .. }), "{e}");
@@ -317,9 +318,7 @@ async fn storm(t: &dyn Target, storm: Storm) -> Verdict {
     // Nothing is left held for longer than a TTL: cut acquires and releases
     // were finished or undone, dropped guards released or expired.
     for name in names.iter() {
-        let opts = AcquireOptions::with_ttl(ttl)
-            .wait(Wait::For(ttl * 3 + Duration::from_secs(10)))
-            .kind(kind);
+        let opts = AcquireOptions::with_ttl(ttl).wait(Wait::For(ttl * 3 + Duration::from_secs(10)));
         // Every permit comes back, not just one.
         let takes = match storm {
             Storm::Permits => PERMITS,
@@ -328,7 +327,7 @@ async fn storm(t: &dyn Target, storm: Storm) -> Verdict {
         let mut guards = Vec::new();
         for _ in 0..takes {
             let guard = probe
-                .lock_with(name, opts)
+                .lock_kind(name, kind, opts)
                 .await
                 .unwrap_or_else(|e| panic!("{name} could not be taken after the storm: {e}"));
             let greatest = record(&shared).greatest.get(name).copied().unwrap_or(0);

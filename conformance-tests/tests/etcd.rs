@@ -8,6 +8,7 @@ mod common {
     pub(crate) mod etcd;
 }
 
+use conformance_tests::kinds::Kinds;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -44,7 +45,7 @@ async fn etcdctl_lock_and_distlock_exclude_each_other() {
     let finished = dir.path().join("etcdctl-finished");
 
     let guard = l
-        .lock_with("shared", opts(TTL, Wait::No))
+        .lock_kind("shared", LockKind::permit(2), opts(TTL, Wait::No))
         .await
         .expect("free");
     let script = format!(
@@ -79,12 +80,12 @@ async fn etcdctl_lock_and_distlock_exclude_each_other() {
     .await
     .expect("etcdctl lock got the lock after distlock released it");
     assert!(
-        l.try_lock("shared").await.expect("try_lock").is_none(),
+        l.try_lock("shared").await.is_err_and(|e| e.is_busy()),
         "distlock waits for etcdctl"
     );
     let started = Instant::now();
     let ours = l
-        .lock_with("shared", opts(TTL, PATIENCE))
+        .lock_kind("shared", LockKind::permit(2), opts(TTL, PATIENCE))
         .await
         .expect("after etcdctl is done");
     // etcdctl deletes its key after its command returns and exits only
@@ -118,14 +119,18 @@ async fn a_waiter_that_gives_up_leaves_the_queue() {
     let prefix = fresh_table();
     let l = Locker::from_arc(backend(&etcd.url(&prefix, "")).await);
     let holder = l
-        .lock_with("leave", opts(TTL, Wait::No))
+        .lock_kind("leave", LockKind::permit(2), opts(TTL, Wait::No))
         .await
         .expect("free");
     // Another task: the holder's own would be told `AlreadyHeld` at once.
     let waiter = l.clone();
     let waited = tokio::spawn(async move {
         waiter
-            .lock_with("leave", opts(TTL, Wait::For(Duration::from_millis(500))))
+            .lock_kind(
+                "leave",
+                LockKind::permit(2),
+                opts(TTL, Wait::For(Duration::from_millis(500))),
+            )
             .await
             .map(|_| ())
     });
@@ -154,12 +159,15 @@ async fn a_waiter_whose_lease_died_is_not_granted() {
     let url = etcd.url(&prefix, "");
     let l = Locker::from_arc(backend(&url).await);
     let holder = l
-        .lock_with("jepsen", opts(TTL, Wait::No))
+        .lock_kind("jepsen", LockKind::permit(2), opts(TTL, Wait::No))
         .await
         .expect("free");
     let waiter = {
         let l = Locker::from_arc(backend(&url).await);
-        tokio::spawn(async move { l.lock_with("jepsen", opts(TTL, PATIENCE)).await })
+        tokio::spawn(async move {
+            l.lock_kind("jepsen", LockKind::permit(2), opts(TTL, PATIENCE))
+                .await
+        })
     };
     let dir = format!("{prefix}/jepsen/");
     wait_for_queue(etcd, &dir, 2).await;
@@ -214,9 +222,18 @@ async fn locks_of_one_client_share_a_session_lease_per_ttl() {
     let lease_of_guard = |g: &lock_core::LockGuard, name: &str| {
         lease_of(etcd, &format!("{prefix}/{name}/{:x}", key_id(g)))
     };
-    let a = l.lock_with("a", opts(TTL, Wait::No)).await.expect("a");
-    let b = l.lock_with("b", opts(TTL, Wait::No)).await.expect("b");
-    let c = l.lock_with("c", opts(TTL * 2, Wait::No)).await.expect("c");
+    let a = l
+        .lock_kind("a", LockKind::permit(2), opts(TTL, Wait::No))
+        .await
+        .expect("a");
+    let b = l
+        .lock_kind("b", LockKind::permit(2), opts(TTL, Wait::No))
+        .await
+        .expect("b");
+    let c = l
+        .lock_kind("c", LockKind::permit(2), opts(TTL * 2, Wait::No))
+        .await
+        .expect("c");
     let session = lease_of_guard(&a, "a");
     assert_eq!(lease_of_guard(&b, "b"), session, "one lease per TTL");
     assert_ne!(
@@ -231,7 +248,7 @@ async fn locks_of_one_client_share_a_session_lease_per_ttl() {
         "releasing a leaves b's key, on the same lease, alone"
     );
     let again = l
-        .lock_with("a", opts(TTL, Wait::No))
+        .lock_kind("a", LockKind::permit(2), opts(TTL, Wait::No))
         .await
         .expect("a again");
     assert_eq!(lease_of_guard(&again, "a"), session);
@@ -250,8 +267,14 @@ async fn a_lost_session_loses_every_lock_on_it() {
     let etcd = Etcd::shared().await;
     let prefix = fresh_table();
     let l = Locker::from_arc(backend(&etcd.url(&prefix, "")).await);
-    let a = l.lock_with("a", opts(TTL, Wait::No)).await.expect("a");
-    let b = l.lock_with("b", opts(TTL, Wait::No)).await.expect("b");
+    let a = l
+        .lock_kind("a", LockKind::permit(2), opts(TTL, Wait::No))
+        .await
+        .expect("a");
+    let b = l
+        .lock_kind("b", LockKind::permit(2), opts(TTL, Wait::No))
+        .await
+        .expect("b");
     let session = lease_of(etcd, &format!("{prefix}/a/{:x}", key_id(&a)));
     etcd.members[0]
         .ctl(&["lease", "revoke", &format!("{session:x}")])
@@ -262,7 +285,7 @@ async fn a_lost_session_loses_every_lock_on_it() {
             .expect("the lost signal fires at the next renewal");
     }
     let next = l
-        .lock_with("a", opts(TTL, Wait::No))
+        .lock_kind("a", LockKind::permit(2), opts(TTL, Wait::No))
         .await
         .expect("a again");
     assert_ne!(
@@ -284,16 +307,20 @@ async fn an_unrenewed_lock_is_freed_although_its_session_lives() {
     let url = etcd.url(&fresh_table(), "");
     let l = Locker::from_arc(backend(&url).await);
     let kept = l
-        .lock_with("kept", opts(TTL, Wait::No))
+        .lock_kind("kept", LockKind::permit(2), opts(TTL, Wait::No))
         .await
         .expect("kept");
     let forgotten = l
-        .acquire_lease("forgotten", opts(TTL, Wait::No))
+        .lease_kind("forgotten", LockKind::Exclusive, opts(TTL, Wait::No))
         .await
         .expect("forgotten");
     let other = Locker::from_arc(backend(&url).await);
     let g = other
-        .lock_with("forgotten", opts(TTL, Wait::For(TTL * 3)))
+        .lock_kind(
+            "forgotten",
+            LockKind::permit(2),
+            opts(TTL, Wait::For(TTL * 3)),
+        )
         .await
         .expect("freed after its TTL");
     assert!(
@@ -312,7 +339,11 @@ async fn ttls_below_the_minimum_lease_are_refused() {
     let etcd = Etcd::shared().await;
     let l = Locker::from_arc(backend(&etcd.url(&fresh_table(), "")).await);
     match l
-        .lock_with("short", opts(Duration::from_secs(1), Wait::No))
+        .lock_kind(
+            "short",
+            LockKind::permit(2),
+            opts(Duration::from_secs(1), Wait::No),
+        )
         .await
     {
         Err(e @ Error::InvalidTtl { .. }) => assert!(e.to_string().contains("2s"), "{e}"),
@@ -336,7 +367,11 @@ async fn leader_loss_keeps_one_holder_and_waiters_proceed() {
         let (inside, overlaps, count) = (inside.clone(), overlaps.clone(), granted.clone());
         tasks.push(tokio::spawn(async move {
             let g = l
-                .lock_with("leader", opts(TTL, Wait::For(Duration::from_secs(60))))
+                .lock_kind(
+                    "leader",
+                    LockKind::permit(2),
+                    opts(TTL, Wait::For(Duration::from_secs(60))),
+                )
                 .await
                 .expect("granted");
             if inside.fetch_add(1, Ordering::SeqCst) != 0 {
@@ -398,19 +433,24 @@ async fn a_hand_over_needs_the_next_key_still_there() {
     let url = etcd.url(&prefix, "");
     let l = Locker::from_arc(backend(&url).await);
     let holder = l
-        .lock_with("hand", opts(TTL, Wait::No))
+        .lock_kind("hand", LockKind::permit(2), opts(TTL, Wait::No))
         .await
         .expect("free");
     let dir = format!("{prefix}/hand/");
     let mine = {
         let l = l.clone();
-        tokio::spawn(async move { l.lock_with("hand", opts(TTL, PATIENCE)).await })
+        tokio::spawn(async move {
+            l.lock_kind("hand", LockKind::permit(2), opts(TTL, PATIENCE))
+                .await
+        })
     };
     wait_for_queue(etcd, &dir, 2).await;
     let theirs = {
         let other = Locker::from_arc(backend(&url).await);
         tokio::spawn(async move {
-            let guard = other.lock_with("hand", opts(TTL, PATIENCE)).await;
+            let guard = other
+                .lock_kind("hand", LockKind::permit(2), opts(TTL, PATIENCE))
+                .await;
             (other, guard)
         })
     };
@@ -498,10 +538,8 @@ fn created_with(etcd: &Etcd, key: &str) -> (u64, String) {
     (revision, value)
 }
 
-fn permit_opts(permits: u32, wait: Wait) -> AcquireOptions {
-    AcquireOptions::with_ttl(TTL)
-        .wait(wait)
-        .kind(LockKind::permit(permits))
+fn permit_opts(wait: Wait) -> AcquireOptions {
+    AcquireOptions::with_ttl(TTL).wait(wait)
 }
 
 /// A semaphore's keys: its internal lock's line under `{name}#sem/locks/`,
@@ -521,7 +559,7 @@ async fn semaphore_and_read_write_keys_are_laid_out_as_documented() {
     );
 
     let holder = l
-        .lock_with("pool", permit_opts(1, Wait::No))
+        .lock_kind("pool", LockKind::permit(1), permit_opts(Wait::No))
         .await
         .expect("a free permit");
     let held = format!("{leases}{:x}", key_id(&holder));
@@ -541,7 +579,10 @@ async fn semaphore_and_read_write_keys_are_laid_out_as_documented() {
 
     let waiter = {
         let l = l.clone();
-        tokio::spawn(async move { l.lock_with("pool", permit_opts(1, PATIENCE)).await })
+        tokio::spawn(async move {
+            l.lock_kind("pool", LockKind::permit(1), permit_opts(PATIENCE))
+                .await
+        })
     };
     // The waiter holds the internal lock and has put its lease key: the
     // second oldest of two, with one permit.
@@ -571,17 +612,26 @@ async fn semaphore_and_read_write_keys_are_laid_out_as_documented() {
     assert!(keys_by_age(etcd, &leases).is_empty());
 
     let rw = format!("{prefix}/doc#rw/");
-    let read = AcquireOptions::with_ttl(TTL).kind(LockKind::Read);
-    let write = AcquireOptions::with_ttl(TTL).kind(LockKind::Write);
-    let r1 = l.lock_with("doc", read.wait(Wait::No)).await.expect("read");
+    let read = AcquireOptions::with_ttl(TTL);
+    let write = AcquireOptions::with_ttl(TTL);
+    let r1 = l
+        .lock_kind("doc", LockKind::Read, read.wait(Wait::No))
+        .await
+        .expect("read");
     let writer = {
         let l = l.clone();
-        tokio::spawn(async move { l.lock_with("doc", write.wait(PATIENCE)).await })
+        tokio::spawn(async move {
+            l.lock_kind("doc", LockKind::Write, write.wait(PATIENCE))
+                .await
+        })
     };
     wait_for_queue(etcd, &rw, 2).await;
     let r2 = {
         let l = l.clone();
-        tokio::spawn(async move { l.lock_with("doc", read.wait(PATIENCE)).await })
+        tokio::spawn(async move {
+            l.lock_kind("doc", LockKind::Read, read.wait(PATIENCE))
+                .await
+        })
     };
     wait_for_queue(etcd, &rw, 3).await;
     let keys = keys_by_age(etcd, &rw);
@@ -628,16 +678,26 @@ async fn a_permit_freed_by_any_holder_wakes_a_waiter() {
     let l = Locker::from_arc(backend(&etcd.url(&prefix, "")).await);
     let locks = format!("{prefix}/any#sem/locks/");
     let ttl = Duration::from_secs(30);
-    let opts = AcquireOptions::with_ttl(ttl).kind(LockKind::permit(2));
-    let a = l.lock_with("any", opts.wait(Wait::No)).await.expect("A");
-    let b = l.lock_with("any", opts.wait(Wait::No)).await.expect("B");
+    let opts = AcquireOptions::with_ttl(ttl);
+    let a = l
+        .lock_kind("any", LockKind::permit(2), opts.wait(Wait::No))
+        .await
+        .expect("A");
+    let b = l
+        .lock_kind("any", LockKind::permit(2), opts.wait(Wait::No))
+        .await
+        .expect("B");
     let (tx, mut granted) = tokio::sync::mpsc::unbounded_channel();
     let mut waiters = Vec::new();
     for (who, in_line) in [("C", 1), ("D", 2)] {
         let (l, tx) = (l.clone(), tx.clone());
         waiters.push(tokio::spawn(async move {
             let g = l
-                .lock_with("any", opts.wait(Wait::For(Duration::from_secs(60))))
+                .lock_kind(
+                    "any",
+                    LockKind::permit(2),
+                    opts.wait(Wait::For(Duration::from_secs(60))),
+                )
                 .await
                 .expect("a permit in turn");
             tx.send((who, g)).expect("the test listens");
@@ -689,7 +749,7 @@ async fn a_permit_release_wakes_about_one_waiter() {
     );
     let holder = Locker::from_arc(backend(&url).await);
     let mut current = holder
-        .lock_with("herd", permit_opts(1, Wait::No))
+        .lock_kind("herd", LockKind::permit(1), permit_opts(Wait::No))
         .await
         .expect("a free permit");
     let l = Locker::from_arc(backend(&url).await);
@@ -698,7 +758,11 @@ async fn a_permit_release_wakes_about_one_waiter() {
         let (l, tx) = (l.clone(), tx.clone());
         tokio::spawn(async move {
             let g = l
-                .lock_with("herd", permit_opts(1, Wait::For(Duration::from_secs(90))))
+                .lock_kind(
+                    "herd",
+                    LockKind::permit(1),
+                    permit_opts(Wait::For(Duration::from_secs(90))),
+                )
                 .await;
             let _ = tx.send(g);
         });
@@ -741,12 +805,15 @@ async fn a_dropped_permit_waiter_leaves_no_key() {
         format!("{prefix}/drop#sem/leases/"),
     );
     let holder = l
-        .lock_with("drop", permit_opts(1, Wait::No))
+        .lock_kind("drop", LockKind::permit(1), permit_opts(Wait::No))
         .await
         .expect("a free permit");
     let spawn_waiter = || {
         let l = l.clone();
-        tokio::spawn(async move { l.lock_with("drop", permit_opts(1, PATIENCE)).await })
+        tokio::spawn(async move {
+            l.lock_kind("drop", LockKind::permit(1), permit_opts(PATIENCE))
+                .await
+        })
     };
     let dropped = spawn_waiter();
     wait_for_queues(etcd, &[(&locks, 1), (&leases, 2)]).await;

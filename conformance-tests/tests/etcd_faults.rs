@@ -8,6 +8,7 @@ mod common {
     pub(crate) mod etcd;
 }
 
+use conformance_tests::kinds::Kinds;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -74,9 +75,12 @@ async fn a_black_holed_etcd_fails_each_call_within_its_timeout() {
             .expect("connect"),
     ));
     let opts = AcquireOptions::with_ttl(TTL).wait(Wait::No);
-    let lease = locker.acquire_lease("held", patient()).await.expect("free");
+    let lease = locker
+        .lease_kind("held", lock_core::LockKind::Exclusive, patient())
+        .await
+        .expect("free");
     let released = locker
-        .acquire_lease("released", patient())
+        .lease_kind("released", lock_core::LockKind::Exclusive, patient())
         .await
         .expect("free");
     let granted = Instant::now();
@@ -155,7 +159,13 @@ async fn concurrent_renewals_share_one_failed_keep_alive() {
     let (proxy, backend, locker, _) = proxied().await;
     let mut leases = Vec::new();
     for i in 0..10 {
-        let lease = locker.acquire_lease(format!("held-{i}"), patient()).await;
+        let lease = locker
+            .lease_kind(
+                format!("held-{i}"),
+                lock_core::LockKind::Exclusive,
+                patient(),
+            )
+            .await;
         leases.push(lease.expect("free"));
     }
     let granted = Instant::now();

@@ -11,6 +11,7 @@ mod common {
     pub(crate) mod memcache;
 }
 
+use conformance_tests::kinds::Kinds;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,7 +39,7 @@ async fn a_stale_owner_never_deletes_or_extends_a_new_holders_lock() {
     let name = LockName::new("stale").expect("name");
     let key = a.lock_key(&name);
     let first = Locker::from_arc(a.clone() as Arc<dyn LockBackend>)
-        .acquire_lease("stale", opts(Duration::from_secs(30)))
+        .lease_kind("stale", LockKind::Exclusive, opts(Duration::from_secs(30)))
         .await
         .expect("free");
     // Step 1 of the stale owner's release or renewal: read the item.
@@ -54,7 +55,7 @@ async fn a_stale_owner_never_deletes_or_extends_a_new_holders_lock() {
             .is_some()
     );
     let second = Locker::from_arc(b.clone() as Arc<dyn LockBackend>)
-        .acquire_lease("stale", opts(Duration::from_secs(30)))
+        .lease_kind("stale", LockKind::Exclusive, opts(Duration::from_secs(30)))
         .await
         .expect("taken over");
     // Step 2, with the stale CAS: neither may touch the new holder's item.
@@ -116,13 +117,12 @@ async fn eviction_drops_a_held_lock() {
         .lock_with("evicted", opts(Duration::from_secs(9)))
         .await
         .expect("free");
-    assert!(b.try_lock("evicted").await.expect("try_lock").is_none());
+    assert!(b.try_lock("evicted").await.is_err_and(|e| e.is_busy()));
     // Items the size of the lock's, in its slab class, far more than fit.
     server.fill(100_000, 32).await;
     let second = b
         .try_lock("evicted")
         .await
-        .expect("try_lock")
         .expect("the evicted lock is free again");
     timeout(Duration::from_secs(20), guard.lost())
         .await
@@ -139,7 +139,7 @@ async fn fencing_survives_a_restart() {
     let url = server.url("");
     let before = {
         let l = Locker::from_arc(backend(&url).await);
-        let g = l.try_lock("fence").await.expect("try_lock").expect("free");
+        let g = l.try_lock("fence").await.expect("free");
         let t = g.token();
         g.release().await.expect("release");
         t
@@ -150,7 +150,7 @@ async fn fencing_survives_a_restart() {
     let l = Locker::from_arc(backend(&url).await);
     let g = timeout(Duration::from_secs(20), async {
         loop {
-            if let Ok(Some(g)) = l.try_lock("fence").await {
+            if let Ok(g) = l.try_lock("fence").await {
                 return g;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -599,17 +599,23 @@ async fn a_semaphore_is_one_item_per_permit_holding_its_owners_token() {
         Locker::from_arc(a.clone() as Arc<dyn LockBackend>),
         Locker::from_arc(b.clone() as Arc<dyn LockBackend>),
     );
-    let permit = opts(Duration::from_secs(30)).kind(LockKind::permit(PERMITS));
+    let permit = opts(Duration::from_secs(30));
     // Slot 1 holds a crashed holder's token, written by another client.
     let crashed = OwnerToken::random().to_hex();
     store_by_hand(server, &format!("{prefix}pool#sem#1"), &crashed, 30).await;
-    let g1 = la.lock_with("pool", permit).await.expect("a free permit");
-    let g2 = lb.lock_with("pool", permit).await.expect("a free permit");
+    let g1 = la
+        .lock_kind("pool", LockKind::permit(PERMITS), permit)
+        .await
+        .expect("a free permit");
+    let g2 = lb
+        .lock_kind("pool", LockKind::permit(PERMITS), permit)
+        .await
+        .expect("a free permit");
     assert!(
-        lb.try_acquire_permit("pool", PERMITS)
+        lb.semaphore("pool", PERMITS)
+            .try_acquire()
             .await
-            .expect("try")
-            .is_none(),
+            .is_err_and(|e| e.is_busy()),
         "the hand-written item left a third permit free"
     );
     let slots = slot_values(&b, &prefix, "pool", PERMITS).await;
@@ -635,7 +641,6 @@ async fn a_semaphore_is_one_item_per_permit_holding_its_owners_token() {
     let mutex = lb
         .try_lock("pool")
         .await
-        .expect("try_lock")
         .expect("the mutex is free beside a full semaphore");
     assert_eq!(
         b.client()
@@ -654,9 +659,9 @@ async fn a_semaphore_is_one_item_per_permit_holding_its_owners_token() {
     assert_eq!(after[s2 as usize], slots[s2 as usize]);
     assert_eq!(after[1], Some(crashed));
     let g3 = lb
-        .try_acquire_permit("pool", PERMITS)
+        .semaphore("pool", PERMITS)
+        .try_acquire()
         .await
-        .expect("try")
         .expect("the released permit is free");
     assert_eq!(g3.lease().slot(), Some(s1), "the only free slot");
     assert!(g3.token() != t1 && g3.token() != g2.token());

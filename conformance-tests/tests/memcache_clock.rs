@@ -211,7 +211,7 @@ async fn a_guard_extended_before_a_two_second_tick_is_lost_before_its_item() {
         .provoke("an extend", async |name| {
             setup
                 .just_before_a_jump(async |second| {
-                    let mut guard = setup.locker.lock_with(name, opts()).await.expect("free");
+                    let guard = setup.locker.lock_with(name, opts()).await.expect("free");
                     sleep_until(second + WRITE_AT).await;
                     guard.extend(MIN_TTL).await.expect("extend");
                     guard

@@ -277,7 +277,7 @@ async fn excludes_and_is_excluded_by_the_url_backend(target: OwnClientTarget) {
     let ttl = own.capabilities().min_ttl.max(Duration::from_secs(3));
     let opts = |wait| AcquireOptions::with_ttl(ttl).wait(wait);
 
-    let mut guard = own.lock_with(&name, opts(Wait::No)).await.expect("granted");
+    let guard = own.lock_with(&name, opts(Wait::No)).await.expect("granted");
     let busy = by_url.lock_with(&name, opts(Wait::No)).await;
     assert!(
         matches!(busy, Err(Error::Busy { .. })),

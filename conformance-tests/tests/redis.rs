@@ -7,6 +7,7 @@ mod common {
     pub(crate) mod redis;
 }
 
+use conformance_tests::kinds::Kinds;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -65,7 +66,7 @@ async fn plain_set_nx_px_clients_exclude_each_other() {
         "SET NX after distlock released"
     );
     assert!(
-        l.try_lock("interop").await.expect("try_lock").is_none(),
+        l.try_lock("interop").await.is_err_and(|e| e.is_busy()),
         "distlock sees the plain lock"
     );
     let waited = l
@@ -99,7 +100,7 @@ async fn fencing_survives_a_counter_rolled_back() {
     let l = locker(&url).await;
     let mut last = FencingToken::new(0);
     for _ in 0..3 {
-        let g = l.try_lock("rolled").await.expect("try_lock").expect("free");
+        let g = l.try_lock("rolled").await.expect("free");
         assert!(g.token() > last, "{:?} after {last:?}", g.token());
         last = g.token();
         g.release().await.expect("release");
@@ -111,7 +112,7 @@ async fn fencing_survives_a_counter_rolled_back() {
         .query_async(&mut plain(server).await)
         .await
         .expect("SET the counter");
-    let g = l.try_lock("rolled").await.expect("try_lock").expect("free");
+    let g = l.try_lock("rolled").await.expect("free");
     assert!(
         g.token() > last,
         "{:?} after {last:?} with the counter rolled back to {rolled_back}",
@@ -212,8 +213,8 @@ async fn semaphores_and_read_write_locks_are_sorted_sets_of_holders() {
                 .expect("ZCARD")
         }
     };
-    let a = l.acquire_permit("jobs", 2).await.expect("a permit");
-    let b = l.acquire_permit("jobs", 2).await.expect("a permit");
+    let a = l.semaphore("jobs", 2).acquire().await.expect("a permit");
+    let b = l.semaphore("jobs", 2).acquire().await.expect("a permit");
     let permits = format!("{prefix}jobs#sem");
     assert_eq!(zcard(permits.clone()).await, 2);
     let token: String = redis::cmd("HGET")
@@ -252,10 +253,10 @@ async fn semaphores_and_read_write_locks_are_sorted_sets_of_holders() {
         .await
         .expect("ZADD");
     assert!(
-        l.try_acquire_permit("jobs", 2)
+        l.semaphore("jobs", 2)
+            .try_acquire()
             .await
-            .expect("try")
-            .is_none(),
+            .is_err_and(|e| e.is_busy()),
         "a member written by hand holds a permit"
     );
     let _: () = redis::cmd("ZREM")
@@ -265,23 +266,23 @@ async fn semaphores_and_read_write_locks_are_sorted_sets_of_holders() {
         .await
         .expect("ZREM");
     let c = l
-        .try_acquire_permit("jobs", 2)
+        .semaphore("jobs", 2)
+        .try_acquire()
         .await
-        .expect("try")
         .expect("free again");
     b.release().await.expect("release");
     c.release().await.expect("release");
 
     let rw = format!("{prefix}doc#rw");
-    let reader = l.read_lock("doc").await.expect("read");
+    let reader = l.rwlock("doc").read().await.expect("read");
     assert_eq!(zcard(rw.clone()).await, 1, "readers");
     let other = locker(&server.url(&format!("prefix={prefix}"))).await;
     let writer = tokio::spawn(async move {
         other
-            .lock_with(
+            .lock_kind(
                 "doc",
-                opts(Duration::from_secs(10), Wait::For(Duration::from_secs(30)))
-                    .kind(lock_core::LockKind::Write),
+                lock_core::LockKind::Write,
+                opts(Duration::from_secs(10), Wait::For(Duration::from_secs(30))),
             )
             .await
     });

@@ -7,6 +7,8 @@ mod common {
     pub(crate) mod redis;
 }
 
+use conformance_tests::kinds::Kinds;
+use conformance_tests::kinds::busy_is_none;
 use std::future::{Future, poll_fn};
 use std::task::Poll;
 use std::time::Duration;
@@ -16,8 +18,7 @@ use conformance_tests::proxy::{Fault, Proxy};
 use conformance_tests::servers::redis::Redis;
 use distlock::lock_redis::RedisBackend;
 use lock_core::backend::{AcquireRequest, LockBackend};
-use lock_core::{Error, Fencing, LockKind, LockName, LockState, Wait};
-use tokio::sync::watch;
+use lock_core::{Error, Fencing, LockKind, LockName, LockState, StateWatch, Wait};
 use tokio::time::{Instant, sleep, timeout};
 
 /// A restart with no persistence loses every key, fence counters included;
@@ -29,7 +30,7 @@ async fn fencing_survives_a_restart_without_persistence() {
     let url = server.url(&format!("prefix={prefix}"));
     let before = {
         let l = locker(&url).await;
-        let g = l.try_lock("fence").await.expect("try_lock").expect("free");
+        let g = l.try_lock("fence").await.expect("free");
         let token = g.token();
         g.release().await.expect("release");
         token
@@ -47,7 +48,7 @@ async fn fencing_survives_a_restart_without_persistence() {
         "the counter is gone"
     );
     let l = locker(&url).await;
-    let g = l.try_lock("fence").await.expect("try_lock").expect("free");
+    let g = l.try_lock("fence").await.expect("free");
     assert!(
         g.token() > before,
         "{:?} after {before:?} across a restart",
@@ -68,9 +69,9 @@ async fn a_restart_from_the_append_only_file_keeps_every_grant() {
     let url = server.url(&format!("prefix={}", prefix()));
     let holder = locker(&url).await;
     let kept = [
-        holder.try_lock("mutex").await,
-        holder.try_acquire_permit("permit", 1).await,
-        holder.try_read_lock("read").await,
+        busy_is_none(holder.try_lock("mutex").await),
+        busy_is_none(holder.semaphore("permit", 1).try_acquire().await),
+        busy_is_none(holder.rwlock("read").try_read().await),
     ]
     .map(|got| got.expect("acquire").expect("free"));
     server.process().kill();
@@ -78,9 +79,15 @@ async fn a_restart_from_the_append_only_file_keeps_every_grant() {
     server.wait_ready().await;
     let other = locker(&url).await;
     let taken = [
-        ("the mutex", other.try_lock("mutex").await),
-        ("the permit", other.try_acquire_permit("permit", 1).await),
-        ("the reader's lock", other.try_write_lock("read").await),
+        ("the mutex", busy_is_none(other.try_lock("mutex").await)),
+        (
+            "the permit",
+            busy_is_none(other.semaphore("permit", 1).try_acquire().await),
+        ),
+        (
+            "the reader's lock",
+            busy_is_none(other.rwlock("read").try_write().await),
+        ),
     ];
     for (what, got) in taken {
         assert!(
@@ -109,7 +116,7 @@ async fn a_hung_server_gives_timeouts_not_hangs() {
     let mut states = guard.handle().watch();
     server.process().pause();
     let started = Instant::now();
-    let outcome = b.try_lock("hung").await;
+    let outcome = busy_is_none(b.try_lock("hung").await);
     let took = started.elapsed();
     server.process().resume();
     match outcome {
@@ -120,10 +127,9 @@ async fn a_hung_server_gives_timeouts_not_hangs() {
         took < Duration::from_secs(5),
         "an answer within the timeout, took {took:?}"
     );
-    drop(states.borrow_and_update());
     server.process().pause();
     timeout(Duration::from_secs(10), async {
-        while *states.borrow_and_update() != LockState::AtRisk {
+        while states.state() != LockState::AtRisk {
             states.changed().await.expect("guard alive");
         }
     })
@@ -131,7 +137,7 @@ async fn a_hung_server_gives_timeouts_not_hangs() {
     .expect("renewal against a frozen server puts the lock at risk");
     server.process().resume();
     timeout(Duration::from_secs(10), async {
-        while *states.borrow_and_update() == LockState::AtRisk {
+        while states.state() == LockState::AtRisk {
             states.changed().await.expect("guard alive");
         }
     })
@@ -160,7 +166,7 @@ async fn wait_for_replicas_confirms_or_fails_the_grant() {
     // The replica may still be syncing; the first grant waits for it.
     let g = timeout(Duration::from_secs(20), async {
         loop {
-            match strict.try_lock("replicated").await {
+            match busy_is_none(strict.try_lock("replicated").await) {
                 Ok(Some(g)) => return g,
                 _ => sleep(Duration::from_millis(200)).await,
             }
@@ -184,14 +190,13 @@ async fn wait_for_replicas_confirms_or_fails_the_grant() {
     strict
         .try_lock("replicated")
         .await
-        .expect("confirmed after SCRIPT FLUSH")
         .expect("free")
         .release()
         .await
         .expect("release");
 
     replica.process().pause();
-    let outcome = strict.try_lock("replicated").await;
+    let outcome = busy_is_none(strict.try_lock("replicated").await);
     replica.process().resume();
     match outcome {
         Err(Error::Unavailable { message, .. }) => {
@@ -199,7 +204,7 @@ async fn wait_for_replicas_confirms_or_fails_the_grant() {
         }
         other => panic!("expected Unavailable naming the replicas, got {other:?}"),
     }
-    let free = plain.try_lock("replicated").await.expect("try_lock");
+    let free = busy_is_none(plain.try_lock("replicated").await).expect("try_lock");
     free.expect("an unconfirmed grant was given back")
         .release()
         .await
@@ -231,7 +236,7 @@ async fn wait_for_replicas_confirms_renewals_or_lets_the_lease_run_out() {
         // The replica may still be syncing; the first grant waits for it.
         let guard = timeout(Duration::from_secs(20), async {
             loop {
-                match l.lock_with(name, opts(ttl, Wait::No).kind(kind)).await {
+                match l.lock_kind(name, kind, opts(ttl, Wait::No)).await {
                     Ok(guard) => return guard,
                     Err(_) => sleep(Duration::from_millis(200)).await,
                 }
@@ -290,15 +295,12 @@ async fn wait_for_replicas_confirms_renewals_or_lets_the_lease_run_out() {
 }
 
 /// The states a guard goes through, from now until `Lost`.
-async fn states_until_lost(mut states: watch::Receiver<LockState>) -> Vec<LockState> {
-    let mut seen = Vec::new();
-    loop {
-        let state = *states.borrow_and_update();
+async fn states_until_lost(mut states: StateWatch) -> Vec<LockState> {
+    let mut seen = vec![states.state()];
+    while let Some(state) = states.changed().await {
         seen.push(state);
-        if state == LockState::Lost || states.changed().await.is_err() {
-            return seen;
-        }
     }
+    seen
 }
 
 /// A connection lost between the grant and `WAIT` is not a confirmation.

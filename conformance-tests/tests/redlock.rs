@@ -1,5 +1,6 @@
 //! Redlock's failure modes on real, independent `redis-server` masters.
 
+use conformance_tests::kinds::Kinds;
 use std::time::Duration;
 
 use conformance_tests::proxy::Proxy;
@@ -113,7 +114,10 @@ async fn delayed_restart_prevents_double_grants() {
             // down (frozen nodes would apply the queued request on thawing).
             set.nodes[3].process().stop();
             set.nodes[4].process().stop();
-            let first = a.acquire_lease("restart", opts(ttl)).await.expect("3 of 5");
+            let first = a
+                .lease_kind("restart", lock_core::LockKind::Exclusive, opts(ttl))
+                .await
+                .expect("3 of 5");
             for n in &set.nodes[3..] {
                 n.process().restart();
                 n.wait_ready().await;
@@ -127,7 +131,7 @@ async fn delayed_restart_prevents_double_grants() {
             // Another client, arriving now.
             let b = locker(&url).await;
             while !first.is_expired() {
-                if let Ok(Some(second)) = b.try_lock("restart").await {
+                if let Ok(second) = b.try_lock("restart").await {
                     if !first.is_expired() {
                         double[mode] += 1;
                     }
@@ -171,13 +175,13 @@ async fn an_early_expiry_on_one_master_breaks_a_bare_majority() {
     let a = locker(&url).await;
     let b = locker(&url).await;
 
-    let first = a.acquire_lease("all", opts(ttl)).await.expect("5 of 5");
+    let first = a
+        .lease_kind("all", lock_core::LockKind::Exclusive, opts(ttl))
+        .await
+        .expect("5 of 5");
     set.nodes[0].cli(&["PEXPIRE", &format!("{prefix}all"), "1"]);
     assert!(
-        b.try_lock("all")
-            .await
-            .expect("a majority answers")
-            .is_none(),
+        b.try_lock("all").await.is_err_and(|e| e.is_busy()),
         "four of five masters still have the lock"
     );
     assert!(!first.is_expired());
@@ -185,7 +189,10 @@ async fn an_early_expiry_on_one_master_breaks_a_bare_majority() {
     // The first grant lands on exactly nodes 0, 1 and 2.
     set.nodes[3].process().stop();
     set.nodes[4].process().stop();
-    let first = a.acquire_lease("bare", opts(ttl)).await.expect("3 of 5");
+    let first = a
+        .lease_kind("bare", lock_core::LockKind::Exclusive, opts(ttl))
+        .await
+        .expect("3 of 5");
     for n in &set.nodes[3..] {
         n.process().restart();
         n.wait_ready().await;
@@ -194,7 +201,7 @@ async fn an_early_expiry_on_one_master_breaks_a_bare_majority() {
     let mut double = false;
     while !first.is_expired() {
         // b reconnects to nodes 3 and 4 by itself.
-        if let Ok(Some(second)) = b.try_lock("bare").await {
+        if let Ok(second) = b.try_lock("bare").await {
             double = !first.is_expired();
             second.release().await.ok();
             break;
@@ -261,7 +268,7 @@ async fn a_master_slow_to_connect_joins_the_majority() {
     set.nodes[1].process().stop();
     let g = timeout(Duration::from_secs(20), async {
         loop {
-            if let Ok(Some(g)) = l.try_lock("slow").await {
+            if let Ok(g) = l.try_lock("slow").await {
                 return g;
             }
             sleep(Duration::from_millis(100)).await;
@@ -322,13 +329,13 @@ async fn a_read_write_lock_needs_a_majority_and_a_semaphore_is_refused() {
     let prefix = format!("{}:", fresh_table());
     let l = locker(&set.url(&format!("prefix={prefix}"))).await;
     let ttl = Duration::from_secs(10);
-    let read = opts(ttl).kind(lock_core::LockKind::Read);
-    let write = opts(ttl).kind(lock_core::LockKind::Write);
+    let (read, write) = (opts(ttl), opts(ttl));
+    let doc = l.rwlock("doc");
 
-    let r1 = l.lock_with("doc", read).await.expect("a free read lock");
-    let r2 = l.lock_with("doc", read).await.expect("readers share");
+    let r1 = doc.read_with(read).await.expect("a free read lock");
+    let r2 = doc.read_with(read).await.expect("readers share");
     assert!(matches!(
-        l.lock_with("doc", write).await,
+        doc.write_with(write).await,
         Err(Error::Busy { .. })
     ));
     r1.release().await.expect("release");
@@ -348,18 +355,19 @@ async fn a_read_write_lock_needs_a_majority_and_a_semaphore_is_refused() {
     };
     hand_written(0);
     let r = l
-        .lock_with("doc", read)
+        .rwlock("doc")
+        .read_with(read)
         .await
         .expect("a writer on one master of three does not keep a reader out");
     r.release().await.expect("release");
     hand_written(1);
     assert!(
-        matches!(l.lock_with("doc", read).await, Err(Error::Busy { .. })),
+        matches!(doc.read_with(read).await, Err(Error::Busy { .. })),
         "a writer on two masters of three keeps readers out"
     );
 
     match l
-        .lock_with("jobs", opts(ttl).kind(lock_core::LockKind::permit(2)))
+        .lock_kind("jobs", lock_core::LockKind::permit(2), opts(ttl))
         .await
     {
         Err(Error::Unsupported { operation, .. }) => assert_eq!(operation, "semaphores"),

@@ -6,6 +6,7 @@
 //! team's tables only can neither renew, release, take nor read the owner
 //! of a held lock, while the holder keeps it.
 
+use conformance_tests::kinds::Kinds;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,11 +37,9 @@ async fn another_team_is_refused(teams: &SqlTeams) {
 async fn every_family_works(backend: Arc<dyn LockBackend>) {
     let locker = Locker::from_arc(backend);
     for kind in [LockKind::permit(2), LockKind::Read, LockKind::Write] {
-        let opts = AcquireOptions::with_ttl(Duration::from_secs(10))
-            .wait(Wait::No)
-            .kind(kind);
+        let opts = AcquireOptions::with_ttl(Duration::from_secs(10)).wait(Wait::No);
         let guard = locker
-            .lock_with("families", opts)
+            .lock_kind("families", kind, opts)
             .await
             .unwrap_or_else(|e| panic!("a {kind} lock: {e}"));
         guard.release().await.expect("release");
@@ -92,11 +91,7 @@ async fn missing_tables_are_named_with_their_statements(
     // The team's user, granted that table alone, locks on it.
     let granted = teams.grant(team, &table).await;
     let locker = Locker::from_arc(connect(&granted).await);
-    let guard = locker
-        .try_lock("made-by-hand")
-        .await
-        .expect("lock")
-        .expect("free");
+    let guard = locker.try_lock("made-by-hand").await.expect("free");
     guard.release().await.expect("release");
 }
 

@@ -6,6 +6,7 @@ mod common {
     pub(crate) mod sql;
 }
 
+use conformance_tests::kinds::Kinds;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -108,10 +109,7 @@ async fn semaphore_hammered_from_many_pools(server: &dyn SqlServer) {
                 // are in flight together: what an admission that counts
                 // holders from a stale snapshot gets wrong.
                 let lease = loop {
-                    match l
-                        .acquire_lease("hammer", opts(ttl, Wait::No).kind(kind))
-                        .await
-                    {
+                    match l.lease_kind("hammer", kind, opts(ttl, Wait::No)).await {
                         Ok(lease) => break lease,
                         Err(Error::Busy { .. }) => sleep(Duration::from_millis(1)).await,
                         Err(e) => panic!("an attempt failed: {e}"),
@@ -180,14 +178,15 @@ async fn a_waiting_writer_has_a_row_until_it_gives_up(server: &dyn SqlServer) {
     let (reader, writer) = (locker(&url).await, locker(&url).await);
     let ttl = Duration::from_secs(30);
     let r = reader
-        .lock_with("rw", opts(ttl, Wait::No).kind(LockKind::Read))
+        .lock_kind("rw", LockKind::Read, opts(ttl, Wait::No))
         .await
         .expect("a free read lock");
     let waiting = tokio::spawn(async move {
         writer
-            .lock_with(
+            .lock_kind(
                 "rw",
-                opts(ttl, Wait::For(Duration::from_millis(800))).kind(LockKind::Write),
+                LockKind::Write,
+                opts(ttl, Wait::For(Duration::from_millis(800))),
             )
             .await
     });
@@ -240,15 +239,15 @@ async fn postgres_function_is_created_once() {
     );
     let permit = LockKind::permit(1);
     let held = first
-        .lock_with("once", opts(Duration::from_secs(10), Wait::No).kind(permit))
+        .lock_kind("once", permit, opts(Duration::from_secs(10), Wait::No))
         .await
         .expect("a free permit");
     assert!(
         second
-            .try_acquire_permit("once", 1)
+            .semaphore("once", 1)
+            .try_acquire()
             .await
-            .expect("try")
-            .is_none()
+            .is_err_and(|e| e.is_busy())
     );
     held.release().await.expect("release");
 }

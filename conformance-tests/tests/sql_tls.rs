@@ -85,7 +85,7 @@ async fn the_drivers_own_names_still_work() {
         let locker = distlock::connect(&url)
             .await
             .unwrap_or_else(|e| panic!("{url}: {e}"));
-        let guard = locker.try_lock("own-names").await.unwrap().expect("free");
+        let guard = locker.try_lock("own-names").await.expect("free");
         guard.release().await.unwrap();
     }
     for server in [pg as &dyn SqlServer, maria] {
@@ -152,7 +152,7 @@ async fn the_password_can_come_from_a_file() {
         let locker = distlock::connect(&from(&right))
             .await
             .unwrap_or_else(|e| panic!("{}: {e}", server.label()));
-        let guard = locker.try_lock("from-a-file").await.unwrap().expect("free");
+        let guard = locker.try_lock("from-a-file").await.expect("free");
         guard.release().await.unwrap();
         let refused = distlock::connect(&from(&wrong)).await.unwrap_err();
         assert!(!refused.is_retryable(), "{refused}");

@@ -12,6 +12,7 @@ mod common {
     pub(crate) mod zk;
 }
 
+use conformance_tests::kinds::Kinds;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -158,7 +159,7 @@ async fn curator_layout_and_mutual_exclusion_with_a_curator_style_locker() {
     .await
     .expect("the Curator-style locker gets the lock after distlock releases it");
     assert!(
-        l.try_lock("interop").await.expect("try_lock").is_none(),
+        l.try_lock("interop").await.is_err_and(|e| e.is_busy()),
         "distlock respects the Curator-style holder"
     );
     let ours = {
@@ -195,11 +196,15 @@ async fn a_semaphore_shares_its_permits_with_curator_leases() {
         "/semaphores/sem-interop/locks",
         "/semaphores/sem-interop/leases",
     );
-    let permit = |wait| opts(TTL, wait).kind(LockKind::permit(PERMITS));
+    let permit = |wait| opts(TTL, wait);
 
     let theirs = curator_node(&client, mutex, "lock-").await;
     match l
-        .lock_with("sem-interop", permit(Wait::For(Duration::from_millis(300))))
+        .lock_kind(
+            "sem-interop",
+            LockKind::permit(PERMITS),
+            permit(Wait::For(Duration::from_millis(300))),
+        )
         .await
     {
         Err(Error::WaitTimeout { .. }) => {}
@@ -224,7 +229,10 @@ async fn a_semaphore_shares_its_permits_with_curator_leases() {
     }
     let ours = {
         let l = l.clone();
-        tokio::spawn(async move { l.lock_with("sem-interop", permit(PATIENCE)).await })
+        tokio::spawn(async move {
+            l.lock_kind("sem-interop", LockKind::permit(PERMITS), permit(PATIENCE))
+                .await
+        })
     };
     wait_for_children(&client, leases, PERMITS as usize + 1).await;
     sleep(Duration::from_millis(300)).await;
@@ -277,10 +285,10 @@ async fn a_read_write_lock_shares_with_curator_readers_and_writers() {
     );
     let client = plain(zk, &chroot).await;
     let parent = "/rwlocks/rw-interop";
-    let side = |kind, wait| opts(TTL, wait).kind(kind);
+    let side = |wait| opts(TTL, wait);
     let waiting = |l: &Locker, kind| {
-        let (l, options) = (l.clone(), side(kind, PATIENCE));
-        tokio::spawn(async move { l.lock_with("rw-interop", options).await })
+        let (l, options) = (l.clone(), side(PATIENCE));
+        tokio::spawn(async move { l.lock_kind("rw-interop", kind, options).await })
     };
 
     let writer = curator_node(&client, parent, "__WRIT__").await;
@@ -292,7 +300,10 @@ async fn a_read_write_lock_shares_with_curator_readers_and_writers() {
         "a distlock reader got in beside a Curator writer"
     );
     assert!(
-        b.try_write_lock("rw-interop").await.expect("try").is_none(),
+        b.rwlock("rw-interop")
+            .try_write()
+            .await
+            .is_err_and(|e| e.is_busy()),
         "a distlock writer got in beside a Curator writer"
     );
     client
@@ -315,13 +326,16 @@ async fn a_read_write_lock_shares_with_curator_readers_and_writers() {
 
     let reader = curator_node(&client, parent, "__READ__").await;
     let shared = a
-        .lock_with("rw-interop", side(LockKind::Read, Wait::No))
+        .lock_kind("rw-interop", LockKind::Read, side(Wait::No))
         .await
         .expect("a distlock reader shares with a Curator reader");
     let writer = waiting(&b, LockKind::Write);
     wait_for_children(&client, parent, 3).await;
     assert!(
-        b.try_read_lock("rw-interop").await.expect("try").is_none(),
+        b.rwlock("rw-interop")
+            .try_read()
+            .await
+            .is_err_and(|e| e.is_busy()),
         "a reader got in before a waiting writer (Curator's rule: no write node before a reader)"
     );
     shared.release().await.expect("release");
@@ -462,11 +476,17 @@ async fn dropped_waits_for_permits_and_read_locks_leave_no_node() {
     let (a, b) = (locker(&url).await, locker(&url).await);
     let client = plain(zk, &chroot).await;
     let (mutex, leases) = ("/semaphores/drop/locks", "/semaphores/drop/leases");
-    let permit = |wait| opts(TTL, wait).kind(LockKind::permit(1));
-    let held = a.lock_with("drop", permit(Wait::No)).await.expect("free");
+    let permit = |wait| opts(TTL, wait);
+    let held = a
+        .lock_kind("drop", LockKind::permit(1), permit(Wait::No))
+        .await
+        .expect("free");
     let waiting = {
         let b = b.clone();
-        tokio::spawn(async move { b.lock_with("drop", permit(Wait::Forever)).await })
+        tokio::spawn(async move {
+            b.lock_kind("drop", LockKind::permit(1), permit(Wait::Forever))
+                .await
+        })
     };
     wait_for_children(&client, leases, 2).await;
     wait_for_children(&client, mutex, 1).await;
@@ -475,20 +495,24 @@ async fn dropped_waits_for_permits_and_read_locks_leave_no_node() {
     wait_for_children(&client, mutex, 0).await;
     held.release().await.expect("release");
     let next = b
-        .lock_with("drop", permit(Wait::For(Duration::from_secs(5))))
+        .lock_kind(
+            "drop",
+            LockKind::permit(1),
+            permit(Wait::For(Duration::from_secs(5))),
+        )
         .await
         .expect("the semaphore's mutex was let go");
     next.release().await.expect("release");
 
     let parent = "/rwlocks/drop";
     let writer = a
-        .lock_with("drop", opts(TTL, Wait::No).kind(LockKind::Write))
+        .lock_kind("drop", LockKind::Write, opts(TTL, Wait::No))
         .await
         .expect("free");
     let waiting = {
         let b = b.clone();
         tokio::spawn(async move {
-            b.lock_with("drop", opts(TTL, Wait::Forever).kind(LockKind::Read))
+            b.lock_kind("drop", LockKind::Read, opts(TTL, Wait::Forever))
                 .await
         })
     };
@@ -562,13 +586,14 @@ async fn empty_semaphore_and_read_write_parents_do_not_pile_up() {
             (LockKind::Read, LockKind::Write),
         ] {
             let g = l
-                .lock_with("tidy", opts(TTL, Wait::No).kind(first))
+                .lock_kind("tidy", first, opts(TTL, Wait::No))
                 .await
                 .expect("free");
             let _ = l
-                .lock_with(
+                .lock_kind(
                     "tidy",
-                    opts(TTL, Wait::For(Duration::from_millis(50))).kind(second),
+                    second,
+                    opts(TTL, Wait::For(Duration::from_millis(50))),
                 )
                 .await
                 .expect_err("held");
@@ -651,11 +676,7 @@ async fn digest_auth_puts_acls_on_the_nodes_and_stays_secret() {
     let guard = l.lock_with("acl", opts(TTL, Wait::No)).await.expect("free");
     let also_alice = locker(&url).await;
     assert!(
-        also_alice
-            .try_lock("acl")
-            .await
-            .expect("try_lock")
-            .is_none(),
+        also_alice.try_lock("acl").await.is_err_and(|e| e.is_busy()),
         "the same credentials share the lock"
     );
     let anonymous = zk::Client::connect(&zk.connect_string())

@@ -4,7 +4,8 @@
 //! off holders took came back (no deadlock). Each acquire waits up to the
 //! plan's wait, longer than any lease a worker could have left.
 
-use lock_core::{AcquireOptions, LockGuard, Locker, Wait};
+use lock_core::backend::acquire_kind;
+use lock_core::{AcquireOptions, LockGuard, LockKind, Locker, Wait};
 
 use crate::history::{Event, History, error_kind, instant_ns};
 use crate::plan::WorkerPlan;
@@ -14,14 +15,12 @@ use crate::plan::WorkerPlan;
 pub async fn probe(locker: &Locker, plan: &WorkerPlan) -> std::io::Result<()> {
     let history = History::open(&plan.history)?;
     let (kind, wanted) = plan.lock.whole();
-    let opts = AcquireOptions::with_ttl(plan.ttl)
-        .wait(Wait::For(plan.wait))
-        .kind(kind);
+    let opts = AcquireOptions::with_ttl(plan.ttl).wait(Wait::For(plan.wait));
     // One after another, so that each grant's line follows its own
     // invoke: the checker pairs them by process.
     let mut guards = Vec::new();
     for _ in 0..wanted {
-        if let Some(guard) = take(locker, &history, &plan.name, opts).await? {
+        if let Some(guard) = take(locker, &history, &plan.name, kind, opts).await? {
             guards.push(guard);
         }
     }
@@ -45,10 +44,11 @@ async fn take(
     locker: &Locker,
     history: &History,
     name: &str,
+    kind: LockKind,
     opts: AcquireOptions,
 ) -> std::io::Result<Option<LockGuard>> {
     history.log(Event::Invoke)?;
-    match locker.lock_with(name, opts).await {
+    match acquire_kind(locker, name, kind, opts).await {
         Ok(guard) => {
             history.log(Event::Grant {
                 token: guard.token().get(),

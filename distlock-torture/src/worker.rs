@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, LockGuard, LockKind, LockState, Locker, Wait};
+use lock_core::backend::acquire_kind;
+use lock_core::{AcquireOptions, LockGuard, LockKind, LockState, Locker, StateWatch, Wait};
 use rand::Rng;
 
 use crate::history::{Event, History, error_kind, instant_ns, now_ns};
@@ -34,7 +35,7 @@ pub async fn work(locker: &Locker, plan: &WorkerPlan) -> std::io::Result<()> {
     while now_ns() < until_ns {
         let kind = plan.lock.next_kind(&mut rand::rng());
         history.log(Event::Invoke)?;
-        let guard = match locker.lock_with(&plan.name, opts.kind(kind)).await {
+        let guard = match acquire_kind(locker, &plan.name, kind, opts).await {
             Ok(guard) => guard,
             Err(e) => {
                 history.log(Event::Fail(error_kind(&e).to_owned()))?;
@@ -145,20 +146,17 @@ impl Signals {
         let event = match state {
             LockState::Held => return,
             LockState::AtRisk => Event::AtRisk,
-            LockState::Lost => Event::Lost,
+            _ => Event::Lost,
         };
         if self.logged.fetch_max(state as u8, Ordering::SeqCst) < state as u8 {
             let _ = self.history.log(event);
         }
     }
 
-    async fn follow(self, mut state: tokio::sync::watch::Receiver<LockState>) {
-        loop {
-            let now = *state.borrow_and_update();
+    async fn follow(self, mut states: StateWatch) {
+        self.note(states.state());
+        while let Some(now) = states.changed().await {
             self.note(now);
-            if now == LockState::Lost || state.changed().await.is_err() {
-                return;
-            }
         }
     }
 }

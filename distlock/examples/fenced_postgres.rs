@@ -14,7 +14,8 @@
 
 use std::time::Duration;
 
-use distlock::{AcquireOptions, Wait};
+use distlock::backend::acquire_lease;
+use distlock::{AcquireOptions, LockKind, Wait};
 use sqlx::PgPool;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -50,15 +51,20 @@ pub(crate) async fn run(url: &str) -> Result<(&'static str, &'static str), BoxEr
     let ttl = first.capabilities().min_ttl.max(Duration::from_millis(500));
     // The first holder's lease is not renewed: it stands for a process that
     // stalls right after taking the lock.
-    let stalled = first
-        .acquire_lease(&lock, AcquireOptions::with_ttl(ttl).wait(Wait::No))
-        .await?;
+    let stalled = acquire_lease(
+        &first,
+        &lock,
+        LockKind::Exclusive,
+        AcquireOptions::with_ttl(ttl).wait(Wait::No),
+    )
+    .await?;
     tokio::time::sleep(stalled.remaining() + Duration::from_millis(100)).await;
 
     let opts =
         AcquireOptions::with_ttl(Duration::from_secs(10)).wait(Wait::For(Duration::from_secs(10)));
     let new_write = second
-        .with_lock_options(&lock, opts, |held| {
+        .with_defaults(opts)
+        .with_lock(&lock, |held| {
             let (db, account) = (db.clone(), account.clone());
             async move { fenced_write(&db, &account, 80, held.token().get()).await }
         })

@@ -11,7 +11,8 @@
 
 use std::time::Duration;
 
-use distlock::{AcquireOptions, Wait};
+use distlock::backend::acquire_lease;
+use distlock::{AcquireOptions, LockKind, Wait};
 use redis::Script;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -47,15 +48,20 @@ pub(crate) async fn run(url: &str) -> Result<(&'static str, &'static str), BoxEr
     let (first, second) = (distlock::connect(url).await?, distlock::connect(url).await?);
     let ttl = first.capabilities().min_ttl.max(Duration::from_millis(500));
     // Not renewed: a process that stalls right after taking the lock.
-    let stalled = first
-        .acquire_lease(&lock, AcquireOptions::with_ttl(ttl).wait(Wait::No))
-        .await?;
+    let stalled = acquire_lease(
+        &first,
+        &lock,
+        LockKind::Exclusive,
+        AcquireOptions::with_ttl(ttl).wait(Wait::No),
+    )
+    .await?;
     tokio::time::sleep(stalled.remaining() + Duration::from_millis(100)).await;
 
     let opts =
         AcquireOptions::with_ttl(Duration::from_secs(10)).wait(Wait::For(Duration::from_secs(10)));
     let new_write = second
-        .with_lock_options(&lock, opts, |held| {
+        .with_defaults(opts)
+        .with_lock(&lock, |held| {
             let (mut redis, key) = (redis.clone(), key.clone());
             async move { fenced_set(&mut redis, &key, "new", held.token().get()).await }
         })

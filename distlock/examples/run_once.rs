@@ -62,8 +62,10 @@ async fn run_job_once(
     db: SqlitePool,
 ) -> Result<bool, Box<dyn std::error::Error + Send + Sync>> {
     // No wait: a host holding the lock is running the job.
-    let Some(guard) = locker.try_lock(JOB).await? else {
-        return Ok(false);
+    let guard = match locker.try_lock(JOB).await {
+        Ok(guard) => guard,
+        Err(e) if e.is_busy() => return Ok(false),
+        Err(e) => return Err(e.into()),
     };
     let done: Option<i64> = sqlx::query_scalar("SELECT fence FROM jobs_done WHERE job = ?")
         .bind(JOB)

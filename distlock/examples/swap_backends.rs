@@ -26,12 +26,12 @@ async fn main() -> distlock::Result<()> {
 /// Takes a lock on the backend at `url`, works under it and says what it
 /// did.
 pub(crate) async fn run(url: &str) -> distlock::Result<String> {
-    let locker = distlock::connect(url).await?;
-    let backend = locker.capabilities().backend;
     let opts =
         AcquireOptions::with_ttl(Duration::from_secs(15)).wait(Wait::For(Duration::from_secs(5)));
+    let locker = distlock::connect(url).await?.with_defaults(opts);
+    let backend = locker.capabilities().backend;
     locker
-        .with_lock_options("report-2026-11", opts, |held| async move {
+        .with_lock("report-2026-11", |held| async move {
             // The work goes here. `held` carries the fencing token to pass to
             // whatever the lock protects.
             format!(

@@ -12,9 +12,9 @@ pub use lock_core::backend;
 /// [`parse_duration`](url::parse_duration) a `5s`/`250ms` option.
 pub use lock_core::url;
 pub use lock_core::{
-    AcquireOptions, BackendStats, BoxError, Capabilities, Error, Family, Fencing, FencingToken,
-    Holder, Lease, LockBackend, LockGuard, LockHandle, LockKind, LockName, LockState, Locker,
-    MemoryBackend, OwnerToken, Result, Wait,
+    AcquireOptions, BoxError, Capabilities, Error, Family, Fencing, FencingToken, Holder, Lease,
+    LockBackend, LockGuard, LockHandle, LockKind, LockName, LockState, Locker, MemoryBackend,
+    MultiGuard, MultiLock, OwnerToken, Result, RwLock, Semaphore, StateWatch, Wait,
 };
 
 /// The SQL backend: SQLite, PostgreSQL, MySQL/MariaDB.

@@ -1,171 +1,56 @@
 //! What a backend author needs, in one place (opendal's `raw`): the
 //! [`LockBackend`] trait and the request types its methods take, how a
 //! [`Lease`] is made, the polling and wake-up helpers for waiting, the URL
-//! parsers, and the `async_trait` macro the trait is written with.
-//! Applications use [`Locker`](crate::Locker) and rarely need this module.
-
-use std::fmt;
-use std::time::Duration;
+//! parsers, the `async_trait` macro the trait is written with, and
+//! [`acquire_lease`] for a lease with nothing to renew it. Applications use
+//! [`Locker`] and its guards, and rarely need this module.
 
 pub use crate::handover::{Handover, Handovers, Registration};
 pub use crate::lease::Lease;
+pub use crate::lock_backend::{Holder, LockBackend, millis, poll_acquire};
 pub use crate::options::{AcquireRequest, WaitBudget};
 pub use crate::single_flight::SingleFlight;
 pub use crate::stats::BackendStats;
+pub use crate::token::OwnerToken;
 pub use crate::url::{HostList, QueryOptions};
 pub use crate::wait::{Backoff, ReleaseSignals, Retry, Waking};
 pub use async_trait::async_trait;
 
-use crate::capabilities::Capabilities;
-use crate::error::{Error, Result};
-use crate::name::LockName;
-use crate::token::FencingToken;
+use crate::error::Result;
+use crate::guard::LockGuard;
+use crate::kind::LockKind;
+use crate::locker::Locker;
+use crate::options::AcquireOptions;
 
-/// Waits for `req` within `budget` by polling `backend.try_acquire` with
-/// jittered exponential backoff, woken early by `waking`'s signals when a
-/// release happens in this process (or its server announces one into
-/// them): the [`acquire`](LockBackend::acquire) of a backend without a
-/// server-side queue.
+/// Acquires `kind` of `name` through `locker` as a bare [`Lease`], with no
+/// renewal and no guard: the caller renews and releases it through
+/// `backend` (the backend the locker was made over). For tools that manage
+/// leases themselves; applications want the guards of [`Locker`].
 ///
-/// Retryable backend errors (a dropped connection, a busy database) are
-/// retried within the budget; the last one is returned if the budget runs
-/// out after it.
-pub async fn poll_acquire<B: LockBackend + ?Sized>(
-    backend: &B,
-    req: &AcquireRequest,
-    budget: &WaitBudget,
-    waking: Waking<'_>,
+/// Cancel-safe as the locker's acquires are: if this future is dropped while
+/// a request is in flight, the request is allowed to finish (in a task of
+/// its own) and whatever it was granted is released, so no lock is left
+/// held by nobody.
+pub async fn acquire_lease(
+    locker: &Locker,
+    name: impl AsRef<str>,
+    kind: LockKind,
+    opts: AcquireOptions,
 ) -> Result<Lease> {
-    crate::wait::poll(backend, req, budget, waking).await
+    Ok(locker.acquire(name, kind, opts).await?.0)
 }
 
-impl<B: LockBackend + ?Sized> crate::wait::Attempt for B {
-    fn attempt<'a>(
-        &'a self,
-        req: &'a AcquireRequest,
-    ) -> impl Future<Output = Result<Option<Lease>>> + Send + 'a {
-        self.try_acquire(req)
-    }
-}
-
-/// A distributed-lock backend: one object-safe trait, so a backend chosen at
-/// run time from a URL can be held as `Arc<dyn LockBackend>`.
-///
-/// Applications use [`Locker`](crate::Locker), which validates input, renews
-/// leases and makes acquires cancel-safe; this trait is the small surface a
-/// backend must provide. Every method that talks to a server must finish
-/// within the backend's configured timeouts: an unreachable server is an
-/// [`Error::Unavailable`] or [`Error::Timeout`], never a hang.
-#[async_trait]
-pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
-    /// What this backend guarantees.
-    fn capabilities(&self) -> Capabilities;
-
-    /// One attempt: `Ok(None)` when another owner holds the lock.
-    ///
-    /// The attempt is idempotent for `req.owner`: if an earlier attempt with
-    /// the same request was applied but its reply lost, this one returns that
-    /// grant instead of failing.
-    async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>>;
-
-    /// Waits for the lock within `budget`, then fails with
-    /// [`WaitBudget::exhausted`]. The default polls
-    /// [`try_acquire`](Self::try_acquire) with jittered backoff (see
-    /// [`poll_acquire`]); backends that can be
-    /// woken by the server override it.
-    ///
-    /// Implementations stop waiting when the budget's cancellation token
-    /// fires, between requests, never in the middle of one.
-    async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
-        poll_acquire(self, req, budget, Waking::polling()).await
-    }
-
-    /// Extends the lease to `ttl` from now if it is still ours; otherwise
-    /// [`Error::NotHeld`], never a silent success. The fencing token does not
-    /// change.
-    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease>;
-
-    /// Releases the lock if the lease is still ours. Releasing a lease that
-    /// expired or was taken over is [`Error::NotHeld`] and never touches the
-    /// new holder's lock.
-    async fn release(&self, lease: &Lease) -> Result<()>;
-
-    /// Whether `lease` is still the live grant of its lock on the server:
-    /// the same owner holds the name with the same fencing token (or queue
-    /// entry), and the server has not expired it. Reads only: nothing is
-    /// extended. Behind [`LockGuard::is_held`](crate::LockGuard::is_held).
-    async fn is_held(&self, lease: &Lease) -> Result<bool> {
-        let _ = lease;
-        Err(Error::Unsupported {
-            backend: self.capabilities().backend,
-            operation: "checking a lease on the server",
-        })
-    }
-
-    /// Undoes an attempt whose outcome is unknown (its reply was lost, or the
-    /// caller gave up): whatever `req.owner` holds or has queued under
-    /// `req.name` is removed. Doing nothing is a success.
-    async fn abandon(&self, req: &AcquireRequest) -> Result<()>;
-
-    /// Who holds `name` now, where the backend can tell.
-    async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
-        let _ = name;
-        Err(Error::Unsupported {
-            backend: self.capabilities().backend,
-            operation: "inspecting the holder",
-        })
-    }
-
-    /// The backend's own counters since it was made (all zero where a
-    /// backend counts nothing).
-    fn stats(&self) -> BackendStats {
-        BackendStats::default()
-    }
-}
-
-/// The current holder of a lock, as [`LockBackend::holder`] reports it.
-///
-/// Backends make one with [`Holder::new`] or [`Holder::without_token`]; the
-/// fields can be read directly.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Holder {
-    /// The first hex digits of the holder's owner token (see
-    /// [`OwnerToken::short`](crate::OwnerToken::short)).
-    pub owner: String,
-    /// The holder's fencing token, where the backend can read it back
-    /// (Redlock cannot: a grant's token is the masters' clock at the grant,
-    /// stored nowhere).
-    pub token: Option<FencingToken>,
-    /// Time left on the lease by the server's clock, if it is known.
-    pub expires_in: Option<Duration>,
-}
-
-/// A duration in whole milliseconds for a server that counts in them (a
-/// `PX`, an interval column), saturating: TTLs are bounded by
-/// [`Capabilities`] long before it could.
-pub fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-impl Holder {
-    /// A holder as a backend reads it: `owner` is the owner token as the
-    /// backend stores it (its hex form), of which only the first 8 digits
-    /// are kept, as [`OwnerToken::short`](crate::OwnerToken::short) shows
-    /// them: the full token would let its reader release the lock.
-    pub fn new(owner: &str, token: FencingToken, expires_in: Option<Duration>) -> Self {
-        Self {
-            owner: owner.chars().take(8).collect(),
-            token: Some(token),
-            expires_in,
-        }
-    }
-
-    /// A holder whose fencing token the backend cannot read back.
-    pub fn without_token(owner: &str, expires_in: Option<Duration>) -> Self {
-        Self {
-            token: None,
-            ..Self::new(owner, FencingToken::new(0), expires_in)
-        }
-    }
+/// Acquires `kind` of `name` through `locker` with `opts`, as a guard: what
+/// [`Locker::lock_with`], [`Semaphore::acquire_with`](crate::Semaphore::acquire_with),
+/// [`RwLock::read_with`](crate::RwLock::read_with) and
+/// [`RwLock::write_with`](crate::RwLock::write_with) do, for tools that
+/// choose the kind at run time (the `distlock` command's `--permits` and
+/// `--read-write`, a test run over every kind).
+pub async fn acquire_kind(
+    locker: &Locker,
+    name: impl AsRef<str>,
+    kind: LockKind,
+    opts: AcquireOptions,
+) -> Result<LockGuard> {
+    locker.acquire_kind(name, kind, opts).await
 }

@@ -194,6 +194,21 @@ impl Error {
         matches!(self, Error::Busy { .. } | Error::WaitTimeout { .. })
     }
 
+    /// Whether somebody else held the lock at the one attempt asked for
+    /// ([`Error::Busy`]): the answer of every `try_*` method, and of any
+    /// acquire with [`Wait::No`](crate::Wait::No), when the lock is taken.
+    pub fn is_busy(&self) -> bool {
+        matches!(self, Error::Busy { .. })
+    }
+
+    /// Whether a held lock turned out not to be held any more, so that
+    /// what was done under it may have overlapped with another holder:
+    /// [`Error::Lost`] (this process noticed first) or [`Error::NotHeld`]
+    /// (the backend did).
+    pub fn is_lost(&self) -> bool {
+        matches!(self, Error::Lost { .. } | Error::NotHeld { .. })
+    }
+
     /// Whether the backend was in trouble — unreachable, or a call timed
     /// out — so the outcome of the call is unknown and a retry may get
     /// through. Says nothing about the lock itself.

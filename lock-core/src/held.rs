@@ -9,9 +9,14 @@
 //! inside one task (`join!`, `select!`, `FuturesUnordered`) are one task
 //! here: the second to lock a name the first holds gets `AlreadyHeld` —
 //! spawn them as tasks to have them take turns.
+//!
+//! A reentrant acquire ([`AcquireOptions::reentrant`]) finds here the grant
+//! the task holds, to share it instead.
+//!
+//! [`AcquireOptions::reentrant`]: crate::AcquireOptions::reentrant
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::ThreadId;
 
 use crate::error::{Error, Result};
@@ -35,14 +40,29 @@ impl Caller {
     }
 }
 
-/// The held names of one locker and its clones.
-#[derive(Default)]
-pub(crate) struct HeldNames {
-    names: Mutex<Holds>,
+/// The held names of one locker and its clones, each with the grant `T`
+/// that holds it.
+pub(crate) struct HeldNames<T> {
+    names: Mutex<Holds<T>>,
+}
+
+impl<T> Default for HeldNames<T> {
+    fn default() -> Self {
+        Self {
+            names: Mutex::default(),
+        }
+    }
+}
+
+/// One task's hold of one name.
+struct Hold<T> {
+    caller: Caller,
+    kind: LockKind,
+    grant: Weak<T>,
 }
 
 /// Who holds what, by family and name.
-type Holds = HashMap<(Family, LockName), Vec<(Caller, LockKind)>>;
+type Holds<T> = HashMap<(Family, LockName), Vec<Hold<T>>>;
 
 /// Whether a task holding `held` of a name would wait on itself asking for
 /// `asked` of it: the mutex again, or a side of a read-write lock that
@@ -58,8 +78,18 @@ fn waits_on_itself(asked: LockKind, held: LockKind) -> bool {
     }
 }
 
-impl HeldNames {
-    fn names(&self) -> MutexGuard<'_, Holds> {
+/// Whether a task holding `held` may share it when asking again for
+/// `asked`: the same mutex or side, or a read under its own write.
+fn shares(asked: LockKind, held: LockKind) -> bool {
+    match asked {
+        LockKind::Exclusive | LockKind::Write => held == asked,
+        LockKind::Read => matches!(held, LockKind::Read | LockKind::Write),
+        _ => false,
+    }
+}
+
+impl<T> HeldNames<T> {
+    fn names(&self) -> MutexGuard<'_, Holds<T>> {
         self.names.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -72,7 +102,7 @@ impl HeldNames {
             Some(holds)
                 if holds
                     .iter()
-                    .any(|(c, held)| *c == caller && waits_on_itself(kind, *held)) =>
+                    .any(|h| h.caller == caller && waits_on_itself(kind, h.kind)) =>
             {
                 Err(Error::AlreadyHeld {
                     name: name.to_string(),
@@ -82,35 +112,57 @@ impl HeldNames {
         }
     }
 
-    /// Counts `kind` of `name` as held by the calling task until the mark
-    /// is dropped.
-    pub(crate) fn mark(self: &Arc<Self>, name: &LockName, kind: LockKind) -> HeldMark {
+    /// The grant through which the calling task holds `name` in a way an
+    /// ask for `kind` may share, if it holds one still alive.
+    pub(crate) fn shared(&self, name: &LockName, kind: LockKind) -> Option<Arc<T>> {
         let caller = Caller::current();
         let key = (kind.family(), name.clone());
-        self.names()
-            .entry(key.clone())
-            .or_default()
-            .push((caller, kind));
+        let names = self.names();
+        names
+            .get(&key)?
+            .iter()
+            .filter(|h| h.caller == caller && shares(kind, h.kind))
+            .find_map(|h| h.grant.upgrade())
+    }
+
+    /// Counts `kind` of `name` as held by the calling task through `grant`
+    /// until the mark is dropped.
+    pub(crate) fn mark(
+        self: &Arc<Self>,
+        name: &LockName,
+        kind: LockKind,
+        grant: Weak<T>,
+    ) -> HeldMark<T> {
+        let caller = Caller::current();
+        let key = (kind.family(), name.clone());
+        self.names().entry(key.clone()).or_default().push(Hold {
+            caller,
+            kind,
+            grant: grant.clone(),
+        });
         HeldMark {
             names: self.clone(),
             key,
-            hold: (caller, kind),
+            grant,
         }
     }
 }
 
-/// One guard's entry in [`HeldNames`], removed when the guard is gone.
-pub(crate) struct HeldMark {
-    names: Arc<HeldNames>,
+/// One grant's entry in [`HeldNames`], removed when the grant is gone.
+pub(crate) struct HeldMark<T> {
+    names: Arc<HeldNames<T>>,
     key: (Family, LockName),
-    hold: (Caller, LockKind),
+    grant: Weak<T>,
 }
 
-impl Drop for HeldMark {
+impl<T> Drop for HeldMark<T> {
     fn drop(&mut self) {
         let mut names = self.names.names();
         if let Some(holds) = names.get_mut(&self.key) {
-            if let Some(at) = holds.iter().position(|h| *h == self.hold) {
+            if let Some(at) = holds
+                .iter()
+                .position(|h| Weak::ptr_eq(&h.grant, &self.grant))
+            {
                 holds.swap_remove(at);
             }
             if holds.is_empty() {

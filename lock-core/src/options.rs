@@ -12,7 +12,13 @@ use crate::name::LockName;
 use crate::token::OwnerToken;
 
 /// How long an acquire may wait for a lock somebody else holds.
+///
+/// Whatever the wait, a lock found held when it ends is an error:
+/// [`Error::Busy`] for [`Wait::No`] (as from every `try_*` method, which is
+/// the same as asking with `Wait::No`), [`Error::WaitTimeout`] for a
+/// [`Wait::For`] that ran out. [`Error::is_contention`] is true of both.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Wait {
     /// Try once; fail with [`Error::Busy`] if the lock is held.
     No,
@@ -24,7 +30,22 @@ pub enum Wait {
     Forever,
 }
 
-/// The options of one acquire.
+/// How to acquire: the lease's TTL, how long to wait, and whether the task
+/// that holds the lock may take it again. What is acquired (the lock, a
+/// permit, a side of a read-write lock) is never an option: it is the
+/// method called, so defaults set with
+/// [`Locker::with_defaults`](crate::Locker::with_defaults) cannot turn one
+/// kind of lock into another.
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_core::{AcquireOptions, Wait};
+///
+/// let opts = AcquireOptions::with_ttl(Duration::from_secs(10))
+///     .wait(Wait::For(Duration::from_secs(2)))
+///     .reentrant(true);
+/// assert_eq!(opts.ttl, Duration::from_secs(10));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct AcquireOptions {
@@ -33,9 +54,10 @@ pub struct AcquireOptions {
     pub ttl: Duration,
     /// How long to wait for a held lock.
     pub wait: Wait,
-    /// What to acquire: the lock (the default), a permit of a semaphore, or
-    /// a side of a read-write lock.
-    pub kind: LockKind,
+    /// Whether a task that already holds the lock through this locker gets
+    /// a second hold of the same grant instead of
+    /// [`Error::AlreadyHeld`] (see [`AcquireOptions::reentrant`]).
+    pub reentrant: bool,
 }
 
 impl AcquireOptions {
@@ -48,8 +70,14 @@ impl AcquireOptions {
         Self {
             ttl,
             wait: Wait::default(),
-            kind: LockKind::Exclusive,
+            reentrant: false,
         }
+    }
+
+    /// The same options with another TTL.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
     }
 
     /// The same options with another wait.
@@ -58,9 +86,22 @@ impl AcquireOptions {
         self
     }
 
-    /// The same options for another kind of lock.
-    pub fn kind(mut self, kind: LockKind) -> Self {
-        self.kind = kind;
+    /// The same options, reentrant or not (the default).
+    ///
+    /// Reentrant, a task that already holds the mutex (or the write side of
+    /// a read-write lock) through this locker, or a clone of it, gets a
+    /// second guard of the same grant: the same lease and fencing token,
+    /// renewed once. The lock is released when the last of its guards is
+    /// released or dropped; [`LockGuard::holds`](crate::LockGuard::holds)
+    /// counts them. A read asked for by a task holding the read or the
+    /// write side shares that hold too. Semaphore permits are never shared:
+    /// a second permit is a second permit. Held by another task, the lock
+    /// is waited for as usual.
+    ///
+    /// Not reentrant, the task gets [`Error::AlreadyHeld`] at once, since
+    /// waiting would wait on itself.
+    pub fn reentrant(mut self, on: bool) -> Self {
+        self.reentrant = on;
         self
     }
 }

@@ -3,6 +3,7 @@
 
 /// How safe it is to act under a lock right now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum LockState {
     /// The last renewal succeeded and the lease has not run out.
     Held,

@@ -279,14 +279,14 @@ impl ReleaseSignals {
     }
 
     /// How many wake-ups were sent so far: what a backend feeding these
-    /// signals reports as [`BackendStats::wakeups`](crate::BackendStats::wakeups).
+    /// signals reports as [`BackendStats::wakeups`](crate::stats::BackendStats::wakeups).
     pub fn wakeups(&self) -> u64 {
         self.wakeups.load(Ordering::Relaxed)
     }
 
-    /// The [`BackendStats`](crate::BackendStats) of a backend whose waiters
+    /// The [`BackendStats`](crate::stats::BackendStats) of a backend whose waiters
     /// these signals wake: `wakeups`.
-    pub fn stats(&self) -> crate::BackendStats {
+    pub fn stats(&self) -> crate::stats::BackendStats {
         crate::stats::BackendStats::default().with_wakeups(self.wakeups())
     }
 }

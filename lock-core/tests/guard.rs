@@ -113,7 +113,7 @@ async fn renewal_keeps_a_lock_alive_past_many_ttls() {
     let guard = locker.lock_with("a", opts(300)).await.unwrap();
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(guard.state(), LockState::Held);
-    assert!(locker.try_lock("a").await.unwrap().is_none());
+    assert!(locker.try_lock("a").await.unwrap_err().is_busy());
     guard.release().await.unwrap();
 }
 
@@ -124,8 +124,7 @@ async fn failing_renewals_go_at_risk_then_lost_at_the_deadline() {
     let guard = locker.lock_with("a", opts(300)).await.unwrap();
     let mut states = guard.handle().watch();
     backend.set(FAILING);
-    states.changed().await.unwrap();
-    assert_eq!(*states.borrow_and_update(), LockState::AtRisk);
+    assert_eq!(states.changed().await, Some(LockState::AtRisk));
     let at_risk_at = tokio::time::Instant::now();
     guard.lost().await;
     assert_eq!(guard.state(), LockState::Lost);
@@ -143,10 +142,10 @@ async fn recovery_from_at_risk_returns_to_held() {
     let guard = locker.lock_with("a", opts(600)).await.unwrap();
     let mut states = guard.handle().watch();
     backend.set(FAILING);
-    states.changed().await.unwrap();
+    assert_eq!(states.changed().await, Some(LockState::AtRisk));
     backend.set(HEALTHY);
-    states.changed().await.unwrap();
-    assert_eq!(*states.borrow(), LockState::Held);
+    assert_eq!(states.changed().await, Some(LockState::Held));
+    assert_eq!(states.state(), LockState::Held);
     guard.release().await.unwrap();
 }
 
@@ -251,7 +250,7 @@ async fn with_lock_returns_the_section_result_and_releases() {
     let locker = Locker::new(MemoryBackend::new());
     let out = locker.with_lock("a", |_| async { 42 }).await.unwrap();
     assert_eq!(out, 42);
-    assert!(locker.try_lock("a").await.unwrap().is_some());
+    assert!(locker.try_lock("a").await.is_ok());
 }
 
 #[tokio::test]
@@ -283,7 +282,12 @@ async fn an_acquire_dropped_mid_request_leaves_nothing_held() {
     let backend = Flaky::default();
     backend.set(SLOW_ACQUIRE);
     let locker = Locker::new(backend.clone());
-    let mut acquire = Box::pin(locker.acquire_lease("a", opts(60_000)));
+    let mut acquire = Box::pin(lock_core::backend::acquire_lease(
+        &locker,
+        "a",
+        LockKind::Exclusive,
+        opts(60_000),
+    ));
     std::future::poll_fn(|cx| {
         assert!(
             acquire.as_mut().poll(cx).is_pending(),
@@ -338,7 +342,7 @@ async fn release_of_a_lost_lock_reports_lost() {
     guard.lost().await;
     assert!(matches!(guard.release().await, Err(Error::Lost { .. })));
     assert!(
-        locker.try_lock("a").await.unwrap().is_some(),
+        locker.try_lock("a").await.is_ok(),
         "released on the backend all the same"
     );
 }
@@ -359,7 +363,7 @@ async fn a_short_lease_after_a_long_one_is_renewed_on_its_own_schedule() {
     assert_eq!(short.state(), LockState::Held);
     let other = Locker::new(backend.clone());
     assert!(
-        other.try_lock("short").await.unwrap().is_none(),
+        other.try_lock("short").await.unwrap_err().is_busy(),
         "the short lease ran out: it was not renewed"
     );
     short.release().await.unwrap();
@@ -383,7 +387,7 @@ async fn a_short_lease_after_long_ones_were_released_is_renewed() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(short.state(), LockState::Held);
     assert!(
-        locker.try_lock("short").await.unwrap().is_none(),
+        locker.try_lock("short").await.unwrap_err().is_busy(),
         "the short lease ran out: it was not renewed"
     );
     short.release().await.unwrap();
@@ -415,7 +419,7 @@ fn renewals_start_again_on_a_new_runtime() {
         let guard = locker.lock_with("b", opts(300)).await.unwrap();
         tokio::time::sleep(Duration::from_secs(3)).await;
         assert!(
-            locker.try_lock("b").await.unwrap().is_none(),
+            locker.try_lock("b").await.unwrap_err().is_busy(),
             "the lease ran out: nothing renewed it"
         );
         guard.release().await.unwrap();
@@ -605,7 +609,7 @@ async fn with_ordered_requests_a_waiter_tries_right_behind_the_release() {
 async fn extend_renews_at_once_and_the_renewals_after_it_use_its_ttl() {
     let backend = Flaky::default();
     let locker = Locker::new(backend.clone());
-    let mut guard = locker.lock_with("a", opts(300)).await.unwrap();
+    let guard = locker.lock_with("a", opts(300)).await.unwrap();
     let lease = guard.extend(Duration::from_secs(30)).await.unwrap();
     assert_eq!(lease.ttl(), Duration::from_secs(30));
     assert_eq!(guard.lease().ttl(), Duration::from_secs(30));
@@ -624,7 +628,7 @@ async fn extend_renews_at_once_and_the_renewals_after_it_use_its_ttl() {
 async fn extend_to_a_shorter_ttl_moves_a_running_keep_alive_onto_it() {
     let backend = Flaky::default();
     let locker = Locker::new(backend.clone());
-    let mut guard = locker.lock_with("a", opts(30_000)).await.unwrap();
+    let guard = locker.lock_with("a", opts(30_000)).await.unwrap();
     // The keep-alive has started and sleeps until its next renewal, at 20 s.
     tokio::time::sleep(Duration::from_secs(11)).await;
     assert_eq!(backend.renewed_with(), [Duration::from_secs(30)]);
@@ -644,7 +648,7 @@ async fn extend_to_a_shorter_ttl_moves_a_running_keep_alive_onto_it() {
 async fn extend_refused_by_the_backend_loses_the_lock() {
     let backend = Flaky::default();
     let locker = Locker::new(backend.clone());
-    let mut guard = locker.lock_with("a", opts(3_000)).await.unwrap();
+    let guard = locker.lock_with("a", opts(3_000)).await.unwrap();
     let zero = guard.extend(Duration::ZERO).await;
     assert!(matches!(zero, Err(Error::InvalidTtl { .. })), "{zero:?}");
     assert_eq!(guard.state(), LockState::Held);
@@ -688,7 +692,7 @@ async fn a_task_waiting_for_a_name_it_holds_fails_at_once() {
     assert!(matches!(in_section, Err(Error::AlreadyHeld { .. })));
     assert_eq!(started.elapsed(), Duration::ZERO);
     // Not waiting, the answer is the usual one.
-    assert!(locker.try_lock("a").await.unwrap().is_none());
+    assert!(locker.try_lock("a").await.unwrap_err().is_busy());
     // Another name is fine.
     locker.lock("b").await.unwrap().release().await.unwrap();
 
@@ -713,20 +717,24 @@ async fn a_task_waiting_for_a_name_it_holds_fails_at_once() {
 async fn a_task_that_would_wait_on_its_own_read_or_write_fails_at_once() {
     let locker = Locker::new(MemoryBackend::new());
     let started = tokio::time::Instant::now();
-    let read = locker.read_lock("doc").await.unwrap();
-    let write = locker.write_lock("doc").await;
+    let read = locker.rwlock("doc").read().await.unwrap();
+    let write = locker.rwlock("doc").write().await;
     assert!(matches!(write, Err(Error::AlreadyHeld { .. })), "{write:?}");
     // A second read, a permit and the mutex of the name are other matters.
-    let second = locker.read_lock("doc").await.unwrap();
-    let permit = locker.acquire_permit("doc", 1).await.unwrap();
+    let second = locker.rwlock("doc").read().await.unwrap();
+    let permit = locker.semaphore("doc", 1).acquire().await.unwrap();
     let mutex = locker.lock("doc").await.unwrap();
     for guard in [read, second, permit, mutex] {
         guard.release().await.unwrap();
     }
-    let write = locker.write_lock("doc").await.unwrap();
+    let write = locker.rwlock("doc").write().await.unwrap();
     for kind in [LockKind::Read, LockKind::Write] {
         let wait = opts(3_000).wait(Wait::For(Duration::from_secs(10)));
-        let again = locker.lock_with("doc", wait.kind(kind)).await;
+        let doc = locker.rwlock("doc");
+        let again = match kind {
+            LockKind::Read => doc.read_with(wait).await,
+            _ => doc.write_with(wait).await,
+        };
         assert!(
             matches!(again, Err(Error::AlreadyHeld { .. })),
             "{kind}: {again:?}"
@@ -735,7 +743,8 @@ async fn a_task_that_would_wait_on_its_own_read_or_write_fails_at_once() {
     assert_eq!(started.elapsed(), Duration::ZERO);
     write.release().await.unwrap();
     locker
-        .read_lock("doc")
+        .rwlock("doc")
+        .read()
         .await
         .unwrap()
         .release()
@@ -747,7 +756,7 @@ async fn a_task_that_would_wait_on_its_own_read_or_write_fails_at_once() {
 async fn extend_to_a_shorter_ttl_moves_the_deadline_before_the_answer() {
     let backend = Flaky::default();
     let locker = Locker::new(backend.clone());
-    let mut guard = locker.lock_with("a", opts(30_000)).await.unwrap();
+    let guard = locker.lock_with("a", opts(30_000)).await.unwrap();
     let handle = guard.handle();
     // The server may apply the shorter TTL although its answer never comes.
     backend.set(HANGING);
@@ -771,7 +780,7 @@ async fn extend_to_a_shorter_ttl_moves_the_deadline_before_the_answer() {
 async fn extend_answered_after_the_lease_ran_out_reports_it_lost() {
     let backend = Flaky::default();
     let locker = Locker::new(backend.clone());
-    let mut guard = locker.lock_with("a", opts(300)).await.unwrap();
+    let guard = locker.lock_with("a", opts(300)).await.unwrap();
     // The renewal is applied, but its answer comes after the lease ran out
     // and the lost signal fired: nothing renews the lock any more.
     backend.renew_delay_ms.store(1_000, Ordering::SeqCst);

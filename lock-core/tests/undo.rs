@@ -76,7 +76,11 @@ async fn a_try_lock_on_a_black_holed_server_ends_within_one_timeout() {
     let opts = AcquireOptions::with_ttl(Duration::from_secs(10)).wait(Wait::No);
     for kind in [LockKind::Exclusive, LockKind::Read, LockKind::Write] {
         let started = tokio::time::Instant::now();
-        let tried = locker.lock_with("a", opts.kind(kind)).await;
+        let tried = match kind {
+            LockKind::Read => locker.rwlock("a").read_with(opts).await,
+            LockKind::Write => locker.rwlock("a").write_with(opts).await,
+            _ => locker.lock_with("a", opts).await,
+        };
         assert!(tried.is_err(), "{kind}: granted through a black hole");
         assert_eq!(
             started.elapsed(),
@@ -97,13 +101,12 @@ async fn a_writer_that_gives_up_leaves_no_mark_for_the_next_reader() {
     let (locker, other) = (Locker::new(backend.clone()), Locker::new(backend.clone()));
     let opts = AcquireOptions::with_ttl(Duration::from_secs(10));
     let reader = other
-        .lock_with("a", opts.kind(LockKind::Read).wait(Wait::No))
+        .rwlock("a")
+        .read_with(opts.wait(Wait::No))
         .await
         .expect("free");
     let wait = Wait::For(Duration::from_millis(100));
-    let writer = locker
-        .lock_with("a", opts.kind(LockKind::Write).wait(wait))
-        .await;
+    let writer = locker.rwlock("a").write_with(opts.wait(wait)).await;
     assert!(
         matches!(writer, Err(Error::WaitTimeout { .. })),
         "{writer:?}"
@@ -111,9 +114,7 @@ async fn a_writer_that_gives_up_leaves_no_mark_for_the_next_reader() {
     // Undone before the writer's error came back: a reader right after it
     // is not held back by a writer that is no longer waiting.
     assert_eq!(backend.abandoned.load(Ordering::SeqCst), 1);
-    let second = locker
-        .lock_with("a", opts.kind(LockKind::Read).wait(Wait::No))
-        .await;
+    let second = locker.rwlock("a").read_with(opts.wait(Wait::No)).await;
     assert!(second.is_ok(), "a second reader: {second:?}");
     drop(second);
     reader.release().await.expect("release");

@@ -4,6 +4,7 @@
 //! Usage: `contender URL NAME ROUNDS LOG [PERMITS]`; with `PERMITS`, each
 //! section holds one permit of a semaphore of that many instead of the lock.
 
+use conformance_tests::kinds::Kinds;
 use std::io::Write;
 use std::time::Duration;
 
@@ -21,12 +22,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let rounds: usize = rounds.parse()?;
     let locker = distlock::connect(url).await?;
-    let opts = AcquireOptions::with_ttl(Duration::from_secs(10))
-        .wait(Wait::For(Duration::from_secs(90)))
-        .kind(kind);
+    let opts =
+        AcquireOptions::with_ttl(Duration::from_secs(10)).wait(Wait::For(Duration::from_secs(90)));
     let pid = std::process::id();
     for _ in 0..rounds {
-        let guard = locker.lock_with(name, opts).await?;
+        let guard = locker.lock_kind(name, kind, opts).await?;
         append(log, &format!("enter {pid} {}\n", guard.token()))?;
         tokio::time::sleep(Duration::from_millis(3)).await;
         append(log, &format!("exit {pid} {}\n", guard.token()))?;

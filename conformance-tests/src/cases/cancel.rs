@@ -50,9 +50,12 @@ pub async fn cancel_safety(t: &dyn Target) -> Verdict {
         }
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            if let Some(g) = c.try_lock(&name).await.expect("try_lock") {
-                g.release().await.expect("release");
-                break;
+            match c.try_lock(&name).await {
+                Ok(g) => {
+                    g.release().await.expect("release");
+                    break;
+                }
+                Err(e) => assert!(e.is_busy(), "try_lock: {e}"),
             }
             assert!(
                 Instant::now() < deadline,

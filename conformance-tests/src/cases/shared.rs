@@ -3,6 +3,7 @@
 //! on one that does not, it checks that asking fails with
 //! [`Error::Unsupported`] before any I/O, and says so.
 
+use crate::kinds::Kinds;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -23,9 +24,10 @@ async fn unsupported(l: &Locker, kind: LockKind) -> Option<Verdict> {
         return None;
     }
     let asked = l
-        .lock_with(
+        .lock_kind(
             unique("unsupported"),
-            opts(caps.min_ttl.max(Duration::from_secs(1)), Wait::No).kind(kind),
+            kind,
+            opts(caps.min_ttl.max(Duration::from_secs(1)), Wait::No),
         )
         .await;
     match asked {
@@ -45,8 +47,8 @@ async fn unsupported(l: &Locker, kind: LockKind) -> Option<Verdict> {
     )))
 }
 
-fn ten_seconds(kind: LockKind, wait: Wait) -> lock_core::AcquireOptions {
-    opts(Duration::from_secs(10), wait).kind(kind)
+fn ten_seconds(wait: Wait) -> lock_core::AcquireOptions {
+    opts(Duration::from_secs(10), wait)
 }
 
 /// Many clients take permits of one semaphore in a loop: never more than
@@ -79,9 +81,10 @@ pub async fn semaphore_admits_at_most_n(t: &dyn Target) -> Verdict {
             let mut mine = Vec::new();
             for _ in 0..ROUNDS {
                 let g = l
-                    .lock_with(
+                    .lock_kind(
                         &name,
-                        ten_seconds(kind, Wait::For(Duration::from_secs(120))),
+                        kind,
+                        ten_seconds(Wait::For(Duration::from_secs(120))),
                     )
                     .await
                     .expect("a permit under contention");
@@ -142,23 +145,20 @@ pub async fn crashed_permit_returns_after_ttl(t: &dyn Target) -> Verdict {
     let mut crashed = Vec::new();
     for _ in 0..PERMITS {
         crashed.push(
-            a.acquire_lease(&name, opts(ttl, Wait::No).kind(kind))
+            a.lease_kind(&name, kind, opts(ttl, Wait::No))
                 .await
                 .expect("a free permit"),
         );
     }
     assert!(
-        b.try_acquire_permit(&name, PERMITS)
+        b.semaphore(&name, PERMITS)
+            .try_acquire()
             .await
-            .expect("try")
-            .is_none(),
+            .is_err_and(|e| e.is_busy()),
         "a full semaphore granted one more permit"
     );
     let g = b
-        .lock_with(
-            &name,
-            opts(Duration::from_secs(10), patient(ttl)).kind(kind),
-        )
+        .lock_kind(&name, kind, opts(Duration::from_secs(10), patient(ttl)))
         .await
         .expect("a crashed holder's permit comes back after its TTL");
     if b.capabilities().fencing == Fencing::Strict {
@@ -178,19 +178,25 @@ pub async fn readers_share_writer_excludes(t: &dyn Target) -> Verdict {
         return v;
     }
     let name = unique("rw");
-    let read = ten_seconds(LockKind::Read, Wait::No);
-    let write = ten_seconds(LockKind::Write, Wait::No);
-    let r1 = a.lock_with(&name, read).await.expect("a free read lock");
-    let r2 = b.lock_with(&name, read).await.expect("readers share");
+    let read = ten_seconds(Wait::No);
+    let write = ten_seconds(Wait::No);
+    let r1 = a
+        .lock_kind(&name, LockKind::Read, read)
+        .await
+        .expect("a free read lock");
+    let r2 = b
+        .lock_kind(&name, LockKind::Read, read)
+        .await
+        .expect("readers share");
     assert!(
-        b.try_write_lock(&name).await.expect("try").is_none(),
+        b.rwlock(&name)
+            .try_write()
+            .await
+            .is_err_and(|e| e.is_busy()),
         "a writer got in beside readers"
     );
     assert!(
-        b.try_lock(&name).await.expect("try").is_some_and(|g| {
-            drop(g);
-            true
-        }),
+        b.try_lock(&name).await.is_ok(),
         "the mutex of the same name is another lock"
     );
     assert!(r1.is_held().await.expect("is_held"));
@@ -201,29 +207,36 @@ pub async fn readers_share_writer_excludes(t: &dyn Target) -> Verdict {
     );
     r1.release().await.expect("release");
     assert!(
-        b.try_write_lock(&name).await.expect("try").is_none(),
+        b.rwlock(&name)
+            .try_write()
+            .await
+            .is_err_and(|e| e.is_busy()),
         "a writer got in beside a reader"
     );
     r2.release().await.expect("release");
     let w = a
-        .lock_with(&name, write)
+        .lock_kind(&name, LockKind::Write, write)
         .await
         .expect("a writer gets in once readers are gone");
     assert!(
-        b.try_read_lock(&name).await.expect("try").is_none(),
+        b.rwlock(&name).try_read().await.is_err_and(|e| e.is_busy()),
         "a reader got in beside a writer"
     );
     assert!(
-        b.try_write_lock(&name).await.expect("try").is_none(),
+        b.rwlock(&name)
+            .try_write()
+            .await
+            .is_err_and(|e| e.is_busy()),
         "two writers"
     );
     let waiter = {
         let b = b.clone();
         let name = name.clone();
         tokio::spawn(async move {
-            b.lock_with(
+            b.lock_kind(
                 &name,
-                ten_seconds(LockKind::Read, Wait::For(Duration::from_secs(30))),
+                LockKind::Read,
+                ten_seconds(Wait::For(Duration::from_secs(30))),
             )
             .await
         })
@@ -261,7 +274,7 @@ pub async fn waiting_writer_is_not_starved(t: &dyn Target) -> Verdict {
     }
     let name = unique("rw-starve");
     let r1 = a
-        .lock_with(&name, ten_seconds(LockKind::Read, Wait::No))
+        .lock_kind(&name, LockKind::Read, ten_seconds(Wait::No))
         .await
         .expect("a free read lock");
     // The writer's TTL is short, shorter than some backends' pause
@@ -271,7 +284,7 @@ pub async fn waiting_writer_is_not_starved(t: &dyn Target) -> Verdict {
         let (b, name) = (b.clone(), name.clone());
         tokio::spawn(async move {
             let wait = Wait::For(Duration::from_secs(60));
-            b.lock_with(&name, opts(writer_ttl, wait).kind(LockKind::Write))
+            b.lock_kind(&name, LockKind::Write, opts(writer_ttl, wait))
                 .await
         })
     };
@@ -282,7 +295,7 @@ pub async fn waiting_writer_is_not_starved(t: &dyn Target) -> Verdict {
     let mut refused_since = None;
     for _ in 0..200 {
         let asked = c
-            .lock_with(&name, ten_seconds(LockKind::Read, Wait::No))
+            .lock_kind(&name, LockKind::Read, ten_seconds(Wait::No))
             .await;
         match (asked, refused_since) {
             (Ok(g), None) => g.release().await.expect("release"),
@@ -314,9 +327,10 @@ pub async fn waiting_writer_is_not_starved(t: &dyn Target) -> Verdict {
     // Its short lease may have run out by now on a busy machine.
     let _ = w.release().await;
     let r = c
-        .lock_with(
+        .lock_kind(
             &name,
-            ten_seconds(LockKind::Read, Wait::For(Duration::from_secs(30))),
+            LockKind::Read,
+            ten_seconds(Wait::For(Duration::from_secs(30))),
         )
         .await
         .expect("readers get in again after the writer");
@@ -332,13 +346,14 @@ pub async fn a_writer_that_gives_up_lets_readers_in(t: &dyn Target) -> Verdict {
     }
     let name = unique("rw-giveup");
     let r1 = a
-        .lock_with(&name, ten_seconds(LockKind::Read, Wait::No))
+        .lock_kind(&name, LockKind::Read, ten_seconds(Wait::No))
         .await
         .expect("a free read lock");
     match b
-        .lock_with(
+        .lock_kind(
             &name,
-            ten_seconds(LockKind::Write, Wait::For(Duration::from_millis(300))),
+            LockKind::Write,
+            ten_seconds(Wait::For(Duration::from_millis(300))),
         )
         .await
     {
@@ -346,9 +361,10 @@ pub async fn a_writer_that_gives_up_lets_readers_in(t: &dyn Target) -> Verdict {
         other => panic!("a writer behind a reader: expected WaitTimeout, got {other:?}"),
     }
     let r2 = b
-        .lock_with(
+        .lock_kind(
             &name,
-            ten_seconds(LockKind::Read, Wait::For(Duration::from_secs(5))),
+            LockKind::Read,
+            ten_seconds(Wait::For(Duration::from_secs(5))),
         )
         .await
         .expect("a reader gets in once the writer gave up (well before its 10 s TTL)");
@@ -377,7 +393,7 @@ pub async fn permits_wake_few_waiters(t: &dyn Target) -> Verdict {
     for _ in 0..PERMITS {
         held.push(
             holder
-                .lock_with(&name, ten_seconds(kind, Wait::No))
+                .lock_kind(&name, kind, ten_seconds(Wait::No))
                 .await
                 .expect("a free permit"),
         );
@@ -387,7 +403,7 @@ pub async fn permits_wake_few_waiters(t: &dyn Target) -> Verdict {
         let (l, name) = (l.clone(), name.clone());
         tasks.push(tokio::spawn(async move {
             let g = l
-                .lock_with(&name, ten_seconds(kind, Wait::For(Duration::from_secs(60))))
+                .lock_kind(&name, kind, ten_seconds(Wait::For(Duration::from_secs(60))))
                 .await
                 .expect("a permit in turn");
             sleep(Duration::from_millis(30)).await;
@@ -433,7 +449,7 @@ pub async fn shared_leases_renew_and_release_for_the_owner_only(t: &dyn Target) 
     for kind in kinds {
         let name = unique("shared-renew");
         let lease = a
-            .acquire_lease(&name, opts(ttl, Wait::No).kind(kind))
+            .lease_kind(&name, kind, opts(ttl, Wait::No))
             .await
             .expect("free");
         assert_eq!(lease.kind(), kind);

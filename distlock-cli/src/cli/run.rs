@@ -5,6 +5,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
+use distlock::backend::acquire_kind;
 use distlock::{
     AcquireOptions, Error, LockGuard, LockKind, LockName, LockState, Locker, Result, Wait,
 };
@@ -63,10 +64,10 @@ async fn run_locked(
         (false, Some(d)) => Wait::For(d),
         (false, None) => Wait::Forever,
     };
-    let opts = AcquireOptions::with_ttl(args.ttl).kind(args.kind());
+    let opts = AcquireOptions::with_ttl(args.ttl);
     // A signal while waiting ends the wait; the acquire is cancel-safe.
     let guard = tokio::select! {
-        guard = acquire(&locker, name, opts, wait) => guard?,
+        guard = acquire(&locker, name, args.kind(), opts, wait) => guard?,
         sig = signals.next() => {
             eprintln!("distlock: {sig} while waiting for lock \"{name}\"; giving up");
             return Ok(128 + u8::try_from(sig as i32).unwrap_or(0));
@@ -119,16 +120,17 @@ async fn run_locked(
 async fn acquire(
     locker: &Locker,
     name: &LockName,
+    kind: LockKind,
     opts: AcquireOptions,
     wait: Wait,
 ) -> Result<LockGuard> {
-    match locker.lock_with(name, opts.wait(Wait::No)).await {
+    match acquire_kind(locker, name, kind, opts.wait(Wait::No)).await {
         Err(Error::Busy { .. }) if wait != Wait::No => {}
         other => return other,
     }
     // Only the lock has one holder to name.
     let holder = match locker.holder(name).await {
-        Ok(Some(h)) if opts.kind == LockKind::Exclusive => match h.token {
+        Ok(Some(h)) if kind == LockKind::Exclusive => match h.token {
             Some(token) => format!(" (held by owner {}…, fencing token {token})", h.owner),
             None => format!(" (held by owner {}…)", h.owner),
         },
@@ -138,12 +140,12 @@ async fn acquire(
         Wait::For(d) => format!(" for up to {}", human(d)),
         _ => String::new(),
     };
-    let what = match opts.kind {
+    let what = match kind {
         LockKind::Exclusive => "lock".to_owned(),
         kind => format!("a {kind} of"),
     };
     eprintln!("distlock: waiting{limit} for {what} \"{name}\"{holder}");
-    locker.lock_with(name, opts.wait(wait)).await
+    acquire_kind(locker, name, kind, opts.wait(wait)).await
 }
 
 /// Starts the command in the watchdog's process group, so that one signal

@@ -131,15 +131,13 @@ impl Supervisor<'_> {
                 changed = states.changed(), if states_open => match changed {
                     // The keep-alive is done; the lease's deadline still
                     // decides.
-                    Err(_) => states_open = false,
-                    Ok(()) => match *states.borrow_and_update() {
-                        LockState::AtRisk => eprintln!(
-                            "distlock: renewing lock \"{name}\" is failing; it is still held for {}",
-                            human(self.guard.lease().remaining())
-                        ),
-                        LockState::Held => eprintln!("distlock: lock \"{name}\" renewed again"),
-                        LockState::Lost => {}
-                    },
+                    None => states_open = false,
+                    Some(LockState::AtRisk) => eprintln!(
+                        "distlock: renewing lock \"{name}\" is failing; it is still held for {}",
+                        human(self.guard.lease().remaining())
+                    ),
+                    Some(LockState::Held) => eprintln!("distlock: lock \"{name}\" renewed again"),
+                    Some(_) => {}
                 },
                 () = sleep_until_some(term_at) => {
                     target.signal(Signal::SIGTERM);

@@ -26,17 +26,18 @@ impl Locker {
     /// The lease, and where the backend's server does not queue waiters,
     /// the name's local queue (see `turns.rs`), to count a guard made from
     /// the lease as holding the name.
-    pub(super) async fn acquire(
+    pub(crate) async fn acquire(
         &self,
         name: impl AsRef<str>,
+        kind: LockKind,
         opts: AcquireOptions,
     ) -> Result<(Lease, Option<Arc<Queue>>, Labels)> {
         let name = LockName::new(name)?;
         let capabilities = self.backend.capabilities();
-        capabilities.check_kind(opts.kind)?;
-        let exclusive = opts.kind == LockKind::Exclusive;
+        capabilities.check_kind(kind)?;
+        let exclusive = kind == LockKind::Exclusive;
         if opts.wait != Wait::No {
-            self.held.check(&name, opts.kind)?;
+            self.held.check(&name, kind)?;
         }
         capabilities.check_ttl(opts.ttl)?;
         let started = Instant::now();
@@ -47,12 +48,12 @@ impl Locker {
             backend = capabilities.backend,
             ttl = ?opts.ttl,
             wait = ?opts.wait,
-            kind = %opts.kind,
+            kind = %kind,
             token = tracing::field::Empty,
             outcome = tracing::field::Empty,
             attempts = tracing::field::Empty,
         );
-        let req = AcquireRequest::new(name, opts.ttl).with_kind(opts.kind);
+        let req = AcquireRequest::new(name, opts.ttl).with_kind(kind);
         let cancel = CancellationToken::new();
         let budget = WaitBudget::new(opts.wait, cancel.clone());
         // Waiters of one name in this locker go to the backend one at a time,

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use distlock::backend::async_trait;
+use distlock::backend::{acquire_kind, async_trait};
 use distlock::{AcquireOptions, Error, LockGuard, LockKind, Locker, Result, Wait};
 use serde::Serialize;
 
@@ -133,11 +133,7 @@ impl Library {
         until: Instant,
     ) -> Result<Option<Box<dyn Held>>> {
         let wait = until.saturating_duration_since(Instant::now());
-        match self
-            .locker
-            .lock_with(name, self.options(wait).kind(kind))
-            .await
-        {
+        match acquire_kind(&self.locker, name, kind, self.options(wait)).await {
             Ok(guard) => Ok(Some(Box::new(guard))),
             Err(Error::WaitTimeout { .. }) => Ok(None),
             Err(e) => Err(e),
