@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod blocking;
 mod connect;
 
 pub use connect::{SCHEMES, backend_url, connect, connect_backend};

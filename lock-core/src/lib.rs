@@ -3,6 +3,7 @@
 #![deny(missing_docs)]
 
 pub mod backend;
+pub mod blocking;
 mod capabilities;
 mod error;
 mod guard;

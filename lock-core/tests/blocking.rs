@@ -1,0 +1,153 @@
+//! The blocking API over the in-memory backend: every call finished before
+//! it returns, guards released on drop on any thread, reentrancy by thread.
+
+use std::time::Duration;
+
+use lock_core::blocking::Locker;
+use lock_core::{AcquireOptions, Error, LockState, MemoryBackend, Wait};
+
+fn locker() -> Locker {
+    Locker::new(MemoryBackend::new()).expect("a runtime")
+}
+
+#[test]
+fn a_dropped_guard_is_released_before_drop_returns() {
+    let locker = locker();
+    let guard = locker.lock("a").expect("free");
+    assert!(locker.try_lock("a").unwrap_err().is_busy());
+    drop(guard);
+    locker
+        .try_lock("a")
+        .expect("released by the drop")
+        .release()
+        .expect("release");
+}
+
+#[test]
+fn a_guard_dropped_on_another_thread_is_released() {
+    let locker = locker();
+    let guard = locker.lock("a").expect("free");
+    let token = guard.token();
+    std::thread::spawn(move || drop(guard))
+        .join()
+        .expect("thread");
+    let again = locker.try_lock("a").expect("released by the other thread");
+    assert!(again.token() > token);
+}
+
+#[test]
+fn a_guard_dropped_inside_an_async_runtime_is_released_in_the_background() {
+    let locker = locker();
+    let guard = locker.lock("a").expect("free");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async move { drop(guard) });
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match locker.try_lock("a") {
+            Ok(g) => break g.release().expect("release"),
+            Err(e) if e.is_busy() && std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("never released: {e}"),
+        }
+    }
+}
+
+#[test]
+fn the_holding_thread_gets_already_held_or_a_reentrant_hold() {
+    let locker = locker();
+    let first = locker.lock("a").expect("free");
+    match locker.lock("a") {
+        Err(Error::AlreadyHeld { .. }) => {}
+        other => panic!("a second lock on the holding thread: {other:?}"),
+    }
+    let reentrant = AcquireOptions::default().reentrant(true);
+    let second = locker.lock_with("a", reentrant).expect("reentrant");
+    assert_eq!(second.token(), first.token());
+    assert_eq!(first.holds(), 2);
+    // Another thread is another holder, and waits.
+    let other = locker.clone();
+    let busy = std::thread::spawn(move || other.lock_with("a", reentrant.wait(Wait::No)))
+        .join()
+        .expect("thread");
+    assert!(busy.unwrap_err().is_busy());
+    first.release().expect("first release");
+    assert!(locker.as_async().capabilities().backend == "memory");
+    drop(second);
+    locker
+        .try_lock("a")
+        .expect("free after both")
+        .release()
+        .expect("release");
+}
+
+#[test]
+fn leases_are_renewed_while_the_caller_blocks_elsewhere() {
+    let locker = locker();
+    let opts = AcquireOptions::with_ttl(Duration::from_secs(1));
+    let guard = locker.lock_with("a", opts).expect("free");
+    std::thread::sleep(Duration::from_millis(2_500));
+    assert_eq!(guard.state(), LockState::Held, "renewed in the background");
+    assert!(guard.is_held().expect("is_held"));
+    guard.release().expect("release");
+}
+
+#[test]
+fn the_handles_block_too() {
+    let locker = locker();
+    let pool = locker.semaphore("pool", 2);
+    let (a, b) = (pool.acquire().expect("1"), pool.acquire().expect("2"));
+    assert!(pool.try_acquire().unwrap_err().is_busy());
+    drop(a);
+    pool.try_acquire()
+        .expect("a permit back")
+        .release()
+        .expect("release");
+    b.release().expect("release");
+
+    let doc = locker.rwlock("doc");
+    let read = doc.read().expect("read");
+    assert!(doc.try_write().unwrap_err().is_busy());
+    read.release().expect("release");
+    let written = doc.with_write(|held| held.token()).expect("write");
+    assert!(written.get() > 0);
+
+    let both = locker.multi_lock(["y", "x"]);
+    let held = both.lock().expect("both");
+    assert_eq!(held.tokens().len(), 2);
+    assert!(locker.try_lock("x").unwrap_err().is_busy());
+    drop(held);
+    let names = both
+        .with_lock(|handles| {
+            handles
+                .iter()
+                .map(|h| h.name().to_string())
+                .collect::<Vec<_>>()
+        })
+        .expect("both again");
+    assert_eq!(names, ["x", "y"]);
+}
+
+#[test]
+fn with_lock_reports_a_lock_lost_while_the_section_ran() {
+    let locker = locker();
+    let opts = AcquireOptions::with_ttl(Duration::from_millis(200));
+    let locker =
+        Locker::from_async(|| async move { Ok(locker.as_async().clone().with_defaults(opts)) })
+            .expect("runtime");
+    let outcome = locker.with_lock("a", |held| {
+        // Taken away behind the guard's back, as an expiry would.
+        let lease = held.lease();
+        let backend = locker.as_async().backend().clone();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(backend.release(&lease)).expect("release");
+        std::thread::sleep(Duration::from_millis(400));
+    });
+    assert!(matches!(outcome, Err(Error::Lost { .. })), "{outcome:?}");
+}
