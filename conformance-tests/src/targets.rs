@@ -60,7 +60,7 @@ impl UrlTarget {
         let dir = tempfile::tempdir().expect("create a temporary directory");
         let url = format!(
             "{}://{}/locks.db",
-            distlock::lock_sql::SQLITE_SCHEMES[0],
+            distlock::backends::sql::SQLITE_SCHEMES[0],
             dir.path().display()
         );
         Self {

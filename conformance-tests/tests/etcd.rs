@@ -17,7 +17,7 @@ use common::etcd::{queued, wait_for_queue};
 use conformance_tests::cases;
 use conformance_tests::servers::etcd::{Etcd, etcdctl};
 use conformance_tests::targets::fresh_table;
-use distlock::lock_etcd::EtcdBackend;
+use distlock::backends::etcd::EtcdBackend;
 use lock_core::backend::LockBackend;
 use lock_core::{AcquireOptions, Error, LockKind, LockState, Locker, Wait};
 use tokio::time::{Instant, sleep, timeout};

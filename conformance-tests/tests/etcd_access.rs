@@ -12,7 +12,7 @@ use std::time::Duration;
 use conformance_tests::access::another_identity_is_refused;
 use conformance_tests::servers::etcd_auth::{EtcdAuth, TEAMS};
 use conformance_tests::targets::fresh_table;
-use distlock::lock_etcd::EtcdBackend;
+use distlock::backends::etcd::EtcdBackend;
 use lock_core::{AcquireOptions, Locker, Wait};
 
 const TTL: Duration = Duration::from_secs(4);

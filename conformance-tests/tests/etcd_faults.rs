@@ -17,7 +17,7 @@ use common::etcd::{queued, wait_for_queue};
 use conformance_tests::proxy::{Fault, Proxy};
 use conformance_tests::servers::etcd::Etcd;
 use conformance_tests::targets::fresh_table;
-use distlock::lock_etcd::EtcdBackend;
+use distlock::backends::etcd::EtcdBackend;
 use lock_core::backend::LockBackend;
 use lock_core::{AcquireOptions, Locker, Wait};
 use tokio::time::{Instant, sleep_until};

@@ -7,7 +7,7 @@ use std::time::Duration;
 use conformance_tests::servers::etcd::Etcd;
 use conformance_tests::servers::tls::TestCa;
 use conformance_tests::tls_refusals::refused_clearly;
-use distlock::lock_etcd::EtcdBackend;
+use distlock::backends::etcd::EtcdBackend;
 use tokio::time::Instant;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(1500);

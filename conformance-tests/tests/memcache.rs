@@ -19,7 +19,7 @@ use common::memcache::backend;
 use conformance_tests::proxy::{Fault, Proxy};
 use conformance_tests::servers::memcached::Memcached;
 use conformance_tests::targets::fresh_table;
-use distlock::lock_memcache::MemcacheBackend;
+use distlock::backends::memcache::MemcacheBackend;
 use lock_core::backend::{AcquireRequest, Lease, LockBackend};
 use lock_core::{AcquireOptions, Error, LockKind, LockName, LockState, Locker, OwnerToken, Wait};
 use tokio::time::{Instant, sleep, sleep_until, timeout};

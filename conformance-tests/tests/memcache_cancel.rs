@@ -15,7 +15,7 @@ use common::memcache::backend;
 use conformance_tests::proxy::{Fault, Proxy};
 use conformance_tests::servers::memcached::Memcached;
 use conformance_tests::targets::fresh_table;
-use distlock::lock_memcache::{MIN_TTL, MemcacheBackend};
+use distlock::backends::memcache::{MIN_TTL, MemcacheBackend};
 use lock_core::backend::{AcquireRequest, Lease, LockBackend};
 use lock_core::{Error, FencingToken, LockName};
 use rand::Rng;

@@ -17,7 +17,7 @@ use common::memcache::backend;
 use conformance_tests::proxy::{Fault, Proxy};
 use conformance_tests::servers::memcached::Memcached;
 use conformance_tests::targets::fresh_table;
-use distlock::lock_memcache::{MIN_TTL, MemcacheBackend};
+use distlock::backends::memcache::{MIN_TTL, MemcacheBackend};
 use lock_core::{AcquireOptions, LockGuard, LockName, LockState, Locker, Wait};
 use nix::time::{ClockId, clock_gettime};
 use tokio::time::{Instant, sleep, sleep_until};

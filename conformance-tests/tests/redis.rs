@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::redis::{locker, opts, prefix};
 use conformance_tests::servers::redis::Redis;
-use distlock::lock_redis::RedisBackend;
+use distlock::backends::redis::RedisBackend;
 use lock_core::backend::LockBackend;
 use lock_core::{FencingToken, Locker, Wait};
 use redis::aio::MultiplexedConnection;

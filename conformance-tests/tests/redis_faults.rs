@@ -16,7 +16,7 @@ use std::time::Duration;
 use common::redis::{locker, opts, prefix};
 use conformance_tests::proxy::{Fault, Proxy};
 use conformance_tests::servers::redis::Redis;
-use distlock::lock_redis::RedisBackend;
+use distlock::backends::redis::RedisBackend;
 use lock_core::backend::{AcquireRequest, LockBackend};
 use lock_core::{Error, Fencing, LockKind, LockName, LockState, StateWatch, Wait};
 use tokio::time::{Instant, sleep, timeout};

@@ -13,8 +13,8 @@ use std::time::Duration;
 use conformance_tests::servers::etcd::Etcd;
 use conformance_tests::servers::zookeeper::ZooKeeper;
 use conformance_tests::targets::fresh_table;
-use distlock::lock_etcd::EtcdBackend;
-use distlock::lock_zk::ZkBackend;
+use distlock::backends::etcd::EtcdBackend;
+use distlock::backends::zk::ZkBackend;
 use lock_core::backend::{AcquireRequest, LockBackend};
 use lock_core::{LockName, OwnerToken};
 use tokio::time::{Instant, sleep};
@@ -137,7 +137,7 @@ async fn an_etcd_cleanup_logs_keys_by_a_short_id() {
     let url = etcd.url(&fresh_table(), "");
     let backend = Arc::new(EtcdBackend::connect(&url).await.expect("connect"));
     let name = LockName::new("expiring").unwrap();
-    let ttl = distlock::lock_etcd::MIN_TTL;
+    let ttl = distlock::backends::etcd::MIN_TTL;
     let req = AcquireRequest::new(name.clone(), ttl);
     let lease = backend
         .try_acquire(&req)
@@ -153,7 +153,7 @@ async fn an_etcd_cleanup_logs_keys_by_a_short_id() {
         .await
         .unwrap();
     sleep(ttl).await;
-    let other = AcquireRequest::new(name, distlock::lock_etcd::MIN_TTL);
+    let other = AcquireRequest::new(name, distlock::backends::etcd::MIN_TTL);
     let deadline = Instant::now() + Duration::from_secs(30);
     while backend.try_acquire(&other).await.unwrap().is_none() {
         assert!(Instant::now() < deadline, "the expired grant stayed");

@@ -13,7 +13,8 @@ use std::time::Duration;
 use conformance_tests::access::another_identity_is_refused;
 use conformance_tests::servers::sql_teams::{SqlTeams, TEAMS, password};
 use conformance_tests::targets::fresh_table;
-use distlock::{AcquireOptions, Error, LockBackend, LockKind, Locker, Wait};
+use distlock::backend::LockBackend;
+use distlock::{AcquireOptions, Error, LockKind, Locker, Wait};
 
 async fn connect(url: &str) -> Arc<dyn LockBackend> {
     distlock::connect_backend(url)

@@ -10,7 +10,7 @@ use conformance_tests::targets::fresh_table;
 use conformance_tests::torture::{
     Route, assert_faults_applied, hold_to_claim, rows, shared_nemesis,
 };
-use distlock::lock_memcache::MIN_TTL;
+use distlock::backends::memcache::MIN_TTL;
 
 const README: &str = include_str!("../../lock-memcache/README.md");
 const WORKER: &str = env!("CARGO_BIN_EXE_torture-worker");

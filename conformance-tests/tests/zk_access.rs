@@ -9,7 +9,7 @@ use std::time::Duration;
 use conformance_tests::access::another_identity_is_refused;
 use conformance_tests::servers::zookeeper::ZooKeeper;
 use conformance_tests::targets::fresh_table;
-use distlock::lock_zk::ZkBackend;
+use distlock::backends::zk::ZkBackend;
 use lock_core::{AcquireOptions, Locker, Wait};
 use zookeeper_client as zk;
 

@@ -17,7 +17,7 @@ use common::zk::{TTL, backend, children, locker, opts, plain, wait_for_children}
 use conformance_tests::proxy::{Fault, Proxy};
 use conformance_tests::servers::zookeeper::{ZkServer, ZooKeeper};
 use conformance_tests::targets::fresh_table;
-use distlock::lock_zk::ZkBackend;
+use distlock::backends::zk::ZkBackend;
 use lock_core::backend::LockBackend;
 use lock_core::{Error, LockHandle, LockState, Locker, Wait};
 use tokio::time::{sleep, timeout};

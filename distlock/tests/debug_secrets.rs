@@ -4,12 +4,12 @@
 
 use std::path::PathBuf;
 
-use distlock::lock_etcd::config::EtcdConfig;
-use distlock::lock_memcache::config::MemcacheConfig;
-use distlock::lock_redis::config::RedisConfig;
-use distlock::lock_redlock::config::RedlockConfig;
-use distlock::lock_sql::SqlConfig;
-use distlock::lock_zk::config::ZkConfig;
+use distlock::backends::etcd::config::EtcdConfig;
+use distlock::backends::memcache::config::MemcacheConfig;
+use distlock::backends::redis::config::RedisConfig;
+use distlock::backends::redlock::config::RedlockConfig;
+use distlock::backends::sql::SqlConfig;
+use distlock::backends::zk::config::ZkConfig;
 use distlock::url::QueryOptions;
 use lock_core::secret::Password;
 

@@ -3,7 +3,7 @@
 //! runtime of the locker's own renews leases in the background.
 //!
 //! A lock asked for again by the thread that holds it gets
-//! [`Error::AlreadyHeld`](crate::Error::AlreadyHeld), or a second hold
+//! [`Error::AlreadyHeld`], or a second hold
 //! with [`AcquireOptions::reentrant`]: here the thread is what a task is to
 //! the async [`Locker`](crate::Locker). Dropping a guard releases the lock
 //! before `drop` returns. Do not call these from async code: blocking a

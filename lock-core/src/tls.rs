@@ -227,6 +227,7 @@ pub use material::TlsMaterial;
 #[cfg(feature = "rustls")]
 mod client_config;
 #[cfg(feature = "rustls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rustls")))]
 pub use client_config::server_name;
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
 pub mod client;
@@ -16,3 +17,6 @@ mod session;
 pub use backend::{EtcdBackend, MIN_TTL};
 
 pub use config::{NAME, SCHEMES};
+
+/// The `etcd-client` crate whose client [`EtcdBackend::from_client`] takes, at the version it was built with.
+pub use etcd_client;

@@ -121,12 +121,14 @@ impl MemcacheBackend {
     /// The meta-protocol client, for tests that replay an interleaving
     /// (feature `raw`).
     #[cfg(feature = "raw")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "raw")))]
     pub fn client(&self) -> &MetaClient {
         &self.client
     }
 
     /// The key holding `name`'s owner token (feature `raw`).
     #[cfg(feature = "raw")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "raw")))]
     pub fn lock_key(&self, name: &LockName) -> String {
         self.key(name)
     }

@@ -133,7 +133,7 @@ impl Node {
     /// Removes `owner`'s grant with `token`, or with no token everything
     /// `owner` has in the group (its grant, its waiting-writer mark), and
     /// announces it to waiters. `true` if a live grant was removed. One
-    /// `EVAL`, like every cleanup ([`eval`]).
+    /// `EVAL`, like every cleanup (`eval`).
     pub async fn leave(
         &self,
         name: &LockName,

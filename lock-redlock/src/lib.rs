@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
 pub mod config;
@@ -9,3 +10,6 @@ mod majority;
 pub use backend::RedlockBackend;
 
 pub use config::{NAME, SCHEMES};
+
+/// The `redis` crate whose clients [`RedlockBackend::from_clients`] takes, at the version it was built with.
+pub use redis;

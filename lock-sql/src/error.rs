@@ -12,6 +12,7 @@ use sqlx::error::DatabaseError;
 /// code that drives sqlx beside it (the benchmark's floors) judges errors
 /// the same way with this (feature `raw`).
 #[cfg(feature = "raw")]
+#[cfg_attr(docsrs, doc(cfg(feature = "raw")))]
 pub fn is_transient(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Database(db) => transient_database_error(&**db),

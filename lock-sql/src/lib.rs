@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(any(feature = "sqlite", feature = "mysql"))]
 mod admission;
@@ -28,9 +29,11 @@ mod tls;
 
 pub use backend::SqlBackend;
 #[cfg(feature = "raw")]
+#[cfg_attr(docsrs, doc(cfg(feature = "raw")))]
 pub use config::CommonOptions;
 pub use config::SqlConfig;
 #[cfg(feature = "raw")]
+#[cfg_attr(docsrs, doc(cfg(feature = "raw")))]
 pub use error::is_transient;
 pub use pool::{SqlOptions, SqlPool};
 pub use table::TableName;
@@ -39,3 +42,6 @@ pub use config::{
     MYSQL_NAME, MYSQL_SCHEMES, POSTGRES_NAME, POSTGRES_SCHEMES, SCHEMES, SQLITE_NAME,
     SQLITE_SCHEMES,
 };
+
+/// The `sqlx` crate whose pools [`SqlBackend::from_pool`] takes, at the version it was built with.
+pub use sqlx;

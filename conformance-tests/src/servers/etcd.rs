@@ -174,7 +174,7 @@ impl Etcd {
                 })
                 .collect::<Vec<_>>();
             let addrs: Vec<String> = members.iter().map(|m| m.client_addr.clone()).collect();
-            let url = ServerUrl::local(distlock::lock_etcd::SCHEMES[0], None, &addrs, "");
+            let url = ServerUrl::local(distlock::backends::etcd::SCHEMES[0], None, &addrs, "");
             let url = if tls {
                 url.with_query(pki.url_options("distlock"))
             } else {

@@ -111,7 +111,7 @@ impl Mariadb {
             )
             .await?;
             let url = ServerUrl::local(
-                distlock::lock_sql::MYSQL_SCHEMES[1],
+                distlock::backends::sql::MYSQL_SCHEMES[1],
                 Some(&format!("{USER}:{PASSWORD}")),
                 &[format!("127.0.0.1:{port}")],
                 DATABASE,

@@ -86,7 +86,7 @@ impl Memcached {
             };
             let server = Self {
                 url: ServerUrl::local(
-                    distlock::lock_memcache::SCHEMES[0],
+                    distlock::backends::memcache::SCHEMES[0],
                     None,
                     &[format!("127.0.0.1:{port}")],
                     "",

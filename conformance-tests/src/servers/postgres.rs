@@ -96,7 +96,7 @@ impl Postgres {
             let command: Vec<&str> = command.iter().map(String::as_str).collect();
             // SIGINT is PostgreSQL's fast shutdown: it does not wait for clients.
             let url = ServerUrl::local(
-                distlock::lock_sql::POSTGRES_SCHEMES[0],
+                distlock::backends::sql::POSTGRES_SCHEMES[0],
                 Some(&format!("{USER}:{PASSWORD}")),
                 &[format!("127.0.0.1:{port}")],
                 "postgres",

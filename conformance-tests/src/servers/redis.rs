@@ -394,7 +394,9 @@ impl RedisSet {
                 match external(&REDLOCK, "").await {
                     Some(url) => Self {
                         nodes: (0..url.addresses().len())
-                            .map(|i| Redis::at(url.host(i, distlock::lock_redis::SCHEMES[0]), None))
+                            .map(|i| {
+                                Redis::at(url.host(i, distlock::backends::redis::SCHEMES[0]), None)
+                            })
                             .collect(),
                         external: Some(url),
                     },
@@ -419,7 +421,7 @@ impl RedisSet {
         let hosts: Vec<String> = self.nodes.iter().map(Redis::redlock_host).collect();
         let base = format!(
             "{}://{}",
-            distlock::lock_redlock::SCHEMES[0],
+            distlock::backends::redlock::SCHEMES[0],
             hosts.join(",")
         );
         let tls = match self.nodes.first() {

@@ -443,7 +443,7 @@ fn node_at(url: &ServerUrl, address: &str) -> Redis {
         .map(|password| format!("{}:{password}", url.user().unwrap_or_default()));
     Redis::at(
         ServerUrl::local(
-            distlock::lock_redis::SCHEMES[0],
+            distlock::backends::redis::SCHEMES[0],
             userinfo.as_deref(),
             &[address.to_owned()],
             "",

@@ -211,7 +211,7 @@ impl RedisSentinel {
             .map(|address| {
                 Redis::at(
                     ServerUrl::local(
-                        distlock::lock_redis::SCHEMES[0],
+                        distlock::backends::redis::SCHEMES[0],
                         userinfo.as_deref(),
                         &[address],
                         "",
@@ -455,7 +455,7 @@ impl RedisSentinel {
 /// A sentinel's URL: no password.
 fn sentinel_url(address: &str) -> ServerUrl {
     ServerUrl::local(
-        distlock::lock_redis::SCHEMES[0],
+        distlock::backends::redis::SCHEMES[0],
         None,
         &[address.to_owned()],
         "",

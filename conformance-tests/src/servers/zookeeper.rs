@@ -239,7 +239,7 @@ impl ZooKeeper {
             let zk = Self {
                 servers,
                 peer_links,
-                url: ServerUrl::local(distlock::lock_zk::SCHEMES[0], None, &addrs, ""),
+                url: ServerUrl::local(distlock::backends::zk::SCHEMES[0], None, &addrs, ""),
                 tls_query: match tls {
                     true => TestCa::shared().url_options("distlock"),
                     false => String::new(),
@@ -327,7 +327,9 @@ impl ZooKeeper {
             }
             // Four-letter words need a plain port: a session is the proof.
             let url = self.url("", "connect_timeout=2s");
-            distlock::lock_zk::ZkBackend::connect(&url).await.is_ok()
+            distlock::backends::zk::ZkBackend::connect(&url)
+                .await
+                .is_ok()
         })
         .await
     }

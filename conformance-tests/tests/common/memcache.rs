@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use distlock::lock_memcache::MemcacheBackend;
+use distlock::backends::memcache::MemcacheBackend;
 
 pub(crate) async fn backend(url: &str) -> Arc<MemcacheBackend> {
     Arc::new(MemcacheBackend::connect(url).await.expect("connect"))

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use conformance_tests::servers::zookeeper::ZooKeeper;
-use distlock::lock_zk::ZkBackend;
+use distlock::backends::zk::ZkBackend;
 use lock_core::{AcquireOptions, Locker, Wait};
 use tokio::time::{sleep, timeout};
 use zookeeper_client as zk;

@@ -30,6 +30,7 @@ pub(super) fn install_default_provider() {
     }
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "rustls")))]
 impl TlsMaterial {
     /// The rustls configuration: the CA file's certificates, or the public
     /// (webpki) roots and the operating system's trust store; and the

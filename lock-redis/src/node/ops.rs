@@ -156,7 +156,7 @@ impl Node {
     }
 
     /// Deletes the lock if `owner` holds it, and announces the release; as
-    /// one `EVAL`, like every cleanup ([`eval`]).
+    /// one `EVAL`, like every cleanup (`eval`).
     ///
     /// Without waiting marks (Redlock), nothing is announced, and the
     /// script is the bare compare-and-delete.

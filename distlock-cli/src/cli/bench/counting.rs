@@ -36,11 +36,11 @@ impl Counting {
         match super::url::scheme(url) {
             "memory" => true,
             #[cfg(feature = "sqlite")]
-            s if distlock::lock_sql::SQLITE_SCHEMES.contains(&s) => true,
+            s if distlock::backends::sql::SQLITE_SCHEMES.contains(&s) => true,
             #[cfg(feature = "mysql")]
-            s if distlock::lock_sql::MYSQL_SCHEMES.contains(&s) => true,
+            s if distlock::backends::sql::MYSQL_SCHEMES.contains(&s) => true,
             #[cfg(feature = "memcache")]
-            s if distlock::lock_memcache::SCHEMES.contains(&s) => true,
+            s if distlock::backends::memcache::SCHEMES.contains(&s) => true,
             _ => false,
         }
     }

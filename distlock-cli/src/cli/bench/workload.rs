@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use distlock::{OwnerToken, Result};
+use distlock::Result;
+use distlock::backend::OwnerToken;
 use serde::Serialize;
 
 use super::contender::Contender;

@@ -7,9 +7,10 @@
 use super::primitive::floor_error;
 use std::time::Duration;
 
+use distlock::backend::OwnerToken;
 use distlock::backend::async_trait;
-use distlock::lock_etcd::config::EtcdConfig;
-use distlock::{Error, OwnerToken, Result};
+use distlock::backends::etcd::config::EtcdConfig;
+use distlock::{Error, Result};
 use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
 
 use super::primitive::Floor;
@@ -28,7 +29,7 @@ pub(super) struct EtcdGrant {
 /// The client lock-etcd's `EtcdBackend::connect` makes for the same URL.
 pub(crate) async fn client(url: &str) -> Result<Client> {
     let config = EtcdConfig::parse(&distlock::backend_url(url)?)?;
-    distlock::lock_etcd::client::connect(&config).await
+    distlock::backends::etcd::client::connect(&config).await
 }
 
 /// Whole seconds, rounded up, as etcd leases take them.

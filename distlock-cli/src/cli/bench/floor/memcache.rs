@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
+use distlock::backend::OwnerToken;
 use distlock::backend::{QueryOptions, async_trait};
-use distlock::{Error, OwnerToken, Result};
+use distlock::{Error, Result};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;

@@ -6,8 +6,9 @@ use std::collections::hash_map::Entry;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use distlock::backend::OwnerToken;
 use distlock::backend::async_trait;
-use distlock::{Error, OwnerToken, Result};
+use distlock::{Error, Result};
 
 use super::primitive::Floor;
 

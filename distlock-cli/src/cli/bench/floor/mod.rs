@@ -62,35 +62,35 @@ pub(crate) async fn connect(
     match crate::cli::bench::url::scheme(url) {
         "memory" => Ok(spin(memory::MemoryFloor::default(), ttl)),
         #[cfg(feature = "sqlite")]
-        s if distlock::lock_sql::SQLITE_SCHEMES.contains(&s) => {
+        s if distlock::backends::sql::SQLITE_SCHEMES.contains(&s) => {
             Ok(spin(sqlite::SqliteFloor::open(url).await?, ttl))
         }
         #[cfg(feature = "postgres")]
-        s if distlock::lock_sql::POSTGRES_SCHEMES.contains(&s) => {
+        s if distlock::backends::sql::POSTGRES_SCHEMES.contains(&s) => {
             Ok(spin(postgres::PostgresFloor::open(url).await?, ttl))
         }
         #[cfg(feature = "mysql")]
-        s if distlock::lock_sql::MYSQL_SCHEMES.contains(&s) => {
+        s if distlock::backends::sql::MYSQL_SCHEMES.contains(&s) => {
             Ok(spin(mysql::MySqlFloor::open(url).await?, ttl))
         }
         #[cfg(feature = "redis")]
-        s if distlock::lock_redis::SCHEMES.contains(&s) => {
+        s if distlock::backends::redis::SCHEMES.contains(&s) => {
             Ok(spin(redis::RedisFloor::open(url).await?, ttl))
         }
         #[cfg(feature = "redlock")]
-        s if distlock::lock_redlock::SCHEMES.contains(&s) => {
+        s if distlock::backends::redlock::SCHEMES.contains(&s) => {
             Ok(spin(redlock::RedlockFloor::open(url).await?, ttl))
         }
         #[cfg(feature = "etcd")]
-        s if distlock::lock_etcd::SCHEMES.contains(&s) => {
+        s if distlock::backends::etcd::SCHEMES.contains(&s) => {
             Ok(spin(etcd::EtcdFloor::open(url).await?, ttl))
         }
         #[cfg(feature = "zk")]
-        s if distlock::lock_zk::SCHEMES.contains(&s) => {
+        s if distlock::backends::zk::SCHEMES.contains(&s) => {
             Ok(spin(zk::ZkFloor::open(url).await?, ttl))
         }
         #[cfg(feature = "memcache")]
-        s if distlock::lock_memcache::SCHEMES.contains(&s) => {
+        s if distlock::backends::memcache::SCHEMES.contains(&s) => {
             Ok(spin(memcache::MemcacheFloor::open(url)?, ttl))
         }
         _ => Err(Error::Unsupported {

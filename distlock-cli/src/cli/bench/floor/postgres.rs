@@ -7,9 +7,10 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use distlock::backend::OwnerToken;
 use distlock::backend::{QueryOptions, async_trait};
-use distlock::lock_sql::CommonOptions;
-use distlock::{Error, OwnerToken, Result};
+use distlock::backends::sql::CommonOptions;
+use distlock::{Error, Result};
 use sqlx::Row as _;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 

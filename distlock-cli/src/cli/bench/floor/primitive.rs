@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
+use distlock::Result;
+use distlock::backend::OwnerToken;
 use distlock::backend::async_trait;
-use distlock::{OwnerToken, Result};
 
 /// A backend's raw lock primitive: one attempt, and the release that goes
 /// with it, each as few round trips as the backend allows, with the same
@@ -54,7 +55,7 @@ pub(super) fn floor_error<E>(
     e: E,
 ) -> distlock::Error
 where
-    E: std::fmt::Display + Into<distlock::BoxError>,
+    E: std::fmt::Display + Into<distlock::backend::BoxError>,
 {
     let message = format!("floor {operation}: {e}");
     if transient {

@@ -6,9 +6,10 @@
 
 use std::time::Duration;
 
+use distlock::backend::OwnerToken;
 use distlock::backend::async_trait;
-use distlock::lock_redis::config::RedisConfig;
-use distlock::{Error, OwnerToken, Result};
+use distlock::backends::redis::config::RedisConfig;
+use distlock::{Error, Result};
 
 use super::primitive::Floor;
 use super::redis_ops::RawNode;

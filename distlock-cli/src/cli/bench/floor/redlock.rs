@@ -5,9 +5,10 @@
 
 use std::time::Duration;
 
+use distlock::backend::OwnerToken;
 use distlock::backend::async_trait;
-use distlock::lock_redlock::config::RedlockConfig;
-use distlock::{Error, OwnerToken, Result};
+use distlock::backends::redlock::config::RedlockConfig;
+use distlock::{Error, Result};
 use futures_util::future::join_all;
 
 use super::primitive::Floor;

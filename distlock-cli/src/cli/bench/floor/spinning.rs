@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use distlock::Result;
+use distlock::backend::OwnerToken;
 use distlock::backend::async_trait;
-use distlock::{OwnerToken, Result};
 
 use super::primitive::Floor;
 use crate::cli::bench::contender::{Contender, Held, Role, Subject, Wakeups};

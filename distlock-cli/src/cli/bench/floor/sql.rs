@@ -37,5 +37,10 @@ pub(super) fn ttl_ms(ttl: Duration) -> i64 {
 /// Errors lock-sql would retry are retried here too; anything else ends the
 /// run.
 pub(super) fn convert(backend: &'static str, operation: &str, e: sqlx::Error) -> Error {
-    floor_error(backend, operation, distlock::lock_sql::is_transient(&e), e)
+    floor_error(
+        backend,
+        operation,
+        distlock::backends::sql::is_transient(&e),
+        e,
+    )
 }

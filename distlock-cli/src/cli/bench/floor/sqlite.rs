@@ -6,9 +6,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use distlock::backend::OwnerToken;
 use distlock::backend::{QueryOptions, async_trait};
-use distlock::lock_sql::CommonOptions;
-use distlock::{Error, OwnerToken, Result};
+use distlock::backends::sql::CommonOptions;
+use distlock::{Error, Result};
 use percent_encoding::percent_decode_str;
 use sqlx::Row as _;
 use sqlx::sqlite::{

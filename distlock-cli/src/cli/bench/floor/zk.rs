@@ -6,9 +6,10 @@ use super::primitive::floor_error;
 use std::future::Future;
 use std::time::Duration;
 
+use distlock::backend::OwnerToken;
 use distlock::backend::async_trait;
-use distlock::lock_zk::config::ZkConfig;
-use distlock::{Error, OwnerToken, Result};
+use distlock::backends::zk::config::ZkConfig;
+use distlock::{Error, Result};
 use zookeeper_client as zk;
 
 use super::primitive::Floor;
@@ -36,7 +37,7 @@ pub(crate) async fn session(url: &str) -> Result<(zk::Client, Duration)> {
         .with_session_timeout(config.session_timeout)
         .with_fail_eagerly();
     if let Some((user, password)) = &config.digest {
-        let password = password.read(distlock::lock_zk::NAME)?;
+        let password = password.read(distlock::backends::zk::NAME)?;
         connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
     }
     let client = within(

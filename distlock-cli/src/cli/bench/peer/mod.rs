@@ -25,15 +25,15 @@ pub(crate) async fn for_backend(url: &str, ttl: Duration) -> Result<Vec<Arc<dyn 
     Ok(match crate::cli::bench::url::scheme(url) {
         "memory" => vec![Arc::new(tokio_mutex::TokioMutex::default())],
         #[cfg(feature = "etcd")]
-        s if distlock::lock_etcd::SCHEMES.contains(&s) => {
+        s if distlock::backends::etcd::SCHEMES.contains(&s) => {
             vec![Arc::new(etcd_lock::EtcdLock::open(url, ttl).await?)]
         }
         #[cfg(feature = "zk")]
-        s if distlock::lock_zk::SCHEMES.contains(&s) => {
+        s if distlock::backends::zk::SCHEMES.contains(&s) => {
             vec![Arc::new(zk_lock::ZkLock::open(url).await?)]
         }
         #[cfg(feature = "redlock")]
-        s if distlock::lock_redlock::SCHEMES.contains(&s) => {
+        s if distlock::backends::redlock::SCHEMES.contains(&s) => {
             vec![Arc::new(rslock::Rslock::open(url, ttl)?)]
         }
         _ => Vec::new(),

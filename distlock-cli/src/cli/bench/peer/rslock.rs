@@ -3,9 +3,10 @@
 
 use std::time::{Duration, Instant};
 
+use distlock::Result;
+use distlock::backend::OwnerToken;
 use distlock::backend::async_trait;
-use distlock::lock_redlock::config::RedlockConfig;
-use distlock::{OwnerToken, Result};
+use distlock::backends::redlock::config::RedlockConfig;
 use rslock::{Lock, LockManager};
 
 use crate::cli::bench::contender::{Contender, Held, Role, Subject};
