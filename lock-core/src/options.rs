@@ -100,6 +100,21 @@ impl AcquireOptions {
     ///
     /// Not reentrant, the task gets [`Error::AlreadyHeld`] at once, since
     /// waiting would wait on itself.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
+    /// use lock_core::{AcquireOptions, Locker, MemoryBackend};
+    ///
+    /// let locker = Locker::new(MemoryBackend::new());
+    /// let nested = AcquireOptions::default().reentrant(true);
+    /// let outer = locker.lock_with("ledger", nested).await?;
+    /// let inner = locker.lock_with("ledger", nested).await?;
+    /// assert_eq!((inner.token(), inner.holds()), (outer.token(), 2));
+    /// inner.release().await?;
+    /// assert!(locker.try_lock("ledger").await.is_err()); // `outer` holds it
+    /// outer.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn reentrant(mut self, on: bool) -> Self {
         self.reentrant = on;
         self
