@@ -38,7 +38,7 @@ pub async fn another_identity_is_refused(
         .expect("free");
     let lease = guard.lease().clone();
     let name = LockName::new("shared").unwrap();
-    match other.holder(&name).await {
+    match other.holders(&name, LockKind::Exclusive).await {
         Err(e) => refused("holder", e),
         Ok(seen) => panic!("the other identity read the holder: {seen:?}"),
     }

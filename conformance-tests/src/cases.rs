@@ -9,6 +9,7 @@
 mod cancel;
 mod composite;
 mod fifo;
+mod holders;
 mod processes;
 mod shared;
 mod support;
@@ -20,6 +21,7 @@ pub use composite::{
     reentrant_holds_share_one_grant,
 };
 pub use fifo::fifo_one_wake_up_per_release;
+pub use holders::holders_are_listed_for_every_kind;
 pub use processes::{multi_process, multi_process_semaphore};
 pub use shared::{
     a_writer_that_gives_up_lets_readers_in, crashed_permit_returns_after_ttl,

@@ -66,6 +66,7 @@ macro_rules! conformance_suite {
                 lock_all_takes_all_or_none,
                 lock_all_opposite_orders_never_deadlock,
                 lock_all_is_lost_when_any_name_is,
+                holders_are_listed_for_every_kind,
             );
 
             $crate::conformance_suite!(@storms $target;

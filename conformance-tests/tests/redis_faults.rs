@@ -375,7 +375,7 @@ async fn a_reconnect_between_grant_and_wait_confirms_nothing() {
     })
     .await
     .expect("the proxy cut the connection after the script's reply");
-    let _ = backend.holder(&name).await;
+    let _ = backend.holders(&name, LockKind::Exclusive).await;
     let outcome = timeout(Duration::from_secs(10), attempt)
         .await
         .expect("the attempt ends");

@@ -105,3 +105,83 @@ fn bad_input_is_still_an_error_on_stderr() {
     assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
     assert!(out.stdout.is_empty(), "no JSON for an error");
 }
+
+/// `status --permits 2` lists each holder of the semaphore, in text and
+/// JSON, with its token; `--read-write` lists a read-write lock's readers.
+#[test]
+fn a_semaphore_and_a_read_write_lock_list_their_holders() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let hold = |flags: &[&str], file: &str| {
+        distlock(d)
+            .args(["run", "--url", &url(d), "--name", "pool", "--ttl", "20s"])
+            .args(flags)
+            .args([
+                "--",
+                "sh",
+                "-c",
+                &format!("echo $DISTLOCK_TOKEN > {file}; sleep 30"),
+            ])
+            .spawn()
+            .unwrap()
+    };
+    let holders = [
+        hold(&["--permits", "2"], "p1"),
+        hold(&["--permits", "2"], "p2"),
+        hold(&["--read"], "r1"),
+    ];
+    for file in ["p1", "p2", "r1"] {
+        eventually("held", || read(&d.join(file)).ends_with('\n'));
+    }
+    let token = |file: &str| read(&d.join(file)).trim().parse::<u64>().unwrap();
+    let status = |flags: &[&str]| {
+        distlock(d)
+            .args(["status", "--url", &url(d), "--name", "pool"])
+            .args(flags)
+            .output()
+            .unwrap()
+    };
+    let text = status(&["--permits", "2"]);
+    let json = status(&["--permits", "2", "--json"]);
+    let rw = status(&["--read-write", "--json"]);
+    for mut holder in holders {
+        signal(&holder, Signal::SIGTERM);
+        holder.wait().unwrap();
+    }
+
+    let said = String::from_utf8(text.stdout).unwrap();
+    assert_eq!(text.status.code(), Some(75), "{said}");
+    assert!(
+        said.contains("semaphore \"pool\" (2 permits) is held by 2"),
+        "{said}"
+    );
+    for file in ["p1", "p2"] {
+        assert!(
+            said.contains(&format!("fencing token {}", token(file))),
+            "{said}"
+        );
+    }
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(json["kind"], "semaphore");
+    assert_eq!(json["permits"], 2);
+    assert_eq!(json["held"], true);
+    let mut tokens: Vec<u64> = json["holders"]
+        .as_array()
+        .expect("holders")
+        .iter()
+        .map(|h| {
+            assert_eq!(h["side"], "permit", "{h}");
+            h["token"].as_u64().expect("a token")
+        })
+        .collect();
+    tokens.sort();
+    let mut held = vec![token("p1"), token("p2")];
+    held.sort();
+    assert_eq!(tokens, held);
+    let rw: serde_json::Value = serde_json::from_slice(&rw.stdout).unwrap();
+    assert_eq!(rw["kind"], "read-write");
+    let readers = rw["holders"].as_array().expect("holders");
+    assert_eq!(readers.len(), 1, "{rw}");
+    assert_eq!(readers[0]["side"], "read");
+    assert_eq!(readers[0]["token"].as_u64(), Some(token("r1")));
+}

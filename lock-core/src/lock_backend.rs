@@ -9,6 +9,7 @@ use async_trait::async_trait;
 
 use crate::capabilities::Capabilities;
 use crate::error::{Error, Result};
+use crate::kind::{Family, LockKind};
 use crate::lease::Lease;
 use crate::name::LockName;
 use crate::options::{AcquireRequest, WaitBudget};
@@ -102,12 +103,20 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// `req.name` is removed. Doing nothing is a success.
     async fn abandon(&self, req: &AcquireRequest) -> Result<()>;
 
-    /// Who holds `name` now, where the backend can tell.
-    async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
+    /// Who holds `kind`'s lock of `name` now, where the backend can tell:
+    /// the mutex's one holder or none, every permit holder of a semaphore,
+    /// every reader and the writer of a read-write lock (`Read` and `Write`
+    /// ask the same), each with its [`Holder::kind`]. Holders whose leases
+    /// ran out are not listed.
+    async fn holders(&self, name: &LockName, kind: LockKind) -> Result<Vec<Holder>> {
         let _ = name;
         Err(Error::Unsupported {
             backend: self.capabilities().backend,
-            operation: "inspecting the holder",
+            operation: match kind.family() {
+                Family::Mutex => "inspecting the holder",
+                Family::Semaphore => "inspecting a semaphore's holders",
+                _ => "inspecting a read-write lock's holders",
+            },
         })
     }
 
@@ -118,7 +127,7 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     }
 }
 
-/// The current holder of a lock, as [`LockBackend::holder`] reports it.
+/// The current holder of a lock, as [`LockBackend::holders`] reports it.
 ///
 /// Backends make one with [`Holder::new`] or [`Holder::without_token`]; the
 /// fields can be read directly.
@@ -134,6 +143,9 @@ pub struct Holder {
     pub token: Option<FencingToken>,
     /// Time left on the lease by the server's clock, if it is known.
     pub expires_in: Option<Duration>,
+    /// What the holder holds: the lock, a permit, or a side of a
+    /// read-write lock.
+    pub kind: LockKind,
 }
 
 /// A duration in whole milliseconds for a server that counts in them (a
@@ -153,7 +165,14 @@ impl Holder {
             owner: owner.chars().take(8).collect(),
             token: Some(token),
             expires_in,
+            kind: LockKind::Exclusive,
         }
+    }
+
+    /// The same holder, of `kind` (a holder is of the mutex unless said).
+    pub fn of_kind(mut self, kind: LockKind) -> Self {
+        self.kind = kind;
+        self
     }
 
     /// A holder whose fencing token the backend cannot read back.

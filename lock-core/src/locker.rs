@@ -167,8 +167,18 @@ impl Locker {
 
     /// Who holds `name`'s mutex now, where the backend can tell.
     pub async fn holder(&self, name: impl AsRef<str>) -> Result<Option<Holder>> {
+        Ok(self.holders(name, LockKind::Exclusive).await?.pop())
+    }
+
+    /// Every holder of `kind`'s lock of `name`, for the handles.
+    pub(crate) async fn holders(
+        &self,
+        name: impl AsRef<str>,
+        kind: LockKind,
+    ) -> Result<Vec<Holder>> {
         let name = LockName::new(name)?;
-        self.backend.holder(&name).await
+        self.capabilities().check_kind(kind)?;
+        self.backend.holders(&name, kind).await
     }
 
     /// `kind` of `name` with `opts`, as a guard: a share of the calling

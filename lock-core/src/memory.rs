@@ -291,16 +291,37 @@ impl LockBackend for MemoryBackend {
         Ok(())
     }
 
-    async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
+    async fn holders(&self, name: &LockName, kind: LockKind) -> Result<Vec<Holder>> {
         let now = Instant::now();
+        if kind.family() != Family::Mutex {
+            let groups = self.groups();
+            let holders = groups.get(&(kind.family(), name.clone()));
+            return Ok(holders
+                .into_iter()
+                .flat_map(|g| &g.holders)
+                .filter(|m| m.expires > now)
+                .map(|m| {
+                    Holder::new(
+                        &m.owner.to_hex(),
+                        FencingToken::new(m.token),
+                        Some(m.expires - now),
+                    )
+                    .of_kind(m.kind)
+                })
+                .collect());
+        }
         let slots = self.slots();
-        Ok(slots.get(name).and_then(|slot| {
-            let owner = slot.owner.filter(|_| slot.expires > now)?;
-            Some(Holder::new(
-                &owner.to_hex(),
-                FencingToken::new(slot.version),
-                Some(slot.expires - now),
-            ))
-        }))
+        Ok(slots
+            .get(name)
+            .and_then(|slot| {
+                let owner = slot.owner.filter(|_| slot.expires > now)?;
+                Some(Holder::new(
+                    &owner.to_hex(),
+                    FencingToken::new(slot.version),
+                    Some(slot.expires - now),
+                ))
+            })
+            .into_iter()
+            .collect())
     }
 }

@@ -7,6 +7,7 @@ use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::handle::LockHandle;
 use crate::kind::LockKind;
+use crate::lock_backend::Holder;
 use crate::locker::Locker;
 use crate::options::{AcquireOptions, Wait};
 use crate::section::hold_while;
@@ -92,6 +93,12 @@ impl RwLock {
         self.locker
             .acquire_kind(&self.name, LockKind::Write, opts)
             .await
+    }
+
+    /// Who holds the lock now, readers and writer, where the backend can
+    /// tell; each [`Holder::kind`] says which side.
+    pub async fn holders(&self) -> Result<Vec<Holder>> {
+        self.locker.holders(&self.name, LockKind::Read).await
     }
 
     /// Runs `section` while holding the read side, as

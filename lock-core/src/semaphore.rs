@@ -7,6 +7,7 @@ use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::handle::LockHandle;
 use crate::kind::LockKind;
+use crate::lock_backend::Holder;
 use crate::locker::Locker;
 use crate::options::{AcquireOptions, Wait};
 use crate::section::hold_while;
@@ -89,6 +90,11 @@ impl Semaphore {
         self.locker
             .acquire_kind(&self.name, self.kind(), opts)
             .await
+    }
+
+    /// Who holds the semaphore's permits now, where the backend can tell.
+    pub async fn holders(&self) -> Result<Vec<Holder>> {
+        self.locker.holders(&self.name, self.kind()).await
     }
 
     /// Runs `section` while holding a permit, as

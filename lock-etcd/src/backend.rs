@@ -12,7 +12,7 @@ use lock_core::backend::{
     AcquireRequest, BackendStats, Backoff, Holder, Lease, LockBackend, Retry, WaitBudget,
     async_trait,
 };
-use lock_core::{Capabilities, Error, FencingToken, LockKind, LockName, Result};
+use lock_core::{Capabilities, Error, Family, FencingToken, LockKind, LockName, Result};
 
 use crate::config::{EtcdConfig, EtcdOptions};
 use crate::handover::EtcdHandovers;
@@ -261,35 +261,42 @@ impl LockBackend for EtcdBackend {
             .await
     }
 
-    async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
-        let first = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Ascend)
-            .with_limit(1);
-        let dir = self.dir(name);
-        let found = self
-            .call("find the holder", |mut c| async move {
-                c.get(dir, Some(first)).await
-            })
-            .await?;
-        let Some(kv) = found.kvs().first() else {
-            return Ok(None);
-        };
-        let lease = kv.lease();
-        let ttl = self
-            .call("read the lease", |mut c| async move {
-                c.lease_time_to_live(lease, None).await
-            })
-            .await
-            .ok()
-            .map(|t| Duration::from_secs(u64::try_from(t.ttl()).unwrap_or(0)));
-        let owner = kv.value_str().unwrap_or_default();
-        let mut holder = Holder::new(owner, FencingToken::from_i64(kv.create_revision()), ttl);
-        if owner.is_empty() {
-            // Taken by a client that stores no owner token: name it by its lease.
-            holder.owner = format!("{lease:x}");
+    async fn holders(&self, name: &LockName, kind: LockKind) -> Result<Vec<Holder>> {
+        if kind.family() != Family::Mutex {
+            return self.group_holders(name, kind).await;
         }
-        Ok(Some(holder))
+        let holder: Result<Option<Holder>> = async {
+            let first = GetOptions::new()
+                .with_prefix()
+                .with_sort(SortTarget::Create, SortOrder::Ascend)
+                .with_limit(1);
+            let dir = self.dir(name);
+            let found = self
+                .call("find the holder", |mut c| async move {
+                    c.get(dir, Some(first)).await
+                })
+                .await?;
+            let Some(kv) = found.kvs().first() else {
+                return Ok(None);
+            };
+            let lease = kv.lease();
+            let ttl = self
+                .call("read the lease", |mut c| async move {
+                    c.lease_time_to_live(lease, None).await
+                })
+                .await
+                .ok()
+                .map(|t| Duration::from_secs(u64::try_from(t.ttl()).unwrap_or(0)));
+            let owner = kv.value_str().unwrap_or_default();
+            let mut holder = Holder::new(owner, FencingToken::from_i64(kv.create_revision()), ttl);
+            if owner.is_empty() {
+                // Taken by a client that stores no owner token: name it by its lease.
+                holder.owner = format!("{lease:x}");
+            }
+            Ok(Some(holder))
+        }
+        .await;
+        Ok(holder?.into_iter().collect())
     }
 }
 

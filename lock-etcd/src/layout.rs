@@ -31,7 +31,7 @@ impl EtcdBackend {
 
     /// The key range of a semaphore or read-write lock: its family's tag
     /// after the name.
-    fn family_dir(&self, name: &LockName, family: Family) -> String {
+    pub(crate) fn family_dir(&self, name: &LockName, family: Family) -> String {
         match family {
             Family::Mutex => self.dir(name),
             _ => format!("{}{name}#{}/", self.options.prefix, family.tag()),

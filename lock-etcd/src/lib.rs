@@ -8,6 +8,7 @@ pub mod client;
 pub mod config;
 mod error;
 mod handover;
+mod holders;
 mod layout;
 mod probe;
 mod queue;
@@ -18,5 +19,6 @@ pub use backend::{EtcdBackend, MIN_TTL};
 
 pub use config::{NAME, SCHEMES};
 
-/// The `etcd-client` crate whose client [`EtcdBackend::from_client`] takes, at the version it was built with.
+/// The `etcd-client` crate whose client [`EtcdBackend::from_client`]
+/// takes, at the version this crate was built with.
 pub use etcd_client;

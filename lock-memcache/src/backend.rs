@@ -7,7 +7,7 @@ use lock_core::backend::{
     AcquireRequest, Holder, Lease, LockBackend, ReleaseSignals, WaitBudget, Waking, async_trait,
     poll_acquire,
 };
-use lock_core::{Capabilities, Error, Fencing, FencingToken, LockKind, LockName, Result};
+use lock_core::{Capabilities, Error, Family, Fencing, FencingToken, LockKind, LockName, Result};
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
@@ -456,15 +456,16 @@ impl LockBackend for MemcacheBackend {
         Ok(item.is_some_and(|item| item.value == lease.owner().to_hex()))
     }
 
-    async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
+    async fn holders(&self, name: &LockName, kind: LockKind) -> Result<Vec<Holder>> {
+        if kind.family() != Family::Mutex {
+            return self.group_holders(name, kind).await;
+        }
         let Some(item) = self.client.get(&self.key(name)).await? else {
-            return Ok(None);
+            return Ok(Vec::new());
         };
-        Ok(Some(Holder::new(
-            &item.value,
-            self.current_token(name).await?,
-            item.ttl.map(Duration::from_secs),
-        )))
+        let token = self.current_token(name).await?;
+        let left = item.ttl.map(Duration::from_secs);
+        Ok(vec![Holder::new(&item.value, token, left)])
     }
 }
 

@@ -6,14 +6,37 @@
 //! to the semaphore is here: which slot an attempt takes, and an owner's
 //! slots found again after a lost reply.
 
-use lock_core::Result;
-use lock_core::backend::{AcquireRequest, Lease};
+use std::time::Duration;
+
+use lock_core::backend::{AcquireRequest, Holder, Lease};
+use lock_core::{LockKind, LockName, Result};
 use tokio::time::Instant;
 
-use crate::backend::{MemcacheBackend, Place};
+use crate::backend::{MemcacheBackend, Place, permits};
 use crate::meta::Item;
 
 impl MemcacheBackend {
+    /// Every holder of a semaphore: the live item of each slot. A slot's
+    /// token is not kept beside it (its counter is the semaphore's), so
+    /// holders come without one.
+    pub(crate) async fn group_holders(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+    ) -> Result<Vec<Holder>> {
+        let Some(permits) = permits(kind)? else {
+            return Ok(Vec::new());
+        };
+        let mut holders = Vec::new();
+        for slot in 0..permits {
+            if let Some(item) = self.client.get(&self.slot(name, slot).key).await? {
+                let left = item.ttl.map(Duration::from_secs);
+                holders.push(Holder::without_token(&item.value, left).of_kind(kind));
+            }
+        }
+        Ok(holders)
+    }
+
     /// One attempt at a permit of `req.name`'s semaphore of `permits`.
     ///
     /// The slots are read first, in one round trip: if one holds our owner,

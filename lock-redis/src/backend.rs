@@ -7,7 +7,7 @@ use lock_core::backend::{
     AcquireRequest, BackendStats, Holder, Lease, LockBackend, ReleaseSignals, WaitBudget, Waking,
     async_trait, poll_acquire,
 };
-use lock_core::{Capabilities, Error, Fencing, FencingToken, LockKind, LockName, Result};
+use lock_core::{Capabilities, Error, Family, Fencing, FencingToken, LockKind, LockName, Result};
 use redis::Client;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -48,6 +48,22 @@ enum Notices {
 }
 
 impl RedisBackend {
+    /// Every holder of a semaphore or read-write lock.
+    async fn group_holders(&self, name: &LockName, kind: LockKind) -> Result<Vec<Holder>> {
+        let members = self.node.group_holders(name, kind.family()).await?;
+        Ok(members
+            .into_iter()
+            .map(|(writer, owner, left, token)| {
+                let side = match kind {
+                    LockKind::Read | LockKind::Write if writer => LockKind::Write,
+                    LockKind::Read | LockKind::Write => LockKind::Read,
+                    _ => kind,
+                };
+                Holder::new(&owner, token, Some(left)).of_kind(side)
+            })
+            .collect())
+    }
+
     /// Connects to the server a `redis://` or `rediss://` URL names and
     /// subscribes to release notices.
     pub async fn connect(url: &str) -> Result<Self> {
@@ -335,11 +351,17 @@ impl LockBackend for RedisBackend {
         Ok(())
     }
 
-    async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
-        Ok(self
-            .node
-            .holder(name)
-            .await?
-            .map(|h| Holder::new(&h.owner, FencingToken::new(h.counter), Some(h.remaining))))
+    async fn holders(&self, name: &LockName, kind: LockKind) -> Result<Vec<Holder>> {
+        if kind.family() != Family::Mutex {
+            return self.group_holders(name, kind).await;
+        }
+        let holder: Result<Option<Holder>> =
+            async {
+                Ok(self.node.holder(name).await?.map(|h| {
+                    Holder::new(&h.owner, FencingToken::new(h.counter), Some(h.remaining))
+                }))
+            }
+            .await;
+        Ok(holder?.into_iter().collect())
     }
 }

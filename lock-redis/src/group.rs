@@ -9,7 +9,9 @@ use lock_core::{Family, FencingToken, LockKind, LockName, Result};
 use redis::ScriptInvocation;
 
 use crate::node::{Keys, Node};
-use crate::scripts::{GROUP_HELD_SCRIPT, GROUP_RENEW_SCRIPT, JOIN_SCRIPT, LEAVE_TEXT, eval};
+use crate::scripts::{
+    GROUP_HELD_SCRIPT, GROUP_HOLDERS_SCRIPT, GROUP_RENEW_SCRIPT, JOIN_SCRIPT, LEAVE_TEXT, eval,
+};
 
 impl Keys {
     /// The six keys of `name`'s group of `family` in the order the group
@@ -115,6 +117,29 @@ impl Node {
             .arg(mode(lease.kind()))
             .arg(millis(ttl));
         invocation
+    }
+
+    /// The members of `name`'s group of `family` whose leases still run:
+    /// for each, whether it is a writer, its owner, the time left and its
+    /// token.
+    pub async fn group_holders(
+        &self,
+        name: &LockName,
+        family: Family,
+    ) -> Result<Vec<(bool, String, Duration, FencingToken)>> {
+        let invocation = self.group_invocation(&GROUP_HOLDERS_SCRIPT, name, family);
+        let reply: Vec<String> = self.run(invocation, "holders").await?;
+        Ok(reply
+            .chunks_exact(4)
+            .map(|m| {
+                (
+                    m[0] == "2",
+                    m[1].clone(),
+                    Duration::from_millis(m[2].parse().unwrap_or(0)),
+                    FencingToken::new(m[3].parse().unwrap_or(0)),
+                )
+            })
+            .collect())
     }
 
     /// Whether a member's grant is still there, unexpired, with `token` if

@@ -268,6 +268,29 @@ pub(crate) fn eval(text: &str, keys: &[String]) -> Cmd {
 }
 
 pub(crate) static JOIN_SCRIPT: LazyLock<Script> = LazyLock::new(|| group(JOIN));
+
+/// Reads only. `KEYS`: the group's (see `GROUP_PROLOGUE`). Returns, for every member whose lease still runs by the
+/// server's clock, four strings: `1` (a holder) or `2` (a writer), the
+/// owner, ms left, the token.
+const GROUP_HOLDERS: &str = r"
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local out = {}
+for i = 1, 2 do
+    local members = redis.call('ZRANGEBYSCORE', KEYS[i], '(' .. now, '+inf', 'WITHSCORES')
+    for j = 1, #members, 2 do
+        local owner = members[j]
+        table.insert(out, tostring(i))
+        table.insert(out, owner)
+        table.insert(out, tostring(math.floor(tonumber(members[j + 1]) - now)))
+        table.insert(out, redis.call('HGET', KEYS[4], owner) or '0')
+    end
+end
+return out
+";
+
+pub(crate) static GROUP_HOLDERS_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(GROUP_HOLDERS));
 pub(crate) static GROUP_RENEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| group(GROUP_RENEW));
 pub(crate) static GROUP_HELD_SCRIPT: LazyLock<Script> = LazyLock::new(|| group(GROUP_HELD));
 /// [`LEAVE`] with its prologue, sent as text: a cleanup (see [`eval`]).

@@ -260,32 +260,41 @@ impl LockBackend for RedlockBackend {
         Ok(())
     }
 
-    async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
-        let answers = self
-            .majority
-            .on_every(self.majority.node_timeout(), |n| n.holder(name))
-            .await;
-        if answers.ok.len() < self.majority.quorum() {
-            return Err(self.majority.no_answer_quorum(
-                "holder",
-                &answers,
-                self.majority.node_timeout(),
-            ));
+    async fn holders(&self, name: &LockName, kind: LockKind) -> Result<Vec<Holder>> {
+        if kind.family() != Family::Mutex {
+            return Err(Error::Unsupported {
+                backend: crate::NAME,
+                operation: "inspecting the holders of anything but the lock",
+            });
         }
-        let held: Vec<_> = answers.ok.into_iter().flatten().collect();
-        // The holder is whoever holds the key on a majority, if anybody does.
-        let Some(owner) = held
-            .iter()
-            .map(|h| &h.owner)
-            .find(|o| held.iter().filter(|h| &h.owner == *o).count() >= self.majority.quorum())
-        else {
-            return Ok(None);
-        };
-        let remaining = held
-            .iter()
-            .filter(|h| &h.owner == owner)
-            .map(|h| h.remaining)
-            .min();
-        Ok(Some(Holder::without_token(owner, remaining)))
+        let holder: Result<Option<Holder>> =
+            async {
+                let answers = self
+                    .majority
+                    .on_every(self.majority.node_timeout(), |n| n.holder(name))
+                    .await;
+                if answers.ok.len() < self.majority.quorum() {
+                    return Err(self.majority.no_answer_quorum(
+                        "holder",
+                        &answers,
+                        self.majority.node_timeout(),
+                    ));
+                }
+                let held: Vec<_> = answers.ok.into_iter().flatten().collect();
+                // The holder is whoever holds the key on a majority, if anybody does.
+                let Some(owner) = held.iter().map(|h| &h.owner).find(|o| {
+                    held.iter().filter(|h| &h.owner == *o).count() >= self.majority.quorum()
+                }) else {
+                    return Ok(None);
+                };
+                let remaining = held
+                    .iter()
+                    .filter(|h| &h.owner == owner)
+                    .map(|h| h.remaining)
+                    .min();
+                Ok(Some(Holder::without_token(owner, remaining)))
+            }
+            .await;
+        Ok(holder?.into_iter().collect())
     }
 }

@@ -9,12 +9,12 @@ use lock_core::backend::{
     AcquireRequest, BackendStats, Holder, Lease, LockBackend, WaitBudget, Waking, async_trait,
     millis, poll_acquire,
 };
-use lock_core::{Capabilities, Error, Family, LockName, OwnerToken, Result};
+use lock_core::{Capabilities, Error, Family, LockKind, LockName, OwnerToken, Result};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::config::SqlConfig;
-use crate::driver::{Driver, Released};
+use crate::driver::{Driver, Released, Row};
 use crate::groups::{GroupKey, Want};
 use crate::orphans::{Attempt, Orphans, Statement, Undo};
 use crate::signals::Signals;
@@ -279,17 +279,32 @@ impl LockBackend for SqlBackend {
         Ok(row.is_some_and(|row| row.owner == owner && row.version == lease.token()))
     }
 
-    async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
+    async fn holders(&self, name: &LockName, kind: LockKind) -> Result<Vec<Holder>> {
         self.check_name(name)?;
-        let row = self
-            .bounded("holder", self.driver.holder(name.as_str()))
-            .await?;
-        row.map(|row| {
-            // A row whose owner is no token of ours is an error, not a holder.
+        // A row whose owner is no token of ours is an error, not a holder.
+        let holder = |row: Row| -> Result<Holder> {
             let owner = OwnerToken::from_hex(&row.owner)?.to_hex();
             Ok(Holder::new(&owner, row.version, Some(row.remaining)))
-        })
-        .transpose()
+        };
+        if kind.family() == Family::Mutex {
+            let row = self
+                .bounded("holder", self.driver.holder(name.as_str()))
+                .await?;
+            return row.map(holder).into_iter().collect();
+        }
+        let group = GroupKey::new(kind.family(), name.as_str());
+        let members = self.bounded("holders", self.driver.members(&group)).await?;
+        members
+            .into_iter()
+            .map(|m| {
+                let side = match m.kind.as_str() {
+                    "read" => LockKind::Read,
+                    "write" => LockKind::Write,
+                    _ => kind,
+                };
+                Ok(holder(m.row)?.of_kind(side))
+            })
+            .collect()
     }
 
     /// `wakeups`: release notices sent to local waiters of every family

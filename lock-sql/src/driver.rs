@@ -29,6 +29,16 @@ impl Row {
     }
 }
 
+/// A live holder of a semaphore or read-write lock, as the members query
+/// returns it.
+#[derive(Debug)]
+pub(crate) struct Member {
+    /// The lock's holder, as a mutex's row holds it.
+    pub(crate) row: Row,
+    /// The row's `kind` column: `permit`, `read` or `write`.
+    pub(crate) kind: String,
+}
+
 /// What a compare-owner-and-version release found.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Released {
@@ -100,6 +110,10 @@ pub(crate) trait Driver: Send + Sync + fmt::Debug + 'static {
     /// Deletes every row of `owner` in the group: its grant or its waiting
     /// row.
     async fn leave_all(&self, group: &GroupKey, owner: &str) -> Result<()>;
+
+    /// The live holders (not the waiting writers) of a semaphore or
+    /// read-write lock, oldest grant first.
+    async fn members(&self, group: &GroupKey) -> Result<Vec<Member>>;
 
     /// Whether a holder's row with this `owner` and `token` is live.
     async fn is_member(&self, group: &GroupKey, owner: &str, token: FencingToken) -> Result<bool>;

@@ -24,7 +24,7 @@ use sqlx::{AssertSqlSafe, Row as _};
 
 use crate::backend::{SqlBackend, within};
 use crate::config::ServerOptions;
-use crate::driver::{Driver, Released, Row};
+use crate::driver::{Driver, Member, Released, Row};
 use crate::error::ErrorMap;
 use crate::groups::{GroupKey, Want};
 use crate::pool::Checked;
@@ -303,6 +303,24 @@ impl Driver for MySql {
             .await
             .map_err(|e| self.errors.convert("abandon", e))?;
         Ok(())
+    }
+
+    async fn members(&self, group: &GroupKey) -> Result<Vec<Member>> {
+        let rows = sqlx::query(AssertSqlSafe(self.sql.members.as_str()))
+            .bind(group.family)
+            .bind(group.name.as_str())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.errors.convert("holders", e))?;
+        rows.iter()
+            .map(|r| {
+                Ok(Member {
+                    row: Row::from_columns(r.try_get(0)?, r.try_get(2)?, r.try_get(3)?),
+                    kind: r.try_get(1)?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(|e| self.errors.convert("holders", e))
     }
 
     async fn is_member(&self, group: &GroupKey, owner: &str, token: FencingToken) -> Result<bool> {

@@ -273,5 +273,10 @@ fn statements(at: &Location) -> Statements {
              SELECT pg_notify('{channel}', family || ' ' || name) FROM gone"
         ),
         is_member: format!("SELECT COUNT(*) FROM {h} WHERE {member} AND expires_at > now()"),
+        members: format!(
+            "SELECT owner, kind, token, (EXTRACT(EPOCH FROM expires_at - now()) * 1000)::BIGINT
+             FROM {h} WHERE family = $1 AND name = $2 AND kind <> 'wait' AND expires_at > now()
+             ORDER BY token"
+        ),
     }
 }

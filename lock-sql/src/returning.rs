@@ -13,7 +13,7 @@ use sqlx::{
 
 #[cfg(feature = "sqlite")]
 use crate::admission::Admission;
-use crate::driver::{Driver, Released, Row};
+use crate::driver::{Driver, Member, Released, Row};
 use crate::error::ErrorMap;
 use crate::groups::{GroupKey, Want};
 
@@ -45,6 +45,9 @@ pub(crate) struct Statements {
     pub(crate) leave_all: String,
     /// `(family, name, owner, token)` → `(count)` of such live holders.
     pub(crate) is_member: String,
+    /// `(family, name)` → `(owner, kind, token, remaining_ms)` of every
+    /// live holder, by token.
+    pub(crate) members: String,
 }
 
 /// How one dialect admits a holder of a semaphore or read-write lock.
@@ -235,6 +238,24 @@ where
             .await
             .map_err(|e| self.errors.convert("abandon", e))?;
         Ok(())
+    }
+
+    async fn members(&self, group: &GroupKey) -> Result<Vec<Member>> {
+        let rows = sqlx::query::<DB>(AssertSqlSafe(self.sql.members.as_str()))
+            .bind(group.family)
+            .bind(group.name.as_str())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.errors.convert("holders", e))?;
+        rows.iter()
+            .map(|r| {
+                Ok(Member {
+                    row: Row::from_columns(r.try_get(0)?, r.try_get(2)?, r.try_get(3)?),
+                    kind: r.try_get(1)?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(|e| self.errors.convert("holders", e))
     }
 
     async fn is_member(&self, group: &GroupKey, owner: &str, token: FencingToken) -> Result<bool> {

@@ -339,6 +339,11 @@ fn statements(tables: &Tables<'_>) -> Statements {
              WHERE family = ?1 AND name = ?2 AND owner = ?3 AND token = ?4 AND kind <> 'wait'
                AND expires_at > {NOW_MS}"
         ),
+        members: format!(
+            "SELECT owner, kind, token, expires_at - {NOW_MS} FROM {h}
+             WHERE family = ?1 AND name = ?2 AND kind <> 'wait' AND expires_at > {NOW_MS}
+             ORDER BY token"
+        ),
     }
 }
 

@@ -10,7 +10,7 @@ use lock_core::backend::{
     AcquireRequest, BackendStats, Backoff, Holder, Lease, LockBackend, Retry, WaitBudget,
     async_trait,
 };
-use lock_core::{Capabilities, Error, LockKind, LockName, Result};
+use lock_core::{Capabilities, Error, Family, LockKind, LockName, Result};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
@@ -226,30 +226,37 @@ impl LockBackend for ZkBackend {
         self.leave(&req.name, req.kind.family(), req.owner).await
     }
 
-    async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
-        let client = self.client().await?;
-        let queue = Queue::mutex(name);
-        let parent = &queue.parent;
-        self.catch_up(&client, parent).await;
-        for _ in 0..3 {
-            let Some(children) = self.children(&client, parent).await? else {
-                return Ok(None);
-            };
-            let Some((_, first)) = queue.order(&children).first().copied() else {
-                return Ok(None);
-            };
-            let path = format!("{parent}/{first}");
-            let Some(stat) = self
-                .call("read the holder", client.check_stat(&path))
-                .await?
-                .map_err(|e| convert("read the holder", e))?
-            else {
-                continue; // released in between: look again
-            };
-            let owner = first.strip_prefix(PROTECTED).unwrap_or(first);
-            return Ok(Some(Holder::new(owner, token(stat.czxid), None)));
+    async fn holders(&self, name: &LockName, kind: LockKind) -> Result<Vec<Holder>> {
+        if kind.family() != Family::Mutex {
+            return self.group_holders(name, kind).await;
         }
-        Err(unavailable(format!("the holder of {name} kept changing")))
+        let holder: Result<Option<Holder>> = async {
+            let client = self.client().await?;
+            let queue = Queue::mutex(name);
+            let parent = &queue.parent;
+            self.catch_up(&client, parent).await;
+            for _ in 0..3 {
+                let Some(children) = self.children(&client, parent).await? else {
+                    return Ok(None);
+                };
+                let Some((_, first)) = queue.order(&children).first().copied() else {
+                    return Ok(None);
+                };
+                let path = format!("{parent}/{first}");
+                let Some(stat) = self
+                    .call("read the holder", client.check_stat(&path))
+                    .await?
+                    .map_err(|e| convert("read the holder", e))?
+                else {
+                    continue; // released in between: look again
+                };
+                let owner = first.strip_prefix(PROTECTED).unwrap_or(first);
+                return Ok(Some(Holder::new(owner, token(stat.czxid), None)));
+            }
+            Err(unavailable(format!("the holder of {name} kept changing")))
+        }
+        .await;
+        Ok(holder?.into_iter().collect())
     }
 }
 

@@ -9,6 +9,7 @@ pub mod config;
 mod error;
 mod expiry;
 mod handover;
+mod holders;
 mod layout;
 mod recipe;
 mod semaphore;

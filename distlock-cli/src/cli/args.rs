@@ -230,13 +230,26 @@ pub(crate) struct StatusArgs {
     #[command(flatten)]
     pub(crate) backend: Backend,
 
+    /// List the holders of the semaphore --name with N permits instead of
+    /// the lock's holder (N as its users give it).
+    #[arg(long, value_name = "N", conflicts_with = "read_write")]
+    pub(crate) permits: Option<u32>,
+
+    /// List the holders of the read-write lock --name (its readers, or its
+    /// writer) instead of the lock's holder.
+    #[arg(long)]
+    pub(crate) read_write: bool,
+
     /// Print one line of JSON instead of a sentence:
     /// {"name":"deploy","held":true,"owner":"3f2a9c1b","token":42,"expires_in_ms":27500}.
     /// owner is the first 8 hex digits of the holder's owner token; token is
     /// the fencing token and expires_in_ms the lease left by the server's
     /// clock, each null where the backend cannot tell (Redlock keeps no
-    /// token). A free lock has held false and the other three null. The exit
-    /// status is the same as without --json.
+    /// token). A free lock has held false and the other three null. With
+    /// --permits or --read-write: {"name":"pool","kind":"semaphore",
+    /// "permits":2,"held":true,"holders":[{"owner":…,"token":…,
+    /// "expires_in_ms":…,"side":"permit"}]}, side being "permit", "read" or
+    /// "write". The exit status is the same as without --json.
     #[arg(long)]
     pub(crate) json: bool,
 }

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::{LockGuard, Locker, Runtime, hold_while, release_on_drop};
+use super::locker::{LockGuard, Locker, Runtime, hold_while, release_on_drop};
 use crate::error::{Error, Result};
 use crate::handle::LockHandle;
 use crate::options::AcquireOptions;

@@ -46,6 +46,9 @@ pub(super) struct Statements {
     pub(super) leave_all: String,
     /// `(family, name, owner, token)` → `(count)` of such live holders.
     pub(super) is_member: String,
+    /// `(family, name)` → `(owner, kind, token, remaining_ms)` of every
+    /// live holder, by token.
+    pub(super) members: String,
 }
 
 impl Statements {
@@ -113,6 +116,11 @@ impl Statements {
             leave_all: format!("DELETE FROM {h} WHERE family = ? AND name = ? AND owner = ?"),
             is_member: format!(
                 "SELECT COUNT(*) FROM {h} WHERE {member} AND expires_at > {NOW_MS}"
+            ),
+            members: format!(
+                "SELECT owner, kind, token, expires_at - {NOW_MS} FROM {h}
+                 WHERE family = ? AND name = ? AND kind <> 'wait' AND expires_at > {NOW_MS}
+                 ORDER BY token"
             ),
         }
     }

@@ -8,7 +8,7 @@ use distlock::backend::{
     AcquireRequest, Holder, Lease, LockBackend, ReleaseSignals, WaitBudget, Waking, async_trait,
     poll_acquire,
 };
-use distlock::{Capabilities, LockName, Result};
+use distlock::{Capabilities, LockKind, LockName, Result};
 
 /// Wraps a backend whose waiting is [`poll_acquire`] woken by in-process
 /// release signals (memory, SQLite, MySQL, memcache) and counts every attempt that
@@ -102,7 +102,7 @@ impl LockBackend for Counting {
         abandoned
     }
 
-    async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
-        self.inner.holder(name).await
+    async fn holders(&self, name: &LockName, kind: LockKind) -> Result<Vec<Holder>> {
+        self.inner.holders(name, kind).await
     }
 }
