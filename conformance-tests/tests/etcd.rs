@@ -45,7 +45,7 @@ async fn etcdctl_lock_and_distlock_exclude_each_other() {
     let finished = dir.path().join("etcdctl-finished");
 
     let guard = l
-        .lock_kind("shared", LockKind::permit(2), opts(TTL, Wait::No))
+        .lock_with("shared", opts(TTL, Wait::No))
         .await
         .expect("free");
     let script = format!(
@@ -85,7 +85,7 @@ async fn etcdctl_lock_and_distlock_exclude_each_other() {
     );
     let started = Instant::now();
     let ours = l
-        .lock_kind("shared", LockKind::permit(2), opts(TTL, PATIENCE))
+        .lock_with("shared", opts(TTL, PATIENCE))
         .await
         .expect("after etcdctl is done");
     // etcdctl deletes its key after its command returns and exits only
@@ -119,18 +119,14 @@ async fn a_waiter_that_gives_up_leaves_the_queue() {
     let prefix = fresh_table();
     let l = Locker::from_arc(backend(&etcd.url(&prefix, "")).await);
     let holder = l
-        .lock_kind("leave", LockKind::permit(2), opts(TTL, Wait::No))
+        .lock_with("leave", opts(TTL, Wait::No))
         .await
         .expect("free");
     // Another task: the holder's own would be told `AlreadyHeld` at once.
     let waiter = l.clone();
     let waited = tokio::spawn(async move {
         waiter
-            .lock_kind(
-                "leave",
-                LockKind::permit(2),
-                opts(TTL, Wait::For(Duration::from_millis(500))),
-            )
+            .lock_with("leave", opts(TTL, Wait::For(Duration::from_millis(500))))
             .await
             .map(|_| ())
     });
@@ -159,15 +155,12 @@ async fn a_waiter_whose_lease_died_is_not_granted() {
     let url = etcd.url(&prefix, "");
     let l = Locker::from_arc(backend(&url).await);
     let holder = l
-        .lock_kind("jepsen", LockKind::permit(2), opts(TTL, Wait::No))
+        .lock_with("jepsen", opts(TTL, Wait::No))
         .await
         .expect("free");
     let waiter = {
         let l = Locker::from_arc(backend(&url).await);
-        tokio::spawn(async move {
-            l.lock_kind("jepsen", LockKind::permit(2), opts(TTL, PATIENCE))
-                .await
-        })
+        tokio::spawn(async move { l.lock_with("jepsen", opts(TTL, PATIENCE)).await })
     };
     let dir = format!("{prefix}/jepsen/");
     wait_for_queue(etcd, &dir, 2).await;
@@ -222,18 +215,9 @@ async fn locks_of_one_client_share_a_session_lease_per_ttl() {
     let lease_of_guard = |g: &lock_core::LockGuard, name: &str| {
         lease_of(etcd, &format!("{prefix}/{name}/{:x}", key_id(g)))
     };
-    let a = l
-        .lock_kind("a", LockKind::permit(2), opts(TTL, Wait::No))
-        .await
-        .expect("a");
-    let b = l
-        .lock_kind("b", LockKind::permit(2), opts(TTL, Wait::No))
-        .await
-        .expect("b");
-    let c = l
-        .lock_kind("c", LockKind::permit(2), opts(TTL * 2, Wait::No))
-        .await
-        .expect("c");
+    let a = l.lock_with("a", opts(TTL, Wait::No)).await.expect("a");
+    let b = l.lock_with("b", opts(TTL, Wait::No)).await.expect("b");
+    let c = l.lock_with("c", opts(TTL * 2, Wait::No)).await.expect("c");
     let session = lease_of_guard(&a, "a");
     assert_eq!(lease_of_guard(&b, "b"), session, "one lease per TTL");
     assert_ne!(
@@ -248,7 +232,7 @@ async fn locks_of_one_client_share_a_session_lease_per_ttl() {
         "releasing a leaves b's key, on the same lease, alone"
     );
     let again = l
-        .lock_kind("a", LockKind::permit(2), opts(TTL, Wait::No))
+        .lock_with("a", opts(TTL, Wait::No))
         .await
         .expect("a again");
     assert_eq!(lease_of_guard(&again, "a"), session);
@@ -267,14 +251,8 @@ async fn a_lost_session_loses_every_lock_on_it() {
     let etcd = Etcd::shared().await;
     let prefix = fresh_table();
     let l = Locker::from_arc(backend(&etcd.url(&prefix, "")).await);
-    let a = l
-        .lock_kind("a", LockKind::permit(2), opts(TTL, Wait::No))
-        .await
-        .expect("a");
-    let b = l
-        .lock_kind("b", LockKind::permit(2), opts(TTL, Wait::No))
-        .await
-        .expect("b");
+    let a = l.lock_with("a", opts(TTL, Wait::No)).await.expect("a");
+    let b = l.lock_with("b", opts(TTL, Wait::No)).await.expect("b");
     let session = lease_of(etcd, &format!("{prefix}/a/{:x}", key_id(&a)));
     etcd.members[0]
         .ctl(&["lease", "revoke", &format!("{session:x}")])
@@ -285,7 +263,7 @@ async fn a_lost_session_loses_every_lock_on_it() {
             .expect("the lost signal fires at the next renewal");
     }
     let next = l
-        .lock_kind("a", LockKind::permit(2), opts(TTL, Wait::No))
+        .lock_with("a", opts(TTL, Wait::No))
         .await
         .expect("a again");
     assert_ne!(
@@ -307,7 +285,7 @@ async fn an_unrenewed_lock_is_freed_although_its_session_lives() {
     let url = etcd.url(&fresh_table(), "");
     let l = Locker::from_arc(backend(&url).await);
     let kept = l
-        .lock_kind("kept", LockKind::permit(2), opts(TTL, Wait::No))
+        .lock_with("kept", opts(TTL, Wait::No))
         .await
         .expect("kept");
     let forgotten = l
@@ -316,11 +294,7 @@ async fn an_unrenewed_lock_is_freed_although_its_session_lives() {
         .expect("forgotten");
     let other = Locker::from_arc(backend(&url).await);
     let g = other
-        .lock_kind(
-            "forgotten",
-            LockKind::permit(2),
-            opts(TTL, Wait::For(TTL * 3)),
-        )
+        .lock_with("forgotten", opts(TTL, Wait::For(TTL * 3)))
         .await
         .expect("freed after its TTL");
     assert!(
@@ -339,11 +313,7 @@ async fn ttls_below_the_minimum_lease_are_refused() {
     let etcd = Etcd::shared().await;
     let l = Locker::from_arc(backend(&etcd.url(&fresh_table(), "")).await);
     match l
-        .lock_kind(
-            "short",
-            LockKind::permit(2),
-            opts(Duration::from_secs(1), Wait::No),
-        )
+        .lock_with("short", opts(Duration::from_secs(1), Wait::No))
         .await
     {
         Err(e @ Error::InvalidTtl { .. }) => assert!(e.to_string().contains("2s"), "{e}"),
@@ -367,11 +337,7 @@ async fn leader_loss_keeps_one_holder_and_waiters_proceed() {
         let (inside, overlaps, count) = (inside.clone(), overlaps.clone(), granted.clone());
         tasks.push(tokio::spawn(async move {
             let g = l
-                .lock_kind(
-                    "leader",
-                    LockKind::permit(2),
-                    opts(TTL, Wait::For(Duration::from_secs(60))),
-                )
+                .lock_with("leader", opts(TTL, Wait::For(Duration::from_secs(60))))
                 .await
                 .expect("granted");
             if inside.fetch_add(1, Ordering::SeqCst) != 0 {
@@ -433,24 +399,19 @@ async fn a_hand_over_needs_the_next_key_still_there() {
     let url = etcd.url(&prefix, "");
     let l = Locker::from_arc(backend(&url).await);
     let holder = l
-        .lock_kind("hand", LockKind::permit(2), opts(TTL, Wait::No))
+        .lock_with("hand", opts(TTL, Wait::No))
         .await
         .expect("free");
     let dir = format!("{prefix}/hand/");
     let mine = {
         let l = l.clone();
-        tokio::spawn(async move {
-            l.lock_kind("hand", LockKind::permit(2), opts(TTL, PATIENCE))
-                .await
-        })
+        tokio::spawn(async move { l.lock_with("hand", opts(TTL, PATIENCE)).await })
     };
     wait_for_queue(etcd, &dir, 2).await;
     let theirs = {
         let other = Locker::from_arc(backend(&url).await);
         tokio::spawn(async move {
-            let guard = other
-                .lock_kind("hand", LockKind::permit(2), opts(TTL, PATIENCE))
-                .await;
+            let guard = other.lock_with("hand", opts(TTL, PATIENCE)).await;
             (other, guard)
         })
     };

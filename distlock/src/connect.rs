@@ -165,15 +165,8 @@ fn scheme_of(url: &str) -> Result<&str> {
 
 fn unsupported(scheme: &str) -> Error {
     match KNOWN.iter().find(|(s, _)| *s == scheme) {
-        Some((_, feature)) => Error::FeatureDisabled {
-            scheme: scheme.to_owned(),
-            feature,
-            supported: SCHEMES.to_vec(),
-        },
-        None => Error::UnknownScheme {
-            scheme: scheme.to_owned(),
-            supported: SCHEMES.to_vec(),
-        },
+        Some((_, feature)) => Error::feature_disabled(scheme, feature, SCHEMES.to_vec()),
+        None => Error::unknown_scheme(scheme, SCHEMES.to_vec()),
     }
 }
 

@@ -15,10 +15,22 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// error, when there is one, is the [`source`](std::error::Error::source).
 /// [`Error::is_retryable`] tells whether trying the same call again may help.
 /// No variant ever carries a password: URLs are stored redacted.
+///
+/// The enum and each variant are `#[non_exhaustive]`, so that variants and
+/// fields can be added without breaking anybody: match a variant with
+/// `{ .. }` (`Error::Busy { .. }`, `Error::Unavailable { backend, .. }`), or
+/// ask [`Error::is_busy`], [`Error::is_contention`], [`Error::is_lost`] and
+/// the other predicates; backends make errors with the constructors
+/// ([`Error::busy`], [`Error::unavailable`], …).
+///
+/// A mistake in a URL is [`Error::InvalidUrl`]; the same mistake in a
+/// configuration made in code (an option setter, a driver's pool) is
+/// [`Error::InvalidConfig`], which names the backend and the option.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The lock name breaks the rules documented on [`LockName`](crate::LockName).
+    #[non_exhaustive]
     #[error("invalid lock name \"{name}\": {reason}")]
     InvalidName {
         /// The rejected name, escaped and shortened.
@@ -28,6 +40,7 @@ pub enum Error {
     },
 
     /// A TTL outside what the backend can keep.
+    #[non_exhaustive]
     #[error("invalid TTL {ttl:?}: {backend} accepts {min:?} to {max:?}")]
     InvalidTtl {
         /// The rejected TTL.
@@ -42,6 +55,7 @@ pub enum Error {
 
     /// A semaphore asked for with no permits, or with more than
     /// [`LockKind::MAX_PERMITS`](crate::LockKind::MAX_PERMITS).
+    #[non_exhaustive]
     #[error("invalid permit count {permits}: a semaphore has 1 to {max} permits")]
     InvalidPermits {
         /// The rejected count.
@@ -51,6 +65,7 @@ pub enum Error {
     },
 
     /// A connection URL or one of its options is malformed.
+    #[non_exhaustive]
     #[error("invalid URL {url}: {reason}")]
     InvalidUrl {
         /// The URL with any password removed.
@@ -61,6 +76,7 @@ pub enum Error {
 
     /// A backend's configuration cannot be used as given: a TLS file that
     /// is missing, unreadable or not what its option needs, say.
+    #[non_exhaustive]
     #[error("{backend}: invalid configuration: {reason}")]
     InvalidConfig {
         /// The backend whose configuration it is.
@@ -70,6 +86,7 @@ pub enum Error {
     },
 
     /// The URL scheme is not one this build knows.
+    #[non_exhaustive]
     #[error("unknown URL scheme \"{scheme}\"; this build supports: {}", supported.join(", "))]
     UnknownScheme {
         /// The scheme given.
@@ -79,6 +96,7 @@ pub enum Error {
     },
 
     /// The URL names a backend whose cargo feature was not compiled in.
+    #[non_exhaustive]
     #[error(
         "URL scheme \"{scheme}\" needs distlock's \"{feature}\" feature, which this build lacks; \
          this build supports: {}", supported.join(", ")
@@ -93,6 +111,7 @@ pub enum Error {
     },
 
     /// Somebody else holds the lock and the caller chose not to wait.
+    #[non_exhaustive]
     #[error("lock \"{name}\" is held by another owner")]
     Busy {
         /// The lock.
@@ -103,6 +122,7 @@ pub enum Error {
     /// same [`Locker`](crate::Locker): waiting would wait on itself until the
     /// wait ran out. Locks are not reentrant; pass the held guard's
     /// [`LockHandle`](crate::LockHandle) down instead of locking again.
+    #[non_exhaustive]
     #[error(
         "lock \"{name}\" is already held by this task through this locker; locks are not reentrant"
     )]
@@ -112,6 +132,7 @@ pub enum Error {
     },
 
     /// Somebody else held the lock for the whole wait.
+    #[non_exhaustive]
     #[error("timed out after {waited:?} waiting for lock \"{name}\"")]
     WaitTimeout {
         /// The lock.
@@ -122,6 +143,7 @@ pub enum Error {
 
     /// The lease is no longer ours: it expired, or another owner took the
     /// lock after it expired. Renewing or releasing it did nothing.
+    #[non_exhaustive]
     #[error(
         "lock \"{name}\" is no longer held by this owner (its lease expired or was taken over)"
     )]
@@ -132,6 +154,7 @@ pub enum Error {
 
     /// The lock was lost while the critical section ran (see
     /// [`LockState::Lost`](crate::LockState::Lost)); the section was cancelled.
+    #[non_exhaustive]
     #[error("lock \"{name}\" was lost while held; the critical section was cancelled")]
     Lost {
         /// The lock.
@@ -139,6 +162,7 @@ pub enum Error {
     },
 
     /// The backend cannot be reached, or dropped the connection.
+    #[non_exhaustive]
     #[error("{backend} is unavailable: {message}")]
     Unavailable {
         /// Which backend.
@@ -151,6 +175,7 @@ pub enum Error {
     },
 
     /// A call to the backend did not finish within its time limit.
+    #[non_exhaustive]
     #[error("{operation} timed out after {after:?}")]
     Timeout {
         /// What was being done.
@@ -160,6 +185,7 @@ pub enum Error {
     },
 
     /// The backend does not offer this operation.
+    #[non_exhaustive]
     #[error("{backend} does not support {operation}")]
     Unsupported {
         /// Which backend.
@@ -169,6 +195,7 @@ pub enum Error {
     },
 
     /// Any other backend failure; not expected to go away on retry.
+    #[non_exhaustive]
     #[error("backend error: {message}")]
     Backend {
         /// What failed, in words.
@@ -229,6 +256,103 @@ impl Error {
                 | Error::UnknownScheme { .. }
                 | Error::FeatureDisabled { .. }
         )
+    }
+
+    /// An [`Error::Busy`] for `name`.
+    pub fn busy(name: impl std::fmt::Display) -> Self {
+        Error::Busy {
+            name: name.to_string(),
+        }
+    }
+
+    /// An [`Error::Lost`] for `name`.
+    pub fn lost(name: impl std::fmt::Display) -> Self {
+        Error::Lost {
+            name: name.to_string(),
+        }
+    }
+
+    /// An [`Error::WaitTimeout`] for `name` after `waited`.
+    pub fn wait_timeout(name: impl std::fmt::Display, waited: Duration) -> Self {
+        Error::WaitTimeout {
+            name: name.to_string(),
+            waited,
+        }
+    }
+
+    /// An [`Error::InvalidName`]: `name` (escaped and shortened by the
+    /// caller) breaks `reason`.
+    pub fn invalid_name(name: impl Into<String>, reason: impl Into<String>) -> Self {
+        Error::InvalidName {
+            name: name.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// An [`Error::InvalidConfig`] of `backend`'s configuration: a value
+    /// set in code or read from a file, not a URL's.
+    pub fn invalid_config(backend: &'static str, reason: impl Into<String>) -> Self {
+        Error::InvalidConfig {
+            backend,
+            reason: reason.into(),
+        }
+    }
+
+    /// An [`Error::UnknownScheme`]: `scheme` is none of `supported`.
+    pub fn unknown_scheme(scheme: impl Into<String>, supported: Vec<&'static str>) -> Self {
+        Error::UnknownScheme {
+            scheme: scheme.into(),
+            supported,
+        }
+    }
+
+    /// An [`Error::FeatureDisabled`]: `scheme` needs `feature`.
+    pub fn feature_disabled(
+        scheme: impl Into<String>,
+        feature: &'static str,
+        supported: Vec<&'static str>,
+    ) -> Self {
+        Error::FeatureDisabled {
+            scheme: scheme.into(),
+            feature,
+            supported,
+        }
+    }
+
+    /// An [`Error::Unsupported`]: `backend` does not offer `operation`.
+    pub fn unsupported(backend: &'static str, operation: &'static str) -> Self {
+        Error::Unsupported { backend, operation }
+    }
+
+    /// An [`Error::Unavailable`] with a message and no source (see
+    /// [`Error::with_source`]).
+    pub fn unavailable(backend: &'static str, message: impl Into<String>) -> Self {
+        Error::Unavailable {
+            backend,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// The same [`Error::Unavailable`] or [`Error::Backend`] with `source`
+    /// as its [`source`](std::error::Error::source); any other error as it
+    /// was.
+    pub fn with_source(mut self, source: impl Into<BoxError>) -> Self {
+        if let Error::Unavailable { source: s, .. } | Error::Backend { source: s, .. } = &mut self {
+            *s = Some(source.into());
+        }
+        self
+    }
+
+    /// The same mistake found in a configuration made in code: an
+    /// [`Error::InvalidUrl`] (from a check shared with URL parsing) becomes
+    /// an [`Error::InvalidConfig`] of `backend` with the same reason, which
+    /// names the option; any other error stays as it was.
+    pub fn into_config(self, backend: &'static str) -> Self {
+        match self {
+            Error::InvalidUrl { reason, .. } => Error::invalid_config(backend, reason),
+            e => e,
+        }
     }
 
     /// An [`Error::NotHeld`] for `name`: the lease is no longer the
@@ -436,6 +560,26 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn a_check_shared_with_urls_reports_code_as_configuration() {
+        let e = Error::invalid_url("?timeout=0s", "option \"timeout\" must be more than zero")
+            .into_config("etcd");
+        assert!(
+            matches!(&e, Error::InvalidConfig { backend: "etcd", reason, .. } if reason.contains("timeout")),
+            "{e:?}"
+        );
+        assert!(e.is_invalid_input());
+        assert!(Error::busy("a").into_config("etcd").is_busy());
+    }
+
+    #[test]
+    fn with_source_keeps_the_driver_error() {
+        let e = Error::unavailable("x", "down").with_source(std::io::Error::other("refused"));
+        let source = std::error::Error::source(&e).expect("a source");
+        assert_eq!(source.to_string(), "refused");
+        assert!(e.is_transient());
     }
 
     #[test]

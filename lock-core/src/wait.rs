@@ -179,7 +179,7 @@ impl Default for Backoff {
 /// let outcome: Result<u32, Error> = loop {
 ///     tries += 1;
 ///     let attempt = if tries < 3 {
-///         Err(Error::Timeout { operation: "acquire", after: Default::default() })
+///         Err(Error::timeout("acquire", Default::default()))
 ///     } else {
 ///         Ok(tries)
 ///     };

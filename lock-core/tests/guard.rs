@@ -70,15 +70,9 @@ impl LockBackend for Flaky {
     }
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         match self.renewals.load(Ordering::SeqCst) {
-            FAILING => Err(Error::Unavailable {
-                backend: "flaky",
-                message: "connection refused".into(),
-                source: None,
-            }),
+            FAILING => Err(Error::unavailable("flaky", "connection refused")),
             HANGING => std::future::pending().await,
-            REFUSED => Err(Error::NotHeld {
-                name: lease.name().to_string(),
-            }),
+            REFUSED => Err(Error::not_held(lease.name().to_string())),
             _ => {
                 let renewed = self.inner.renew(lease, ttl).await;
                 let delay = self.renew_delay_ms.load(Ordering::SeqCst);

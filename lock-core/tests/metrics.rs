@@ -29,11 +29,7 @@ impl LockBackend for Failing {
     }
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         if self.failing.load(Ordering::SeqCst) {
-            return Err(Error::Unavailable {
-                backend: "failing",
-                message: "connection refused".into(),
-                source: None,
-            });
+            return Err(Error::unavailable("failing", "connection refused"));
         }
         self.inner.renew(lease, ttl).await
     }

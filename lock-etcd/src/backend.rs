@@ -402,11 +402,10 @@ impl EtcdBackend {
 const REQUEUES: usize = 3;
 
 fn session_lost() -> Error {
-    Error::Unavailable {
-        backend: crate::NAME,
-        message: "session leases expired as soon as they were granted".into(),
-        source: None,
-    }
+    Error::unavailable(
+        crate::NAME,
+        "session leases expired as soon as they were granted",
+    )
 }
 
 /// An acquisition's keys (in line, and a permit's lease key) until it is

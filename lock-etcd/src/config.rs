@@ -183,12 +183,14 @@ impl EtcdOptions {
     }
 
     /// The options, checked as a URL's are (the prefix normalised as a
-    /// URL's path is); errors name the option as a URL would give it.
+    /// URL's path is); a mistake is an [`Error::InvalidConfig`] naming the
+    /// option.
     pub(crate) fn check(self) -> Result<Self> {
-        let prefix = key_prefix(&self.prefix, &format!("etcd://…/{}", self.prefix))?;
+        let prefix = key_prefix(&self.prefix, &format!("etcd://…/{}", self.prefix))
+            .map_err(|e| e.into_config(crate::NAME))?;
         if self.timeout.is_zero() {
-            return Err(Error::invalid_url(
-                "?timeout=0s",
+            return Err(Error::invalid_config(
+                crate::NAME,
                 "option \"timeout\" must be more than zero",
             ));
         }

@@ -23,24 +23,21 @@ pub(crate) fn convert(operation: &'static str, e: etcd_client::Error) -> Error {
                     | tonic_code::Unknown
             ) =>
         {
-            Error::Unavailable {
-                backend: crate::NAME,
-                message: format!("{operation}: {}", status.message()),
-                source: Some(Box::new(status)),
-            }
+            Error::unavailable(crate::NAME, format!("{operation}: {}", status.message()))
+                .with_source(status)
         }
         // With auth on, a user whose role lacks the key prefix: say which
         // right is missing (README, "Least privilege").
-        E::GRpcStatus(status) if status.code() == tonic_code::PermissionDenied => Error::Backend {
-            message: format!(
+        E::GRpcStatus(status) if status.code() == tonic_code::PermissionDenied => {
+            Error::backend(format!(
                 "{} {operation}: permission denied ({}): the user's role needs readwrite \
                  on the URL's key prefix (etcdctl role grant-permission ROLE --prefix=true \
                  readwrite PREFIX)",
                 crate::NAME,
                 status.message()
-            ),
-            source: Some(Box::new(status)),
-        },
+            ))
+            .with_source(status)
+        }
         E::TransportError(_)
         | E::IoError(_)
         | E::WatchError(_)

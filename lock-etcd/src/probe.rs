@@ -50,15 +50,12 @@ pub(crate) async fn explain(config: &EtcdConfig, started: Instant, failed: Error
 async fn probe(addr: &str, material: Option<&TlsMaterial>) -> Option<Error> {
     match material {
         Some(material) => refused(addr, material).await,
-        None => takes_tls_only(addr).await.then(|| Error::InvalidConfig {
-            backend: crate::NAME,
-            reason: format!(
+        None => takes_tls_only(addr).await.then(|| Error::invalid_config(crate::NAME, format!(
                 "{addr} takes TLS only (a plain connection was closed, a TLS handshake answered): \
                  add tls=true for a certificate of a public or system-trusted CA, or \
                  tls_ca=PATH for a private CA (and tls_cert, tls_key if the cluster \
                  requires client certificates)"
-            ),
-        }),
+            ))),
     }
 }
 
@@ -72,30 +69,30 @@ async fn refused(addr: &str, material: &TlsMaterial) -> Option<Error> {
         } else {
             "the cluster requires a client certificate: add tls_cert and tls_key"
         };
-        Error::InvalidConfig {
-            backend: crate::NAME,
-            reason: format!("TLS with {addr}: {what}: {e} ({hint})"),
-        }
+        Error::invalid_config(
+            crate::NAME,
+            format!("TLS with {addr}: {what}: {e} ({hint})"),
+        )
     };
     match handshake(addr, config).await? {
         // A plain-text port closes at our ClientHello (with a reset when
         // it had not read all of it), or answers it with something that is
         // no TLS record.
-        Err(e) if plain_text_answer(&e) => Some(Error::InvalidConfig {
-            backend: crate::NAME,
-            reason: format!(
+        Err(e) if plain_text_answer(&e) => Some(Error::invalid_config(
+            crate::NAME,
+            format!(
                 "{addr} does not answer TLS ({e}): is it a plain-text client port? \
                      Drop tls, tls_ca, tls_cert and tls_key, or use the cluster's https port"
             ),
-        }),
-        Err(e) if tls_error(&e).is_some() => Some(Error::InvalidConfig {
-            backend: crate::NAME,
-            reason: format!(
+        )),
+        Err(e) if tls_error(&e).is_some() => Some(Error::invalid_config(
+            crate::NAME,
+            format!(
                 "TLS with {addr}: {e} (tls_ca, or the public and system roots without it, \
                  must hold the CA that signed the server's certificate, for the address \
                  in the URL)"
             ),
-        }),
+        )),
         Err(_) => None,
         Ok(mut stream) => {
             let mut byte = [0u8; 1];

@@ -439,18 +439,13 @@ pub(crate) async fn deleted(stream: &mut WatchStream, after: i64) -> Result<()> 
             return Ok(());
         }
         if message.canceled() {
-            return Err(Error::Unavailable {
-                backend: crate::NAME,
-                message: format!("the watch was cancelled: {}", message.cancel_reason()),
-                source: None,
-            });
+            return Err(Error::unavailable(
+                crate::NAME,
+                format!("the watch was cancelled: {}", message.cancel_reason()),
+            ));
         }
     }
-    Err(Error::Unavailable {
-        backend: crate::NAME,
-        message: "the watch stream ended".into(),
-        source: None,
-    })
+    Err(Error::unavailable(crate::NAME, "the watch stream ended"))
 }
 
 /// The store's revision when it answered `response`.

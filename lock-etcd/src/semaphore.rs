@@ -232,11 +232,10 @@ impl Reader<'_> {
             Some(response) if !matches!(alive, Ok(false)) && !self.session.is_gone() => {
                 Ok(response)
             }
-            _ => Err(Error::Unavailable {
-                backend: crate::NAME,
-                message: format!("{operation}: the session lease expired"),
-                source: None,
-            }),
+            _ => Err(Error::unavailable(
+                crate::NAME,
+                format!("{operation}: the session lease expired"),
+            )),
         }
     }
 }

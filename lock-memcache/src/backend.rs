@@ -308,14 +308,13 @@ impl MemcacheBackend {
         }
         // Still ours, but written under us every time: not a loss, and
         // worth trying again later.
-        Err(Error::Unavailable {
-            backend: crate::NAME,
-            message: format!(
+        Err(Error::unavailable(
+            crate::NAME,
+            format!(
                 "{key}: the item stayed this owner's but changed before each of \
                  {OWNER_WRITE_ATTEMPTS} tries of its {what}"
             ),
-            source: None,
-        })
+        ))
     }
 
     async fn current_token(&self, name: &LockName) -> Result<FencingToken> {

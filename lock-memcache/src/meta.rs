@@ -105,11 +105,7 @@ impl MetaClient {
     }
 
     fn unavailable(&self, what: String) -> Error {
-        Error::Unavailable {
-            backend: crate::NAME,
-            message: format!("{} ({what})", self.addr),
-            source: None,
-        }
+        Error::unavailable(crate::NAME, format!("{} ({what})", self.addr))
     }
 
     async fn connect(&self) -> Result<Connection> {
@@ -119,14 +115,12 @@ impl MetaClient {
             .map_err(|e| match e.kind() {
                 // A certificate refused by either side: trying again does
                 // not help.
-                std::io::ErrorKind::InvalidData => Error::Backend {
-                    message: format!(
-                        "{}: TLS handshake with {} failed: {e}",
-                        crate::NAME,
-                        self.addr
-                    ),
-                    source: Some(Box::new(e)),
-                },
+                std::io::ErrorKind::InvalidData => Error::backend(format!(
+                    "{}: TLS handshake with {} failed: {e}",
+                    crate::NAME,
+                    self.addr
+                ))
+                .with_source(e),
                 _ => self.unavailable(format!("connect: {e}")),
             })?;
         Ok(BufReader::new(stream))
@@ -138,10 +132,12 @@ impl MetaClient {
         if e.kind() == InvalidData && self.tls.is_some() {
             // TLS 1.3 servers refuse a client certificate after the
             // handshake, with an alert read here; retrying will not help.
-            return Error::Backend {
-                message: format!("{}: {operation} on {}: TLS: {e}", crate::NAME, self.addr),
-                source: Some(Box::new(e)),
-            };
+            return Error::backend(format!(
+                "{}: {operation} on {}: TLS: {e}",
+                crate::NAME,
+                self.addr
+            ))
+            .with_source(e);
         }
         let hint = match (&self.tls, e.kind()) {
             (None, UnexpectedEof | ConnectionReset) => {

@@ -78,10 +78,12 @@ impl RedisConfig {
         common: CommonOptions,
     ) -> Result<Self> {
         q.finish(CommonOptions::NAMES).map_err(|e| match e {
-            Error::InvalidUrl { url, reason } if reason.contains("wait_") => Error::InvalidUrl {
-                url,
-                reason: format!("{reason} (a cluster has no WAIT for replicas)"),
-            },
+            Error::InvalidUrl { url, reason, .. } if reason.contains("wait_") => {
+                Error::invalid_url(
+                    &url,
+                    format!("{reason} (a cluster has no WAIT for replicas)"),
+                )
+            }
             e => e,
         })?;
         if common.prefix.contains(['{', '}']) {

@@ -92,13 +92,12 @@ impl Confirmed {
         if confirmed >= self.wait.replicas {
             return Ok(());
         }
-        Err(Error::Unavailable {
-            backend: crate::NAME,
-            message: format!(
+        Err(Error::unavailable(
+            crate::NAME,
+            format!(
                 "the {what} of lock \"{name}\" reached too few replicas within {:?} ({} needed, {confirmed} confirmed); {outcome}",
                 self.wait.timeout, self.wait.replicas
             ),
-            source: None,
-        })
+        ))
     }
 }

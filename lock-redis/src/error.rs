@@ -41,16 +41,10 @@ pub(crate) fn convert(
         return Error::timeout(operation, limit);
     }
     if unanswered(&e) || not_serving_yet(&e) {
-        return Error::Unavailable {
-            backend: crate::NAME,
-            message: format!("{operation} on {server}: {e}"),
-            source: Some(e.into()),
-        };
+        return Error::unavailable(crate::NAME, format!("{operation} on {server}: {e}"))
+            .with_source(e);
     }
-    Error::Backend {
-        message: format!("redis {operation} on {server}: {e}"),
-        source: Some(e.into()),
-    }
+    Error::backend(format!("redis {operation} on {server}: {e}")).with_source(e)
 }
 
 #[cfg(test)]

@@ -114,16 +114,13 @@ pub(crate) fn admit(
     }
     let MemoryPolicy { maxmemory, policy } = found;
     if !allow_eviction {
-        return Err(Error::Backend {
-            message: format!(
-                "{server} may evict lock keys (maxmemory {maxmemory} bytes, maxmemory-policy \
+        return Err(Error::backend(format!(
+            "{server} may evict lock keys (maxmemory {maxmemory} bytes, maxmemory-policy \
                  {policy}): a held lock whose key is evicted is granted again. Set \
                  maxmemory-policy to noeviction on that server, or add allow_eviction=true to \
                  the URL (RedisOptions::allow_eviction for a client of your own) to accept the \
                  risk"
-            ),
-            source: None,
-        });
+        )));
     }
     tracing::warn!(
         server,

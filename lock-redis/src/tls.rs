@@ -30,6 +30,7 @@ pub(crate) fn explained(e: Error, tls: bool) -> Error {
         backend,
         message,
         source,
+        ..
     } = e
     else {
         return e;
@@ -53,13 +54,14 @@ pub(crate) fn explained(e: Error, tls: bool) -> Error {
     } else {
         None
     };
-    Error::Unavailable {
-        backend,
-        message: match hint {
-            Some(hint) => format!("{message} ({hint})"),
-            None => message,
-        },
-        source,
+    let message = match hint {
+        Some(hint) => format!("{message} ({hint})"),
+        None => message,
+    };
+    let explained = Error::unavailable(backend, message);
+    match source {
+        Some(source) => explained.with_source(source),
+        None => explained,
     }
 }
 
@@ -68,11 +70,7 @@ mod tests {
     use super::*;
 
     fn unavailable(message: &str) -> Error {
-        Error::Unavailable {
-            backend: crate::NAME,
-            message: message.to_owned(),
-            source: None,
-        }
+        Error::unavailable(crate::NAME, message.to_owned())
     }
 
     #[test]

@@ -43,10 +43,9 @@ impl RedlockBackend {
             .iter()
             .map(|node| {
                 let client = node.client().map_err(|e| match e {
-                    Error::InvalidConfig { reason, .. } => Error::InvalidConfig {
-                        backend: crate::NAME,
-                        reason,
-                    },
+                    Error::InvalidConfig { reason, .. } => {
+                        Error::invalid_config(crate::NAME, reason)
+                    }
                     e => e,
                 })?;
                 let reach = Reach::new(client, config.common.clone());
@@ -262,10 +261,10 @@ impl LockBackend for RedlockBackend {
 
     async fn holders(&self, name: &LockName, kind: LockKind) -> Result<Vec<Holder>> {
         if kind.family() != Family::Mutex {
-            return Err(Error::Unsupported {
-                backend: crate::NAME,
-                operation: "inspecting the holders of anything but the lock",
-            });
+            return Err(Error::unsupported(
+                crate::NAME,
+                "inspecting the holders of anything but the lock",
+            ));
         }
         let holder: Result<Option<Holder>> =
             async {

@@ -32,13 +32,14 @@ pub(crate) struct Member {
 impl Member {
     /// The node, or at once an error saying it is not connected yet.
     fn node(&self) -> Result<&Node> {
-        self.node.get().ok_or_else(|| Error::Unavailable {
-            backend: crate::NAME,
-            message: match self.failure() {
-                Some(why) => format!("{} is not connected: {why}", self.label),
-                None => format!("{} is still connecting", self.label),
-            },
-            source: None,
+        self.node.get().ok_or_else(|| {
+            Error::unavailable(
+                crate::NAME,
+                match self.failure() {
+                    Some(why) => format!("{} is not connected: {why}", self.label),
+                    None => format!("{} is still connecting", self.label),
+                },
+            )
         })
     }
 
@@ -286,15 +287,14 @@ impl Majority {
         let first = first_failure
             .map(|e| format!("; first failure: {e}"))
             .unwrap_or_default();
-        Error::Unavailable {
-            backend: crate::NAME,
-            message: format!(
+        Error::unavailable(
+            crate::NAME,
+            format!(
                 "{operation}: only {answered} of {} nodes answered within {limit:?}, and Redlock needs {}{first}",
                 self.members.len(),
                 self.quorum
             ),
-            source: None,
-        }
+        )
     }
 
     pub(crate) fn no_answer_quorum<T>(

@@ -97,13 +97,13 @@ impl SqlBackend {
 
     fn check_name(&self, name: &LockName) -> Result<()> {
         if name.as_str().len() > self.max_name_len {
-            return Err(Error::InvalidName {
-                name: name.to_string(),
-                reason: format!(
+            return Err(Error::invalid_name(
+                name.to_string(),
+                format!(
                     "the table's name column holds at most {} characters",
                     self.max_name_len
                 ),
-            });
+            ));
         }
         Ok(())
     }

@@ -47,10 +47,10 @@ impl SqlConfig {
                 Dialect::MySql(crate::mysql::Config::parse(url)?)
             }
             _ => {
-                return Err(Error::UnknownScheme {
-                    scheme: scheme.to_owned(),
-                    supported: crate::SCHEMES.to_vec(),
-                });
+                return Err(Error::unknown_scheme(
+                    scheme.to_owned(),
+                    crate::SCHEMES.to_vec(),
+                ));
             }
         }))
     }

@@ -65,36 +65,27 @@ impl ErrorMap {
             // A certificate refused by either side is a setting to fix:
             // retrying cannot help.
             sqlx::Error::Io(_) | sqlx::Error::Tls(_) if refused_certificate(&e) => {
-                Error::InvalidConfig {
-                    backend: self.backend,
-                    reason: format!("TLS: {operation}: {e}"),
-                }
+                Error::invalid_config(self.backend, format!("TLS: {operation}: {e}"))
             }
-            sqlx::Error::Database(db) if transient_database_error(&*db) => Error::Unavailable {
-                backend: self.backend,
-                message: format!("{operation}: {db}"),
-                source: Some(db.into()),
-            },
+            sqlx::Error::Database(db) if transient_database_error(&*db) => {
+                Error::unavailable(self.backend, format!("{operation}: {db}")).with_source(db)
+            }
             sqlx::Error::Io(_)
             | sqlx::Error::Tls(_)
             | sqlx::Error::Protocol(_)
             | sqlx::Error::PoolClosed
-            | sqlx::Error::WorkerCrashed => Error::Unavailable {
-                backend: self.backend,
-                message: format!("{operation}: {e}"),
-                source: Some(e.into()),
-            },
+            | sqlx::Error::WorkerCrashed => {
+                Error::unavailable(self.backend, format!("{operation}: {e}")).with_source(e)
+            }
             sqlx::Error::PoolTimedOut => {
                 Error::timeout("waiting for a free database connection", self.pool_timeout)
             }
-            other => Error::Backend {
-                message: format!(
-                    "{} {operation}: {other}{}",
-                    self.backend,
-                    hint(operation, &other)
-                ),
-                source: Some(other.into()),
-            },
+            other => Error::backend(format!(
+                "{} {operation}: {other}{}",
+                self.backend,
+                hint(operation, &other)
+            ))
+            .with_source(other),
         }
     }
 }

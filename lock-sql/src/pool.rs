@@ -81,30 +81,24 @@ impl SqlOptions {
         self
     }
 
-    /// The options, checked as a URL's are; errors name the option as a
-    /// URL would give it.
-    fn check(self, schema_allowed: bool) -> Result<Checked> {
-        let invalid = |option: &str, value: &str, reason: &str| {
-            Error::invalid_url(&format!("?{option}={value}"), reason)
-        };
-        let table = TableName::new(&self.table, &format!("?table={}", self.table))?;
+    /// The options, checked as a URL's are; a mistake is an
+    /// [`Error::InvalidConfig`] naming the option.
+    fn check(self, backend: &'static str) -> Result<Checked> {
+        let schema_allowed = backend == crate::POSTGRES_NAME;
+        let invalid = |reason: &str| Error::invalid_config(backend, reason);
+        let table = TableName::new(&self.table, &format!("?table={}", self.table))
+            .map_err(|e| e.into_config(backend))?;
         let schema = match self.schema {
-            Some(s) if !schema_allowed => {
-                return Err(invalid(
-                    "schema",
-                    &s,
-                    "option \"schema\" applies to PostgreSQL only",
-                ));
+            Some(_) if !schema_allowed => {
+                return Err(invalid("option \"schema\" applies to PostgreSQL only"));
             }
-            Some(s) => Some(TableName::new(&s, &format!("?schema={s}"))?),
+            Some(s) => Some(
+                TableName::new(&s, &format!("?schema={s}")).map_err(|e| e.into_config(backend))?,
+            ),
             None => None,
         };
         if self.timeout.is_zero() {
-            return Err(invalid(
-                "timeout",
-                "0s",
-                "option \"timeout\" must be more than zero",
-            ));
+            return Err(invalid("option \"timeout\" must be more than zero"));
         }
         Ok(Checked {
             table,
@@ -151,21 +145,21 @@ mod sealed {
     #[cfg(feature = "sqlite")]
     impl Sealed for sqlx::SqlitePool {
         async fn backend(self, options: SqlOptions) -> Result<SqlBackend> {
-            crate::sqlite::from_pool(self, options.check(false)?).await
+            crate::sqlite::from_pool(self, options.check(crate::SQLITE_NAME)?).await
         }
     }
 
     #[cfg(feature = "postgres")]
     impl Sealed for sqlx::PgPool {
         async fn backend(self, options: SqlOptions) -> Result<SqlBackend> {
-            crate::postgres::from_pool(self, options.check(true)?).await
+            crate::postgres::from_pool(self, options.check(crate::POSTGRES_NAME)?).await
         }
     }
 
     #[cfg(feature = "mysql")]
     impl Sealed for sqlx::MySqlPool {
         async fn backend(self, options: SqlOptions) -> Result<SqlBackend> {
-            crate::mysql::from_pool(self, options.check(false)?).await
+            crate::mysql::from_pool(self, options.check(crate::MYSQL_NAME)?).await
         }
     }
 }
@@ -218,26 +212,38 @@ mod tests {
     use super::*;
 
     #[test]
-    fn bad_options_are_named_as_a_url_would_name_them() {
+    fn bad_options_are_config_errors_naming_the_option() {
+        let (postgres, sqlite) = (crate::POSTGRES_NAME, crate::SQLITE_NAME);
         let cases = [
-            (SqlOptions::new().table("a-b"), true, "table name \"a-b\""),
-            (SqlOptions::new().schema("x y"), true, "table name \"x y\""),
-            (SqlOptions::new().schema("s"), false, "PostgreSQL only"),
+            (
+                SqlOptions::new().table("a-b"),
+                postgres,
+                "table name \"a-b\"",
+            ),
+            (
+                SqlOptions::new().schema("x y"),
+                postgres,
+                "table name \"x y\"",
+            ),
+            (SqlOptions::new().schema("s"), sqlite, "PostgreSQL only"),
             (
                 SqlOptions::new().timeout(Duration::ZERO),
-                true,
+                postgres,
                 "more than zero",
             ),
         ];
-        for (options, schema_allowed, expected) in cases {
-            let err = options.check(schema_allowed).unwrap_err();
-            assert!(err.is_invalid_input(), "{err}");
+        for (options, backend, expected) in cases {
+            let err = options.check(backend).unwrap_err();
+            assert!(
+                matches!(err, Error::InvalidConfig { backend: b, .. } if b == backend),
+                "{err:?}"
+            );
             assert!(err.to_string().contains(expected), "{err}");
         }
         let fine = SqlOptions::new()
             .schema("s")
             .table("t")
-            .check(true)
+            .check(postgres)
             .unwrap();
         assert_eq!(fine.table.as_str(), "t");
         assert_eq!(fine.schema.unwrap().as_str(), "s");

@@ -18,14 +18,14 @@ pub(crate) fn require(
         return Ok(());
     }
     let script = script();
-    Err(Error::InvalidConfig {
+    Err(Error::invalid_config(
         backend,
-        reason: format!(
+        format!(
             "create_tables=false, and the database lacks {}. An administrator can make it by \
              connecting once with create_tables=true, or by running:\n\n{};\n\nthen grant the \
              application's user the rights lock-sql's README lists under \"Least privilege\"",
             lacking.join(", "),
             script.join(";\n\n"),
         ),
-    })
+    ))
 }

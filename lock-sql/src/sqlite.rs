@@ -119,14 +119,15 @@ fn check_directory(path: &Path) -> Result<()> {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    let unusable = |why: &str| Error::Unavailable {
-        backend: crate::SQLITE_NAME,
-        message: format!(
-            "cannot open database {}: directory {} {why}",
-            path.display(),
-            dir.display()
-        ),
-        source: None,
+    let unusable = |why: &str| {
+        Error::unavailable(
+            crate::SQLITE_NAME,
+            format!(
+                "cannot open database {}: directory {} {why}",
+                path.display(),
+                dir.display()
+            ),
+        )
     };
     match std::fs::metadata(dir) {
         Ok(meta) if meta.is_dir() => Ok(()),
@@ -155,13 +156,13 @@ pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
         pool_timeout: common.connect_timeout,
     };
     if !common.create_tables && !config.path.exists() {
-        return Err(Error::InvalidConfig {
-            backend: crate::SQLITE_NAME,
-            reason: format!(
+        return Err(Error::invalid_config(
+            crate::SQLITE_NAME,
+            format!(
                 "{}: no such database file, and create_tables=false creates none",
                 config.path.display()
             ),
-        });
+        ));
     }
     let options = SqliteConnectOptions::new()
         .filename(&config.path)
@@ -192,11 +193,11 @@ pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
         }
     };
     let pool = opened.map_err(|e| match e {
-        sqlx::Error::Database(db) if !transient(&*db) => Error::Unavailable {
-            backend: crate::SQLITE_NAME,
-            message: format!("cannot open database {}: {db}", config.path.display()),
-            source: Some(db.into()),
-        },
+        sqlx::Error::Database(db) if !transient(&*db) => Error::unavailable(
+            crate::SQLITE_NAME,
+            format!("cannot open database {}: {db}", config.path.display()),
+        )
+        .with_source(db),
         other => errors.convert("open database", other),
     })?;
     let synced = matches!(config.synchronous, SqliteSynchronous::Full);

@@ -194,13 +194,15 @@ impl ZkOptions {
     }
 
     /// The options, checked as a URL's are (the chroot normalised as a
-    /// URL's path is); errors name the option as a URL would give it.
+    /// URL's path is); a mistake is an [`Error::InvalidConfig`] naming the
+    /// option.
     pub(crate) fn check(self) -> Result<Self> {
         let path = format!("/{}", self.chroot.trim_start_matches('/'));
-        let chroot = parse_chroot(&format!("zk://…{path}"), &path)?;
+        let chroot = parse_chroot(&format!("zk://…{path}"), &path)
+            .map_err(|e| e.into_config(crate::NAME))?;
         if self.timeout.is_zero() {
-            return Err(Error::invalid_url(
-                "?timeout=0s",
+            return Err(Error::invalid_config(
+                crate::NAME,
                 "option \"timeout\" must be more than zero",
             ));
         }

@@ -56,9 +56,5 @@ pub(crate) fn convert(operation: &'static str, e: zk::Error) -> Error {
 
 /// A retryable failure described by `message`.
 pub(crate) fn unavailable(message: String) -> Error {
-    Error::Unavailable {
-        backend: crate::NAME,
-        message,
-        source: None,
-    }
+    Error::unavailable(crate::NAME, message)
 }

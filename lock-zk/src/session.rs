@@ -304,13 +304,10 @@ impl Inner {
 /// The error of a backend whose given session has ended: not transient, as
 /// no retry of this backend can get past it.
 fn session_ended(state: zk::SessionState) -> Error {
-    Error::Backend {
-        message: format!(
-            "the ZooKeeper session given to ZkBackend::from_client is {state}; the backend cannot \
+    Error::backend(format!(
+        "the ZooKeeper session given to ZkBackend::from_client is {state}; the backend cannot \
              open another: make a new client and a new backend"
-        ),
-        source: None,
-    }
+    ))
 }
 
 /// `min(ttl, 2/3 of the session timeout)`: the session's expiry on the

@@ -82,9 +82,7 @@ async fn run_locked(
         eprintln!(
             "distlock: lock \"{name}\" was granted with too little of its lease left; not running the command"
         );
-        return Err(Error::Lost {
-            name: name.to_string(),
-        });
+        return Err(Error::lost(name.to_string()));
     }
     supervise::tell(watchdog, &lease, grace).await;
     let mut child = match spawn(args, &guard, watchdog.group()) {

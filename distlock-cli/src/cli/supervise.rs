@@ -120,7 +120,7 @@ impl Supervisor<'_> {
                         }
                     };
                     if terminated || killed || self.guard.handle().is_lost() {
-                        return Err(Error::Lost { name: name.to_string() });
+                        return Err(Error::lost(name.to_string()));
                     }
                     return Ok(status);
                 }

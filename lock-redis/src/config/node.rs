@@ -144,7 +144,7 @@ pub struct CommonOptions {
 
 impl CommonOptions {
     /// Options given in code rather than in a URL, checked as a URL's are;
-    /// errors name the option as a URL would give it.
+    /// a mistake is an [`Error::InvalidConfig`] naming the option.
     pub fn new(
         prefix: impl Into<String>,
         timeout: Duration,
@@ -152,11 +152,12 @@ impl CommonOptions {
         allow_eviction: bool,
     ) -> Result<Self> {
         let prefix = prefix.into();
-        check_prefix(&prefix, &format!("?prefix={prefix}"))?;
+        check_prefix(&prefix, &format!("?prefix={prefix}"))
+            .map_err(|e| e.into_config(crate::NAME))?;
         for (option, value) in [("timeout", timeout), ("connect_timeout", connect_timeout)] {
             if value.is_zero() {
-                return Err(Error::invalid_url(
-                    &format!("?{option}=0s"),
+                return Err(Error::invalid_config(
+                    crate::NAME,
                     format!("option \"{option}\" must be more than zero"),
                 ));
             }

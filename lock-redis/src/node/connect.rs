@@ -166,13 +166,10 @@ impl Node {
     /// (some managed services rename it) is given the benefit of the doubt.
     fn check_version(&self, info: Option<&str>) -> Result<()> {
         match info.and_then(server_version) {
-            Some(found) if found < MIN_VERSION => Err(Error::Backend {
-                message: format!(
-                    "{} runs Redis {}.{}; distlock needs {}.{} or newer (its acquire script uses PEXPIRETIME)",
-                    self.label, found.0, found.1, MIN_VERSION.0, MIN_VERSION.1
-                ),
-                source: None,
-            }),
+            Some(found) if found < MIN_VERSION => Err(Error::backend(format!(
+                "{} runs Redis {}.{}; distlock needs {}.{} or newer (its acquire script uses PEXPIRETIME)",
+                self.label, found.0, found.1, MIN_VERSION.0, MIN_VERSION.1
+            ))),
             _ => Ok(()),
         }
     }
@@ -205,10 +202,10 @@ impl Node {
                 Conn::Sentinel(sentinel.again(config, self.timeout + extra).await?)
             }
             Source::Cluster => {
-                return Err(Error::Unsupported {
-                    backend: crate::NAME,
-                    operation: "a connection of its own to one node of a cluster",
-                });
+                return Err(Error::unsupported(
+                    crate::NAME,
+                    "a connection of its own to one node of a cluster",
+                ));
             }
         };
         Ok(Self {

@@ -69,10 +69,7 @@ pub(crate) trait Contender: Send + Sync {
         until: Instant,
     ) -> Result<Option<Box<dyn Held>>> {
         let _ = (name, permits, until);
-        Err(Error::Unsupported {
-            backend: "a benchmark peer",
-            operation: "semaphores",
-        })
+        Err(Error::unsupported("a benchmark peer", "semaphores"))
     }
 
     /// Counters of the waiting done so far; the workloads take differences.

@@ -90,9 +90,9 @@ impl Floor for EtcdFloor {
     async fn release(&self, grant: &EtcdGrant) -> Result<()> {
         match self.client.clone().lease_revoke(grant.lease).await {
             Ok(_) => Ok(()),
-            Err(e) if e.to_string().contains("not found") => Err(Error::NotHeld {
-                name: grant.key.clone(),
-            }),
+            Err(e) if e.to_string().contains("not found") => {
+                Err(Error::not_held(grant.key.clone()))
+            }
             Err(e) => Err(convert("revoke a lease", e)),
         }
     }

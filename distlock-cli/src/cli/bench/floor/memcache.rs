@@ -61,11 +61,7 @@ impl MemcacheFloor {
     }
 
     fn unavailable(&self, what: String) -> Error {
-        Error::Unavailable {
-            backend: "memcache",
-            message: format!("floor: {} ({what})", self.addr),
-            source: None,
-        }
+        Error::unavailable("memcache", format!("floor: {} ({what})", self.addr))
     }
 
     /// Sends `request` (lines with their `\r\n`) and reads the status line.
@@ -76,10 +72,7 @@ impl MemcacheFloor {
         if guard.is_none() {
             let stream = tokio::time::timeout(self.connect_timeout, TcpStream::connect(&self.addr))
                 .await
-                .map_err(|_| Error::Timeout {
-                    operation: "connecting to memcached",
-                    after: self.connect_timeout,
-                })?
+                .map_err(|_| Error::timeout("connecting to memcached", self.connect_timeout))?
                 .map_err(|e| self.unavailable(format!("connect: {e}")))?;
             let _ = stream.set_nodelay(true);
             *guard = Some(BufReader::new(stream));
@@ -105,10 +98,7 @@ impl MemcacheFloor {
             }
             Err(_) => {
                 *guard = None;
-                Err(Error::Timeout {
-                    operation: "memcached request",
-                    after: self.timeout,
-                })
+                Err(Error::timeout("memcached request", self.timeout))
             }
         }
     }
@@ -147,9 +137,7 @@ impl Floor for MemcacheFloor {
         let request = format!("md {}\r\n", grant.key);
         match self.request(request.as_bytes()).await?.as_str() {
             "HD" => Ok(()),
-            "NF" => Err(Error::NotHeld {
-                name: grant.key.clone(),
-            }),
+            "NF" => Err(Error::not_held(grant.key.clone())),
             other => Err(Error::backend(format!(
                 "floor delete: memcached said {other}"
             ))),

@@ -68,9 +68,7 @@ impl Floor for MemoryFloor {
                 slots.remove(&grant.name);
                 Ok(())
             }
-            _ => Err(Error::NotHeld {
-                name: grant.name.clone(),
-            }),
+            _ => Err(Error::not_held(grant.name.clone())),
         }
     }
 }

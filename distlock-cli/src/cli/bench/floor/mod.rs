@@ -93,10 +93,10 @@ pub(crate) async fn connect(
         s if distlock::backends::memcache::SCHEMES.contains(&s) => {
             Ok(spin(memcache::MemcacheFloor::open(url)?, ttl))
         }
-        _ => Err(Error::Unsupported {
+        _ => Err(Error::unsupported(
             backend,
-            operation: "benchmarking, as it has no floor yet (docs/BENCHMARKS.md says how to add one)",
-        }),
+            "benchmarking, as it has no floor yet (docs/BENCHMARKS.md says how to add one)",
+        )),
     }
 }
 

@@ -58,16 +58,10 @@ where
     E: std::fmt::Display + Into<distlock::backend::BoxError>,
 {
     let message = format!("floor {operation}: {e}");
-    if transient {
-        distlock::Error::Unavailable {
-            backend,
-            message,
-            source: Some(e.into()),
-        }
+    let error = if transient {
+        distlock::Error::unavailable(backend, message)
     } else {
-        distlock::Error::Backend {
-            message,
-            source: Some(e.into()),
-        }
-    }
+        distlock::Error::backend(message)
+    };
+    error.with_source(e)
 }

@@ -30,10 +30,10 @@ impl RedisFloor {
     pub(super) async fn open(url: &str) -> Result<Self> {
         let config = RedisConfig::parse(&distlock::backend_url(url)?)?;
         if config.sentinel.is_some() {
-            return Err(Error::Unsupported {
-                backend: "redis",
-                operation: "a benchmark floor through Sentinel (measure the master with redis://HOST:PORT)",
-            });
+            return Err(Error::unsupported(
+                "redis",
+                "a benchmark floor through Sentinel (measure the master with redis://HOST:PORT)",
+            ));
         }
         let node = if config.is_cluster() {
             RawNode::connect_cluster(&config.cluster, &config.node.label).await?
@@ -77,9 +77,7 @@ impl Floor for RedisFloor {
         {
             Ok(())
         } else {
-            Err(Error::NotHeld {
-                name: grant.key.clone(),
-            })
+            Err(Error::not_held(grant.key.clone()))
         }
     }
 }

@@ -94,9 +94,7 @@ impl Floor for RedlockFloor {
         if self.delete_everywhere(&grant.key, &grant.owner).await >= self.quorum {
             Ok(())
         } else {
-            Err(Error::NotHeld {
-                name: grant.key.clone(),
-            })
+            Err(Error::not_held(grant.key.clone()))
         }
     }
 }

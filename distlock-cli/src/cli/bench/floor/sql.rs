@@ -22,9 +22,7 @@ impl SqlGrant {
         if rows == 1 {
             Ok(())
         } else {
-            Err(Error::NotHeld {
-                name: self.name.clone(),
-            })
+            Err(Error::not_held(self.name.clone()))
         }
     }
 }

@@ -58,10 +58,7 @@ pub(crate) async fn within<T>(
 ) -> Result<T> {
     tokio::time::timeout(timeout, call)
         .await
-        .map_err(|_| Error::Timeout {
-            operation,
-            after: timeout,
-        })?
+        .map_err(|_| Error::timeout(operation, timeout))?
         .map_err(|e| convert(operation, e))
 }
 
@@ -73,10 +70,7 @@ impl ZkFloor {
             Ok(Ok(_) | Err(zk::Error::NodeExists)) => {}
             Ok(Err(e)) => return Err(convert("create the floor's root", e)),
             Err(_) => {
-                return Err(Error::Timeout {
-                    operation: "create the floor's root",
-                    after: timeout,
-                });
+                return Err(Error::timeout("create the floor's root", timeout));
             }
         }
         Ok(Self { client, timeout })
@@ -107,24 +101,16 @@ impl Floor for ZkFloor {
             Ok(Ok(_)) => Ok(Some(ZkGrant { path })),
             Ok(Err(zk::Error::NodeExists)) => Ok(None),
             Ok(Err(e)) => Err(convert("create", e)),
-            Err(_) => Err(Error::Timeout {
-                operation: "create",
-                after: self.timeout,
-            }),
+            Err(_) => Err(Error::timeout("create", self.timeout)),
         }
     }
 
     async fn release(&self, grant: &ZkGrant) -> Result<()> {
         match tokio::time::timeout(self.timeout, self.client.delete(&grant.path, None)).await {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(zk::Error::NoNode)) => Err(Error::NotHeld {
-                name: grant.path.clone(),
-            }),
+            Ok(Err(zk::Error::NoNode)) => Err(Error::not_held(grant.path.clone())),
             Ok(Err(e)) => Err(convert("delete", e)),
-            Err(_) => Err(Error::Timeout {
-                operation: "delete",
-                after: self.timeout,
-            }),
+            Err(_) => Err(Error::timeout("delete", self.timeout)),
         }
     }
 }
