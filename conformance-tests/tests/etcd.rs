@@ -802,3 +802,23 @@ async fn a_dropped_permit_waiter_leaves_no_key() {
         .expect("granted");
     g.release().await.expect("release");
 }
+
+/// A read-write lock's holders are read from its own keys: a key prefix
+/// that itself has a `write` segment makes no reader a writer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holders_under_a_prefix_with_a_write_segment() {
+    let etcd = Etcd::shared().await;
+    let prefix = format!("{}/write/app", fresh_table());
+    let l = Locker::from_arc(backend(&etcd.url(&prefix, "")).await);
+    let doc = l.rwlock("doc");
+    let r1 = doc.read_with(opts(TTL, Wait::No)).await.expect("read");
+    let r2 = doc.read_with(opts(TTL, Wait::No)).await.expect("read");
+    let holders = doc.holders().await.expect("holders");
+    assert_eq!(holders.len(), 2, "{holders:?}");
+    assert!(
+        holders.iter().all(|h| h.kind == LockKind::Read),
+        "{holders:?}"
+    );
+    r1.release().await.expect("release");
+    r2.release().await.expect("release");
+}

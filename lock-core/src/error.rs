@@ -1,6 +1,5 @@
 //! The one error type of every distlock crate.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 /// A boxed error from a driver, kept as the `source()` of an [`Error`].
@@ -120,11 +119,13 @@ pub enum Error {
 
     /// The task asking for the lock already holds it through a guard of the
     /// same [`Locker`](crate::Locker): waiting would wait on itself until the
-    /// wait ran out. Locks are not reentrant; pass the held guard's
-    /// [`LockHandle`](crate::LockHandle) down instead of locking again.
+    /// wait ran out. Pass the held guard's [`LockHandle`](crate::LockHandle)
+    /// down instead of locking again, or ask with
+    /// [`AcquireOptions::reentrant`](crate::AcquireOptions::reentrant) for a
+    /// second hold of the same grant.
     #[non_exhaustive]
     #[error(
-        "lock \"{name}\" is already held by this task through this locker; locks are not reentrant"
+        "lock \"{name}\" is already held by this task through this locker; ask with reentrant(true) to share its hold"
     )]
     AlreadyHeld {
         /// The lock.
@@ -257,267 +258,15 @@ impl Error {
                 | Error::FeatureDisabled { .. }
         )
     }
-
-    /// An [`Error::Busy`] for `name`.
-    pub fn busy(name: impl std::fmt::Display) -> Self {
-        Error::Busy {
-            name: name.to_string(),
-        }
-    }
-
-    /// An [`Error::Lost`] for `name`.
-    pub fn lost(name: impl std::fmt::Display) -> Self {
-        Error::Lost {
-            name: name.to_string(),
-        }
-    }
-
-    /// An [`Error::WaitTimeout`] for `name` after `waited`.
-    pub fn wait_timeout(name: impl std::fmt::Display, waited: Duration) -> Self {
-        Error::WaitTimeout {
-            name: name.to_string(),
-            waited,
-        }
-    }
-
-    /// An [`Error::InvalidName`]: `name` (escaped and shortened by the
-    /// caller) breaks `reason`.
-    pub fn invalid_name(name: impl Into<String>, reason: impl Into<String>) -> Self {
-        Error::InvalidName {
-            name: name.into(),
-            reason: reason.into(),
-        }
-    }
-
-    /// An [`Error::InvalidConfig`] of `backend`'s configuration: a value
-    /// set in code or read from a file, not a URL's.
-    pub fn invalid_config(backend: &'static str, reason: impl Into<String>) -> Self {
-        Error::InvalidConfig {
-            backend,
-            reason: reason.into(),
-        }
-    }
-
-    /// An [`Error::UnknownScheme`]: `scheme` is none of `supported`.
-    pub fn unknown_scheme(scheme: impl Into<String>, supported: Vec<&'static str>) -> Self {
-        Error::UnknownScheme {
-            scheme: scheme.into(),
-            supported,
-        }
-    }
-
-    /// An [`Error::FeatureDisabled`]: `scheme` needs `feature`.
-    pub fn feature_disabled(
-        scheme: impl Into<String>,
-        feature: &'static str,
-        supported: Vec<&'static str>,
-    ) -> Self {
-        Error::FeatureDisabled {
-            scheme: scheme.into(),
-            feature,
-            supported,
-        }
-    }
-
-    /// An [`Error::Unsupported`]: `backend` does not offer `operation`.
-    pub fn unsupported(backend: &'static str, operation: &'static str) -> Self {
-        Error::Unsupported { backend, operation }
-    }
-
-    /// An [`Error::Unavailable`] with a message and no source (see
-    /// [`Error::with_source`]).
-    pub fn unavailable(backend: &'static str, message: impl Into<String>) -> Self {
-        Error::Unavailable {
-            backend,
-            message: message.into(),
-            source: None,
-        }
-    }
-
-    /// The same [`Error::Unavailable`] or [`Error::Backend`] with `source`
-    /// as its [`source`](std::error::Error::source); any other error as it
-    /// was.
-    pub fn with_source(mut self, source: impl Into<BoxError>) -> Self {
-        if let Error::Unavailable { source: s, .. } | Error::Backend { source: s, .. } = &mut self {
-            *s = Some(source.into());
-        }
-        self
-    }
-
-    /// The same mistake found in a configuration made in code: an
-    /// [`Error::InvalidUrl`] (from a check shared with URL parsing) becomes
-    /// an [`Error::InvalidConfig`] of `backend` with the same reason, which
-    /// names the option; any other error stays as it was.
-    pub fn into_config(self, backend: &'static str) -> Self {
-        match self {
-            Error::InvalidUrl { reason, .. } => Error::invalid_config(backend, reason),
-            e => e,
-        }
-    }
-
-    /// An [`Error::NotHeld`] for `name`: the lease is no longer the
-    /// caller's.
-    pub fn not_held(name: impl std::fmt::Display) -> Self {
-        Error::NotHeld {
-            name: name.to_string(),
-        }
-    }
-
-    /// A [`Error::Backend`] with a message and no source.
-    pub fn backend(message: impl Into<String>) -> Self {
-        Error::Backend {
-            message: message.into(),
-            source: None,
-        }
-    }
-
-    /// An [`Error::Timeout`]: `operation` got no answer within `after`.
-    pub fn timeout(operation: &'static str, after: Duration) -> Self {
-        Error::Timeout { operation, after }
-    }
-
-    /// An [`Error::Unavailable`] from a driver's error that a retry may get
-    /// past, met during `operation`.
-    pub fn unavailable_from<E>(backend: &'static str, operation: &str, e: E) -> Self
-    where
-        E: std::error::Error + Send + Sync + 'static,
-    {
-        Error::Unavailable {
-            backend,
-            message: format!("{operation}: {e}"),
-            source: Some(Box::new(e)),
-        }
-    }
-
-    /// An [`Error::Backend`] from a driver's error that a retry does not
-    /// help, met during `operation`.
-    pub fn backend_from<E>(backend: &'static str, operation: &str, e: E) -> Self
-    where
-        E: std::error::Error + Send + Sync + 'static,
-    {
-        Error::Backend {
-            message: format!("{backend} {operation}: {e}"),
-            source: Some(Box::new(e)),
-        }
-    }
-
-    /// The same error for one more caller of an attempt whose outcome many
-    /// share ([`SingleFlight`](crate::backend::SingleFlight)): the same
-    /// variant and words; a driver's error, which cannot be copied, stays
-    /// shared as the source.
-    pub(crate) fn shared(original: &Arc<Error>) -> Self {
-        let source = || -> Option<BoxError> {
-            original
-                .source_error()
-                .map(|_| Box::new(SharedSource(original.clone())) as BoxError)
-        };
-        match &**original {
-            Error::InvalidName { name, reason } => Error::InvalidName {
-                name: name.clone(),
-                reason: reason.clone(),
-            },
-            Error::InvalidTtl {
-                ttl,
-                min,
-                max,
-                backend,
-            } => Error::InvalidTtl {
-                ttl: *ttl,
-                min: *min,
-                max: *max,
-                backend,
-            },
-            Error::InvalidPermits { permits, max } => Error::InvalidPermits {
-                permits: *permits,
-                max: *max,
-            },
-            Error::InvalidUrl { url, reason } => Error::InvalidUrl {
-                url: url.clone(),
-                reason: reason.clone(),
-            },
-            Error::InvalidConfig { backend, reason } => Error::InvalidConfig {
-                backend,
-                reason: reason.clone(),
-            },
-            Error::UnknownScheme { scheme, supported } => Error::UnknownScheme {
-                scheme: scheme.clone(),
-                supported: supported.clone(),
-            },
-            Error::FeatureDisabled {
-                scheme,
-                feature,
-                supported,
-            } => Error::FeatureDisabled {
-                scheme: scheme.clone(),
-                feature,
-                supported: supported.clone(),
-            },
-            Error::Busy { name } => Error::Busy { name: name.clone() },
-            Error::AlreadyHeld { name } => Error::AlreadyHeld { name: name.clone() },
-            Error::WaitTimeout { name, waited } => Error::WaitTimeout {
-                name: name.clone(),
-                waited: *waited,
-            },
-            Error::NotHeld { name } => Error::NotHeld { name: name.clone() },
-            Error::Lost { name } => Error::Lost { name: name.clone() },
-            Error::Unavailable {
-                backend, message, ..
-            } => Error::Unavailable {
-                backend,
-                message: message.clone(),
-                source: source(),
-            },
-            Error::Timeout { operation, after } => Error::Timeout {
-                operation,
-                after: *after,
-            },
-            Error::Unsupported { backend, operation } => Error::Unsupported { backend, operation },
-            Error::Backend { message, .. } => Error::Backend {
-                message: message.clone(),
-                source: source(),
-            },
-        }
-    }
-
-    /// The driver's error kept as the source, if any.
-    fn source_error(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
-        match self {
-            Error::Unavailable { source, .. } | Error::Backend { source, .. } => source.as_deref(),
-            _ => None,
-        }
-    }
-
-    /// An [`Error::InvalidUrl`]; `url` is redacted before it is stored.
-    pub fn invalid_url(url: &str, reason: impl Into<String>) -> Self {
-        Error::InvalidUrl {
-            url: crate::redact::redact(url),
-            reason: reason.into(),
-        }
-    }
 }
 
-/// The source of an error many callers share: shows, and leads on to,
-/// what the original's source does.
-#[derive(Debug)]
-struct SharedSource(Arc<Error>);
-
-impl std::fmt::Display for SharedSource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0.source_error() {
-            Some(source) => std::fmt::Display::fmt(source, f),
-            None => Ok(()),
-        }
-    }
-}
-
-impl std::error::Error for SharedSource {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.0.source_error().and_then(|s| s.source())
-    }
-}
+mod constructors;
+mod shared;
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
     #[test]

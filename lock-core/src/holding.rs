@@ -151,7 +151,15 @@ impl Holding {
         match self.backend.renew(&lease, ttl).instrument(span).await {
             // Lost meanwhile (the lease ran out while the request was on its
             // way): nothing renews it any more.
-            Ok(_) if self.handle.lost.is_cancelled() => Err(self.lost_error()),
+            // The deadline is checked before the new lease is stored: one
+            // that passed while the request was on its way was already
+            // reported `Lost`, which is final.
+            Ok(_) if self.handle.is_lost() => {
+                renewing
+                    .signal
+                    .lost(&lease, "the lease ran out while it was being extended");
+                Err(self.lost_error())
+            }
             Ok(renewed) => {
                 self.set_lease(renewed.clone());
                 renewing.signal.set(LockState::Held);

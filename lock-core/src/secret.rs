@@ -14,6 +14,7 @@ pub const PASSWORD_FILE: &str = "password_file";
 
 /// A password: given in the URL, or a file read at connect time.
 #[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Password {
     /// The password itself.
     Given(String),

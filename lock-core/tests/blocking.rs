@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use lock_core::backend::{AcquireRequest, Lease, LockBackend, async_trait};
 use lock_core::blocking::Locker;
 use lock_core::{AcquireOptions, Error, LockState, MemoryBackend, Wait};
 
@@ -150,4 +151,56 @@ fn with_lock_reports_a_lock_lost_while_the_section_ran() {
         std::thread::sleep(Duration::from_millis(400));
     });
     assert!(matches!(outcome, Err(Error::Lost { .. })), "{outcome:?}");
+}
+
+/// A guard that outlives its locker and is dropped on a runtime's thread is
+/// still released: the release keeps the blocking runtime alive until done.
+#[test]
+fn the_last_guard_dropped_on_a_runtime_is_released_though_its_locker_is_gone() {
+    let shared = MemoryBackend::new();
+    let backend = SlowRelease(shared.clone());
+    let locker =
+        Locker::from_async(|| async move { Ok(lock_core::Locker::new(backend)) }).expect("runtime");
+    let guard = locker.lock("a").expect("free");
+    drop(locker);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async move { drop(guard) });
+    let other = Locker::new(shared).expect("runtime");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match other.try_lock("a") {
+            Ok(g) => break g.release().expect("release"),
+            Err(e) if e.is_busy() && std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("never released (its default TTL is 30 s): {e}"),
+        }
+    }
+}
+
+/// The in-memory backend with releases that take a while, as a server's do.
+#[derive(Debug)]
+struct SlowRelease(MemoryBackend);
+
+#[async_trait]
+impl LockBackend for SlowRelease {
+    fn capabilities(&self) -> lock_core::Capabilities {
+        self.0.capabilities()
+    }
+    async fn try_acquire(&self, req: &AcquireRequest) -> lock_core::Result<Option<Lease>> {
+        self.0.try_acquire(req).await
+    }
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> lock_core::Result<Lease> {
+        self.0.renew(lease, ttl).await
+    }
+    async fn release(&self, lease: &Lease) -> lock_core::Result<()> {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        self.0.release(lease).await
+    }
+    async fn abandon(&self, req: &AcquireRequest) -> lock_core::Result<()> {
+        self.0.abandon(req).await
+    }
 }

@@ -782,3 +782,32 @@ async fn extend_answered_after_the_lease_ran_out_reports_it_lost() {
     assert!(matches!(extended, Err(Error::Lost { .. })), "{extended:?}");
     assert_eq!(guard.state(), LockState::Lost);
 }
+
+/// An extend whose reply comes after the lease's deadline, while nothing
+/// else ran (a blocked runtime), does not bring a lock that was already
+/// `Lost` by the deadline rule back to `Held`.
+#[test]
+fn an_extend_answered_after_the_deadline_does_not_revive_the_lock() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let backend = Flaky::default();
+        backend.renew_delay_ms.store(50, Ordering::SeqCst);
+        let locker = Locker::new(backend.clone());
+        let guard = locker.lock_with("a", opts(300)).await.unwrap();
+        let mut extend = Box::pin(guard.extend(Duration::from_secs(10)));
+        std::future::poll_fn(|cx| {
+            assert!(extend.as_mut().poll(cx).is_pending(), "the request is out");
+            Poll::Ready(())
+        })
+        .await;
+        // The runtime is blocked past the deadline: no keep-alive runs.
+        std::thread::sleep(Duration::from_millis(400));
+        assert_eq!(guard.state(), LockState::Lost, "lost by the deadline");
+        let outcome = extend.await;
+        assert!(matches!(outcome, Err(Error::Lost { .. })), "{outcome:?}");
+        assert_eq!(guard.state(), LockState::Lost, "and still lost");
+    });
+}

@@ -280,13 +280,7 @@ impl LockBackend for EtcdBackend {
                 return Ok(None);
             };
             let lease = kv.lease();
-            let ttl = self
-                .call("read the lease", |mut c| async move {
-                    c.lease_time_to_live(lease, None).await
-                })
-                .await
-                .ok()
-                .map(|t| Duration::from_secs(u64::try_from(t.ttl()).unwrap_or(0)));
+            let ttl = self.lease_left(lease).await;
             let owner = kv.value_str().unwrap_or_default();
             let mut holder = Holder::new(owner, FencingToken::from_i64(kv.create_revision()), ttl);
             if owner.is_empty() {

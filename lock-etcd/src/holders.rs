@@ -38,21 +38,14 @@ impl EtcdBackend {
                 .take(permits)
                 .map(|kv| (kv, kind))
                 .collect(),
-            _ => readers_or_writer(found.kvs()),
+            _ => readers_or_writer(found.kvs(), &range_of(self, name)),
         };
         let mut left: HashMap<i64, Option<Duration>> = HashMap::new();
         let mut holders = Vec::with_capacity(held.len());
         for (kv, side) in held {
             let lease = kv.lease();
             if let std::collections::hash_map::Entry::Vacant(entry) = left.entry(lease) {
-                let ttl = self
-                    .call("read the lease", |mut c| async move {
-                        c.lease_time_to_live(lease, None).await
-                    })
-                    .await
-                    .ok()
-                    .map(|t| Duration::from_secs(u64::try_from(t.ttl()).unwrap_or(0)));
-                entry.insert(ttl);
+                entry.insert(self.lease_left(lease).await);
             }
             let owner = kv.value_str().unwrap_or_default();
             let token = FencingToken::from_i64(kv.create_revision());
@@ -60,12 +53,33 @@ impl EtcdBackend {
         }
         Ok(holders)
     }
+
+    /// The time left on `lease`, if etcd says.
+    pub(crate) async fn lease_left(&self, lease: i64) -> Option<Duration> {
+        self.call("read the lease", |mut c| async move {
+            c.lease_time_to_live(lease, None).await
+        })
+        .await
+        .ok()
+        .map(|t| Duration::from_secs(u64::try_from(t.ttl()).unwrap_or(0)))
+    }
 }
 
-/// The holders among a read-write lock's keys, oldest first: the writer if
-/// its key is the oldest, else every reader older than the oldest writer.
-fn readers_or_writer(keys: &[KeyValue]) -> Vec<(&KeyValue, LockKind)> {
-    let is_write = |kv: &KeyValue| kv.key_str().is_ok_and(|k| k.contains("/write/"));
+/// The key range of `name`'s read-write lock.
+fn range_of(backend: &EtcdBackend, name: &LockName) -> String {
+    backend.family_dir(name, Family::ReadWrite)
+}
+
+/// The holders among the keys of the read-write lock whose range is
+/// `range`, oldest first: the writer if its key is the oldest, else every
+/// reader older than the oldest writer.
+fn readers_or_writer<'a>(keys: &'a [KeyValue], range: &str) -> Vec<(&'a KeyValue, LockKind)> {
+    let is_write = |kv: &KeyValue| {
+        kv.key_str().is_ok_and(|k| {
+            k.strip_prefix(range)
+                .is_some_and(|part| part.starts_with("write/"))
+        })
+    };
     match keys.first() {
         Some(first) if is_write(first) => vec![(first, LockKind::Write)],
         _ => keys

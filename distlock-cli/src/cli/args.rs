@@ -231,12 +231,14 @@ pub(crate) struct StatusArgs {
     pub(crate) backend: Backend,
 
     /// List the holders of the semaphore --name with N permits instead of
-    /// the lock's holder (N as its users give it).
+    /// the lock's holder (N as its users give it). The exit status is 75
+    /// only when all N permits are taken.
     #[arg(long, value_name = "N", conflicts_with = "read_write")]
     pub(crate) permits: Option<u32>,
 
     /// List the holders of the read-write lock --name (its readers, or its
-    /// writer) instead of the lock's holder.
+    /// writer) instead of the lock's holder. The exit status is 75 when
+    /// anybody holds it (a writer would wait).
     #[arg(long)]
     pub(crate) read_write: bool,
 

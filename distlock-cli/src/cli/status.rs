@@ -19,7 +19,8 @@ pub(crate) async fn status(args: StatusArgs) -> Result<u8> {
                 || group_text(&name, kind, &holders),
                 || group_json(&name, kind, &holders),
             );
-            !holders.is_empty()
+            // Busy as a try would find it: every permit taken.
+            holders.len() >= permits as usize
         }
         (None, true) => {
             let holders = locker.rwlock(name.as_str()).holders().await?;

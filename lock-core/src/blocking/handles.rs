@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::locker::{LockGuard, Locker, Runtime, hold_while, release_on_drop};
 use crate::error::{Error, Result};
 use crate::handle::LockHandle;
+use crate::lock_backend::Holder;
 use crate::options::AcquireOptions;
 use crate::state::LockState;
 use crate::token::FencingToken;
@@ -51,6 +52,21 @@ pub struct Semaphore {
 }
 
 impl Semaphore {
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    /// How many holders it admits at once.
+    pub fn permits(&self) -> u32 {
+        self.inner.permits()
+    }
+
+    /// Who holds its permits now, where the backend can tell.
+    pub fn holders(&self) -> Result<Vec<Holder>> {
+        self.locker.rt.block_on(self.inner.holders())
+    }
+
     /// Blocks until a permit is acquired with the default options.
     pub fn acquire(&self) -> Result<LockGuard> {
         self.locker
@@ -83,6 +99,16 @@ pub struct RwLock {
 }
 
 impl RwLock {
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    /// Who holds it now, readers and writer, where the backend can tell.
+    pub fn holders(&self) -> Result<Vec<Holder>> {
+        self.locker.rt.block_on(self.inner.holders())
+    }
+
     /// Blocks until the read side is acquired with the default options.
     pub fn read(&self) -> Result<LockGuard> {
         self.locker
@@ -143,6 +169,11 @@ impl MultiLock {
             held: Some(held),
             rt: self.locker.rt.clone(),
         })
+    }
+
+    /// The names, in the order they are taken.
+    pub fn names(&self) -> &[String] {
+        self.inner.names()
     }
 
     /// Blocks until every name is acquired with the default options.

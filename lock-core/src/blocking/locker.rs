@@ -6,11 +6,12 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::capabilities::Capabilities;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard as AsyncGuard;
 use crate::handle::LockHandle;
 use crate::lease::Lease;
-use crate::lock_backend::LockBackend;
+use crate::lock_backend::{Holder, LockBackend};
 use crate::options::AcquireOptions;
 
 /// The runtime the blocking types run on: one worker thread for renewals
@@ -89,6 +90,28 @@ impl Locker {
     /// The async locker this one drives, for code that has both.
     pub fn as_async(&self) -> &crate::Locker {
         &self.inner
+    }
+
+    /// The same locker with other default options; see
+    /// [`crate::Locker::with_defaults`].
+    pub fn with_defaults(mut self, defaults: AcquireOptions) -> Self {
+        self.inner = self.inner.with_defaults(defaults);
+        self
+    }
+
+    /// The default options.
+    pub fn defaults(&self) -> AcquireOptions {
+        self.inner.defaults()
+    }
+
+    /// The backend's capabilities.
+    pub fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    /// Who holds `name`'s mutex now, where the backend can tell.
+    pub fn holder(&self, name: impl AsRef<str>) -> Result<Option<Holder>> {
+        self.rt.block_on(self.inner.holder(name))
     }
 
     pub(super) fn guard(&self, guard: Result<AsyncGuard>) -> Result<LockGuard> {
@@ -233,19 +256,27 @@ impl Drop for LockGuard {
 }
 
 /// Releases what a dropped blocking guard held: before returning on a
-/// thread of its own, in the background on a runtime's thread (where
-/// blocking would panic).
-pub(super) fn release_on_drop<F, Fut>(rt: &Runtime, release: F)
+/// thread of its own; on a runtime's thread (where blocking would panic),
+/// on a thread started for it, which keeps the runtime alive until the
+/// release is done even if this guard was its last owner.
+pub(super) fn release_on_drop<F, Fut>(rt: &Arc<Runtime>, release: F)
 where
-    F: FnOnce() -> Fut,
+    F: FnOnce() -> Fut + Send + 'static,
     Fut: Future<Output = Result<()>>,
 {
-    if tokio::runtime::Handle::try_current().is_ok() {
-        let _on = rt.get().enter();
-        drop(release);
-        return;
+    let run = |rt: &Runtime, release: F| {
+        if let Err(e) = rt.block_on(release()) {
+            tracing::debug!(error = %e, "release of a dropped guard failed");
+        }
+    };
+    if tokio::runtime::Handle::try_current().is_err() {
+        return run(rt, release);
     }
-    if let Err(e) = rt.block_on(release()) {
-        tracing::debug!(error = %e, "release of a dropped guard failed");
+    let rt = rt.clone();
+    let started = std::thread::Builder::new()
+        .name("distlock-release".into())
+        .spawn(move || run(&rt, release));
+    if let Err(e) = started {
+        tracing::debug!(error = %e, "no thread for the release of a dropped guard; its TTL frees it");
     }
 }
