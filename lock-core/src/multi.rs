@@ -12,11 +12,12 @@ use std::task::Poll;
 
 use tokio::time::Instant;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::handle::LockHandle;
 use crate::locker::Locker;
 use crate::options::{AcquireOptions, Wait};
+use crate::section::{Held, hold_while};
 use crate::state::LockState;
 use crate::token::FencingToken;
 
@@ -71,7 +72,7 @@ impl MultiLock {
         self.lock_with(self.locker.defaults()).await
     }
 
-    /// One attempt at each name in turn: [`Error::Busy`] if any is held,
+    /// One attempt at each name in turn: [`Error::Busy`](crate::Error::Busy) if any is held,
     /// with the ones already taken released.
     pub async fn try_lock(&self) -> Result<MultiGuard> {
         self.lock_with(self.locker.defaults().wait(Wait::No)).await
@@ -107,29 +108,14 @@ impl MultiLock {
 
     /// Runs `section` while holding every name, then releases them. If any
     /// is lost while `section` runs, `section` is dropped at its next
-    /// `.await` and the result is [`Error::Lost`]. The section gets each
+    /// `.await` and the result is [`Error::Lost`](crate::Error::Lost). The section gets each
     /// name's [`LockHandle`], in the order of [`MultiLock::names`].
     pub async fn with_lock<F, Fut, T>(&self, section: F) -> Result<T>
     where
         F: FnOnce(Vec<LockHandle>) -> Fut,
         Fut: Future<Output = T>,
     {
-        let held = self.lock().await?;
-        let handles = held.guards.iter().map(LockGuard::handle).collect();
-        let outcome = tokio::select! {
-            biased;
-            lost = held.lost() => Err(lost),
-            out = section(handles) => Ok(out),
-        };
-        match outcome {
-            Ok(out) => {
-                if let Err(e) = held.release().await {
-                    tracing::warn!(error = %e, "release after the critical section failed");
-                }
-                Ok(out)
-            }
-            Err(name) => Err(Error::Lost { name }),
-        }
+        hold_while(self.lock().await?, section).await
     }
 }
 
@@ -202,6 +188,22 @@ impl MultiGuard {
     /// after all were tried, as [`LockGuard::release`] reports them.
     pub async fn release(self) -> Result<()> {
         release_all(self.guards).await
+    }
+}
+
+impl Held for MultiGuard {
+    type View = Vec<LockHandle>;
+
+    fn view(&self) -> Vec<LockHandle> {
+        self.guards.iter().map(LockGuard::handle).collect()
+    }
+
+    fn lost(&self) -> impl Future<Output = String> {
+        MultiGuard::lost(self)
+    }
+
+    fn release(self) -> impl Future<Output = Result<()>> {
+        MultiGuard::release(self)
     }
 }
 

@@ -1,5 +1,6 @@
-//! The closure forms (`with_lock`, `with_permit`, …): a section run while a
-//! lock is held, cut off at its next `.await` if the lock is lost.
+//! The closure forms (`with_lock`, `with_permit`, a multi-lock's
+//! `with_lock`, …): a section run while a lock is held, cut off at its next
+//! `.await` if the lock is lost, and the lock released after it.
 
 use std::future::Future;
 
@@ -7,29 +8,57 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::handle::LockHandle;
 
-/// Runs `section` under `guard`, then releases it.
-pub(crate) async fn hold_while<F, Fut, T>(guard: LockGuard, section: F) -> Result<T>
+/// What a section runs under: a guard, or a multi-lock's guards.
+pub(crate) trait Held: Sized {
+    /// What the section gets to read the lock by.
+    type View;
+
+    fn view(&self) -> Self::View;
+
+    /// Completes when the lock (or one of the locks) is lost, with its name.
+    fn lost(&self) -> impl Future<Output = String>;
+
+    fn release(self) -> impl Future<Output = Result<()>>;
+}
+
+impl Held for LockGuard {
+    type View = LockHandle;
+
+    fn view(&self) -> LockHandle {
+        self.handle()
+    }
+
+    async fn lost(&self) -> String {
+        LockHandle::lost(self).await;
+        self.name().to_string()
+    }
+
+    fn release(self) -> impl Future<Output = Result<()>> {
+        LockGuard::release(self)
+    }
+}
+
+/// Runs `section` under `held`, then releases it.
+pub(crate) async fn hold_while<H, F, Fut, T>(held: H, section: F) -> Result<T>
 where
-    F: FnOnce(LockHandle) -> Fut,
+    H: Held,
+    F: FnOnce(H::View) -> Fut,
     Fut: Future<Output = T>,
 {
-    let handle = guard.handle();
     let outcome = tokio::select! {
         biased;
-        () = handle.lost() => None,
-        out = section(handle.clone()) => Some(out),
+        name = held.lost() => Err(name),
+        out = section(held.view()) => Ok(out),
     };
     match outcome {
-        Some(out) => {
+        Ok(out) => {
             // The section finished while the lock was held; a failed
             // release must not throw its result away.
-            if let Err(e) = guard.release().await {
-                tracing::warn!(lock = %handle.name(), error = %e, "release after the critical section failed");
+            if let Err(e) = held.release().await {
+                tracing::warn!(error = %e, "release after the critical section failed");
             }
             Ok(out)
         }
-        None => Err(Error::Lost {
-            name: handle.name().to_string(),
-        }),
+        Err(name) => Err(Error::Lost { name }),
     }
 }

@@ -45,16 +45,7 @@ fn a_guard_dropped_inside_an_async_runtime_is_released_in_the_background() {
         .build()
         .expect("runtime");
     rt.block_on(async move { drop(guard) });
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        match locker.try_lock("a") {
-            Ok(g) => break g.release().expect("release"),
-            Err(e) if e.is_busy() && std::time::Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            Err(e) => panic!("never released: {e}"),
-        }
-    }
+    taken_within_10s(&locker, "a", "never released");
 }
 
 #[test]
@@ -169,14 +160,20 @@ fn the_last_guard_dropped_on_a_runtime_is_released_though_its_locker_is_gone() {
         .expect("runtime");
     rt.block_on(async move { drop(guard) });
     let other = Locker::new(shared).expect("runtime");
+    taken_within_10s(&other, "a", "never released (its default TTL is 30 s)");
+}
+
+/// Takes `name` as soon as it is free, within 10 s, and releases it;
+/// panics with `why` if it stays held.
+fn taken_within_10s(locker: &Locker, name: &str, why: &str) {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
-        match other.try_lock("a") {
+        match locker.try_lock(name) {
             Ok(g) => break g.release().expect("release"),
             Err(e) if e.is_busy() && std::time::Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(10));
             }
-            Err(e) => panic!("never released (its default TTL is 30 s): {e}"),
+            Err(e) => panic!("{why}: {e}"),
         }
     }
 }

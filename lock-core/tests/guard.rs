@@ -811,3 +811,43 @@ fn an_extend_answered_after_the_deadline_does_not_revive_the_lock() {
         assert_eq!(guard.state(), LockState::Lost, "and still lost");
     });
 }
+
+/// A multi-lock's section gets every name's handle, in the order taken,
+/// and is cut off with `Lost` naming the name that was lost.
+#[tokio::test]
+async fn a_multi_lock_section_sees_every_name_and_ends_when_one_is_lost() {
+    let locker = Locker::new(MemoryBackend::new());
+    let names = locker
+        .multi_lock(["b", "a"])
+        .with_lock(|held| async move {
+            held.iter()
+                .map(|h| h.name().to_string())
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap();
+    assert_eq!(names, ["a", "b"]);
+    locker
+        .try_lock("a")
+        .await
+        .expect("released after the section")
+        .release()
+        .await
+        .unwrap();
+
+    let short = locker
+        .clone()
+        .with_defaults(AcquireOptions::with_ttl(Duration::from_millis(300)));
+    let backend = locker.backend().clone();
+    let outcome = short
+        .multi_lock(["a", "b"])
+        .with_lock(|held| async move {
+            backend.release(&held[1].lease()).await.unwrap();
+            tokio::time::sleep(Duration::from_secs(30)).await;
+        })
+        .await;
+    match outcome {
+        Err(Error::Lost { name, .. }) => assert_eq!(name, "b"),
+        other => panic!("a section whose lock was lost: {other:?}"),
+    }
+}

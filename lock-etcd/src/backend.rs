@@ -265,32 +265,28 @@ impl LockBackend for EtcdBackend {
         if kind.family() != Family::Mutex {
             return self.group_holders(name, kind).await;
         }
-        let holder: Result<Option<Holder>> = async {
-            let first = GetOptions::new()
-                .with_prefix()
-                .with_sort(SortTarget::Create, SortOrder::Ascend)
-                .with_limit(1);
-            let dir = self.dir(name);
-            let found = self
-                .call("find the holder", |mut c| async move {
-                    c.get(dir, Some(first)).await
-                })
-                .await?;
-            let Some(kv) = found.kvs().first() else {
-                return Ok(None);
-            };
-            let lease = kv.lease();
-            let ttl = self.lease_left(lease).await;
-            let owner = kv.value_str().unwrap_or_default();
-            let mut holder = Holder::new(owner, FencingToken::from_i64(kv.create_revision()), ttl);
-            if owner.is_empty() {
-                // Taken by a client that stores no owner token: name it by its lease.
-                holder.owner = format!("{lease:x}");
-            }
-            Ok(Some(holder))
+        let first = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(1);
+        let dir = self.dir(name);
+        let found = self
+            .call("find the holder", |mut c| async move {
+                c.get(dir, Some(first)).await
+            })
+            .await?;
+        let Some(kv) = found.kvs().first() else {
+            return Ok(Vec::new());
+        };
+        let lease = kv.lease();
+        let ttl = self.lease_left(lease).await;
+        let owner = kv.value_str().unwrap_or_default();
+        let mut holder = Holder::new(owner, FencingToken::from_i64(kv.create_revision()), ttl);
+        if owner.is_empty() {
+            // Taken by a client that stores no owner token: name it by its lease.
+            holder.owner = format!("{lease:x}");
         }
-        .await;
-        Ok(holder?.into_iter().collect())
+        Ok(vec![holder])
     }
 }
 

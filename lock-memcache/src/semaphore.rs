@@ -27,14 +27,15 @@ impl MemcacheBackend {
         let Some(permits) = permits(kind)? else {
             return Ok(Vec::new());
         };
-        let mut holders = Vec::new();
-        for slot in 0..permits {
-            if let Some(item) = self.client.get(&self.slot(name, slot).key).await? {
+        let (_, items) = self.read_slots(name, permits).await?;
+        Ok(items
+            .into_iter()
+            .flatten()
+            .map(|item| {
                 let left = item.ttl.map(Duration::from_secs);
-                holders.push(Holder::without_token(&item.value, left).of_kind(kind));
-            }
-        }
-        Ok(holders)
+                Holder::without_token(&item.value, left).of_kind(kind)
+            })
+            .collect())
     }
 
     /// One attempt at a permit of `req.name`'s semaphore of `permits`.
@@ -54,7 +55,7 @@ impl MemcacheBackend {
         permits: u32,
         sent: Instant,
     ) -> Result<Option<Lease>> {
-        let (places, items) = self.read_slots(req, permits).await?;
+        let (places, items) = self.read_slots(&req.name, permits).await?;
         let owner = req.owner.to_hex();
         if let Some((place, item)) = ours(&places, &items, &owner).next() {
             return self.take_again(req, place, item.cas, sent).await;
@@ -76,7 +77,7 @@ impl MemcacheBackend {
     /// attempt whose reply was lost may have added any of them. Only items
     /// whose value is our owner are deleted, each on the CAS read with it.
     pub(crate) async fn abandon_permits(&self, req: &AcquireRequest, permits: u32) -> Result<()> {
-        let (places, items) = self.read_slots(req, permits).await?;
+        let (places, items) = self.read_slots(&req.name, permits).await?;
         let owner = req.owner.to_hex();
         for (place, item) in ours(&places, &items, &owner) {
             self.delete_if_owner(&place.key, &owner, Some(item.cas))
@@ -85,13 +86,14 @@ impl MemcacheBackend {
         Ok(())
     }
 
-    /// The semaphore's slots and their items, read in one round trip.
+    /// The semaphore's slots and their items, read in one round trip that
+    /// leaves the items' places in memcached's LRU as they were.
     async fn read_slots(
         &self,
-        req: &AcquireRequest,
+        name: &LockName,
         permits: u32,
     ) -> Result<(Vec<Place>, Vec<Option<Item>>)> {
-        let places: Vec<Place> = (0..permits).map(|i| self.slot(&req.name, i)).collect();
+        let places: Vec<Place> = (0..permits).map(|i| self.slot(name, i)).collect();
         let keys: Vec<&str> = places.iter().map(|p| p.key.as_str()).collect();
         let items = self.client.peek_all(&keys).await?;
         Ok((places, items))

@@ -355,13 +355,10 @@ impl LockBackend for RedisBackend {
         if kind.family() != Family::Mutex {
             return self.group_holders(name, kind).await;
         }
-        let holder: Result<Option<Holder>> =
-            async {
-                Ok(self.node.holder(name).await?.map(|h| {
-                    Holder::new(&h.owner, FencingToken::new(h.counter), Some(h.remaining))
-                }))
-            }
-            .await;
-        Ok(holder?.into_iter().collect())
+        let holder = self.node.holder(name).await?;
+        Ok(holder
+            .map(|h| Holder::new(&h.owner, FencingToken::new(h.counter), Some(h.remaining)))
+            .into_iter()
+            .collect())
     }
 }

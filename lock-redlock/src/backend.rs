@@ -266,34 +266,31 @@ impl LockBackend for RedlockBackend {
                 "inspecting the holders of anything but the lock",
             ));
         }
-        let holder: Result<Option<Holder>> =
-            async {
-                let answers = self
-                    .majority
-                    .on_every(self.majority.node_timeout(), |n| n.holder(name))
-                    .await;
-                if answers.ok.len() < self.majority.quorum() {
-                    return Err(self.majority.no_answer_quorum(
-                        "holder",
-                        &answers,
-                        self.majority.node_timeout(),
-                    ));
-                }
-                let held: Vec<_> = answers.ok.into_iter().flatten().collect();
-                // The holder is whoever holds the key on a majority, if anybody does.
-                let Some(owner) = held.iter().map(|h| &h.owner).find(|o| {
-                    held.iter().filter(|h| &h.owner == *o).count() >= self.majority.quorum()
-                }) else {
-                    return Ok(None);
-                };
-                let remaining = held
-                    .iter()
-                    .filter(|h| &h.owner == owner)
-                    .map(|h| h.remaining)
-                    .min();
-                Ok(Some(Holder::without_token(owner, remaining)))
-            }
+        let answers = self
+            .majority
+            .on_every(self.majority.node_timeout(), |n| n.holder(name))
             .await;
-        Ok(holder?.into_iter().collect())
+        if answers.ok.len() < self.majority.quorum() {
+            return Err(self.majority.no_answer_quorum(
+                "holder",
+                &answers,
+                self.majority.node_timeout(),
+            ));
+        }
+        let held: Vec<_> = answers.ok.into_iter().flatten().collect();
+        // The holder is whoever holds the key on a majority, if anybody does.
+        let Some(owner) = held
+            .iter()
+            .map(|h| &h.owner)
+            .find(|o| held.iter().filter(|h| &h.owner == *o).count() >= self.majority.quorum())
+        else {
+            return Ok(Vec::new());
+        };
+        let remaining = held
+            .iter()
+            .filter(|h| &h.owner == owner)
+            .map(|h| h.remaining)
+            .min();
+        Ok(vec![Holder::without_token(owner, remaining)])
     }
 }

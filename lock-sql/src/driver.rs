@@ -29,6 +29,23 @@ impl Row {
     }
 }
 
+impl Row {
+    /// A row of a holder query: `(owner, version, remaining_ms)`.
+    pub(crate) fn from_row<R>(r: &R) -> Result<Self, sqlx::Error>
+    where
+        R: sqlx::Row,
+        usize: sqlx::ColumnIndex<R>,
+        for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+        for<'a> i64: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    {
+        Ok(Self::from_columns(
+            r.try_get(0)?,
+            r.try_get(1)?,
+            r.try_get(2)?,
+        ))
+    }
+}
+
 /// A live holder of a semaphore or read-write lock, as the members query
 /// returns it.
 #[derive(Debug)]
@@ -37,6 +54,22 @@ pub(crate) struct Member {
     pub(crate) row: Row,
     /// The row's `kind` column: `permit`, `read` or `write`.
     pub(crate) kind: String,
+}
+
+impl Member {
+    /// A row of a members query: `(owner, kind, token, remaining_ms)`.
+    pub(crate) fn from_row<R>(r: &R) -> Result<Self, sqlx::Error>
+    where
+        R: sqlx::Row,
+        usize: sqlx::ColumnIndex<R>,
+        for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+        for<'a> i64: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    {
+        Ok(Self {
+            row: Row::from_columns(r.try_get(0)?, r.try_get(2)?, r.try_get(3)?),
+            kind: r.try_get(1)?,
+        })
+    }
 }
 
 /// What a compare-owner-and-version release found.

@@ -18,9 +18,9 @@ use std::time::Duration;
 use lock_core::backend::async_trait;
 use lock_core::secret::read_password_file;
 use lock_core::{Capabilities, Fencing, FencingToken, LockName, Result};
+use sqlx::AssertSqlSafe;
 use sqlx::error::DatabaseError;
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
-use sqlx::{AssertSqlSafe, Row as _};
 
 use crate::backend::{SqlBackend, within};
 use crate::config::ServerOptions;
@@ -239,15 +239,10 @@ impl Driver for MySql {
             .fetch_optional(&self.pool)
             .await
             .map_err(|e| self.errors.convert("holder", e))?;
-        row.map(|r| {
-            Ok(Row::from_columns(
-                r.try_get(0)?,
-                r.try_get(1)?,
-                r.try_get(2)?,
-            ))
-        })
-        .transpose()
-        .map_err(|e| self.errors.convert("holder", e))
+        row.as_ref()
+            .map(Row::from_row)
+            .transpose()
+            .map_err(|e| self.errors.convert("holder", e))
     }
 
     async fn join(
@@ -313,12 +308,7 @@ impl Driver for MySql {
             .await
             .map_err(|e| self.errors.convert("holders", e))?;
         rows.iter()
-            .map(|r| {
-                Ok(Member {
-                    row: Row::from_columns(r.try_get(0)?, r.try_get(2)?, r.try_get(3)?),
-                    kind: r.try_get(1)?,
-                })
-            })
+            .map(Member::from_row)
             .collect::<Result<_, sqlx::Error>>()
             .map_err(|e| self.errors.convert("holders", e))
     }

@@ -153,15 +153,10 @@ where
             .fetch_optional(&self.pool)
             .await
             .map_err(|e| self.errors.convert("holder", e))?;
-        row.map(|r| {
-            Ok(Row::from_columns(
-                r.try_get(0)?,
-                r.try_get(1)?,
-                r.try_get(2)?,
-            ))
-        })
-        .transpose()
-        .map_err(|e| self.errors.convert("holder", e))
+        row.as_ref()
+            .map(Row::from_row)
+            .transpose()
+            .map_err(|e| self.errors.convert("holder", e))
     }
 
     async fn join(
@@ -248,12 +243,7 @@ where
             .await
             .map_err(|e| self.errors.convert("holders", e))?;
         rows.iter()
-            .map(|r| {
-                Ok(Member {
-                    row: Row::from_columns(r.try_get(0)?, r.try_get(2)?, r.try_get(3)?),
-                    kind: r.try_get(1)?,
-                })
-            })
+            .map(Member::from_row)
             .collect::<Result<_, sqlx::Error>>()
             .map_err(|e| self.errors.convert("holders", e))
     }

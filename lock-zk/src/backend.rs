@@ -16,10 +16,10 @@ use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
 use crate::cleanup::RETRY_CAP;
-use crate::error::{convert, unavailable};
-use crate::expiry::{Kept, token};
+use crate::error::convert;
+use crate::expiry::Kept;
 use crate::handover;
-use crate::layout::{PROTECTED, Queue, Rule};
+use crate::layout::{Queue, Rule};
 use crate::recipe::Node;
 use crate::session::{Inner, connected, lease_ttl};
 
@@ -230,33 +230,7 @@ impl LockBackend for ZkBackend {
         if kind.family() != Family::Mutex {
             return self.group_holders(name, kind).await;
         }
-        let holder: Result<Option<Holder>> = async {
-            let client = self.client().await?;
-            let queue = Queue::mutex(name);
-            let parent = &queue.parent;
-            self.catch_up(&client, parent).await;
-            for _ in 0..3 {
-                let Some(children) = self.children(&client, parent).await? else {
-                    return Ok(None);
-                };
-                let Some((_, first)) = queue.order(&children).first().copied() else {
-                    return Ok(None);
-                };
-                let path = format!("{parent}/{first}");
-                let Some(stat) = self
-                    .call("read the holder", client.check_stat(&path))
-                    .await?
-                    .map_err(|e| convert("read the holder", e))?
-                else {
-                    continue; // released in between: look again
-                };
-                let owner = first.strip_prefix(PROTECTED).unwrap_or(first);
-                return Ok(Some(Holder::new(owner, token(stat.czxid), None)));
-            }
-            Err(unavailable(format!("the holder of {name} kept changing")))
-        }
-        .await;
-        Ok(holder?.into_iter().collect())
+        Ok(self.mutex_holder(name).await?.into_iter().collect())
     }
 }
 

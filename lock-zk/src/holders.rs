@@ -6,9 +6,10 @@ use lock_core::backend::Holder;
 use lock_core::{LockKind, LockName, Result};
 
 use crate::backend::ZkBackend;
-use crate::error::convert;
+use crate::error::{convert, unavailable};
 use crate::expiry::token;
 use crate::layout::{PROTECTED, Queue};
+use zookeeper_client as zk;
 
 impl ZkBackend {
     /// Every holder of `kind`'s semaphore or read-write lock of `name`.
@@ -39,17 +40,51 @@ impl ZkBackend {
             if waits {
                 continue;
             }
-            let path = format!("{parent}/{node}");
-            let Some(stat) = self
-                .call("read a holder", client.check_stat(&path))
-                .await?
-                .map_err(|e| convert("read a holder", e))?
-            else {
-                continue; // released in between
-            };
-            let owner = node.strip_prefix(PROTECTED).unwrap_or(node);
-            holders.push(Holder::new(owner, token(stat.czxid), None).of_kind(side));
+            if let Some(holder) = self.holder_at(&client, parent, node).await? {
+                holders.push(holder.of_kind(side));
+            }
         }
         Ok(holders)
+    }
+
+    /// The mutex's holder: its first node, looked up again if that node is
+    /// released between the listing and the read.
+    pub(crate) async fn mutex_holder(&self, name: &LockName) -> Result<Option<Holder>> {
+        let client = self.client().await?;
+        let queue = Queue::mutex(name);
+        let parent = &queue.parent;
+        self.catch_up(&client, parent).await;
+        for _ in 0..3 {
+            let Some(children) = self.children(&client, parent).await? else {
+                return Ok(None);
+            };
+            let Some((_, first)) = queue.order(&children).first().copied() else {
+                return Ok(None);
+            };
+            if let Some(holder) = self.holder_at(&client, parent, first).await? {
+                return Ok(Some(holder));
+            }
+        }
+        Err(unavailable(format!("the holder of {name} kept changing")))
+    }
+
+    /// The holder whose node is `parent/node`, named as Curator names it
+    /// and with its `czxid` as the token; `None` if the node is gone.
+    async fn holder_at(
+        &self,
+        client: &zk::Client,
+        parent: &str,
+        node: &str,
+    ) -> Result<Option<Holder>> {
+        let path = format!("{parent}/{node}");
+        let Some(stat) = self
+            .call("read a holder", client.check_stat(&path))
+            .await?
+            .map_err(|e| convert("read a holder", e))?
+        else {
+            return Ok(None);
+        };
+        let owner = node.strip_prefix(PROTECTED).unwrap_or(node);
+        Ok(Some(Holder::new(owner, token(stat.czxid), None)))
     }
 }

@@ -195,7 +195,7 @@ impl MultiLock {
     /// the time it returns.
     pub fn with_lock<T>(&self, section: impl FnOnce(&[LockHandle]) -> T) -> Result<T> {
         let held = self.lock()?;
-        let handles: Vec<LockHandle> = held.inner().guards().iter().map(|g| g.handle()).collect();
+        let handles = held.handles();
         let out = section(&handles);
         if let Some(lost) = handles.iter().find(|h| h.is_lost()) {
             return Err(Error::Lost {

@@ -155,25 +155,17 @@ impl fmt::Debug for Locker {
 }
 
 /// Runs a section that is not async under `guard`; see [`Locker::with_lock`].
-pub(super) fn hold_while<G, T>(guard: G, section: impl FnOnce(&LockHandle) -> T) -> Result<T>
-where
-    G: Deref<Target = LockHandle> + Release,
-{
+pub(super) fn hold_while<T>(guard: LockGuard, section: impl FnOnce(&LockHandle) -> T) -> Result<T> {
     let out = section(&guard);
     if guard.is_lost() {
         let name = guard.name().to_string();
         drop(guard);
         return Err(Error::Lost { name });
     }
-    if let Err(e) = guard.release_now() {
+    if let Err(e) = guard.release() {
         tracing::warn!(error = %e, "release after the critical section failed");
     }
     Ok(out)
-}
-
-/// What [`hold_while`] releases.
-pub(super) trait Release {
-    fn release_now(self) -> Result<()>;
 }
 
 /// A held lock of the blocking API; dereferences to its [`LockHandle`].
@@ -221,12 +213,6 @@ impl LockGuard {
     pub fn release(mut self) -> Result<()> {
         let guard = self.guard.take().expect("taken only once");
         self.rt.block_on(guard.release())
-    }
-}
-
-impl Release for LockGuard {
-    fn release_now(self) -> Result<()> {
-        self.release()
     }
 }
 
