@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use distlock::backends::etcd::config::EtcdConfig;
-use distlock::backends::memcache::config::MemcacheConfig;
+use distlock::backends::memcache::MemcacheConfig;
 use distlock::backends::redis::config::RedisConfig;
 use distlock::backends::redlock::config::RedlockConfig;
 use distlock::backends::sql::SqlConfig;
@@ -148,7 +148,7 @@ fn zk_config_hides_the_password() {
 fn memcache_config_hides_key_material() {
     let tls = files();
     let url = format!("memcache://127.0.0.1:11211?{}", tls.query());
-    let config = MemcacheConfig::parse(&url).unwrap();
+    let config = MemcacheConfig::from_url(&url).unwrap();
     assert_hidden(&url, format!("{config:?}"));
 }
 

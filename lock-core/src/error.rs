@@ -321,6 +321,11 @@ mod tests {
         );
         assert!(e.is_invalid_input());
         assert!(Error::busy("a").into_config("etcd").is_busy());
+        let back = e.into_url("etcd://u:secret@h:1?timeout=0s");
+        assert!(
+            matches!(&back, Error::InvalidUrl { url, reason } if reason.contains("timeout") && !url.contains("secret")),
+            "{back:?}"
+        );
     }
 
     #[test]

@@ -174,6 +174,35 @@ pub fn host_with_port(url: &str, host: &str, default_port: u16, example: &str) -
     })
 }
 
+/// The check every config type makes of its timeouts: each named
+/// duration is more than zero, or an [`Error::InvalidConfig`] of `backend`
+/// names the first that is not.
+pub fn check_positive(backend: &'static str, durations: &[(&str, Duration)]) -> Result<()> {
+    match durations.iter().find(|(_, d)| d.is_zero()) {
+        Some((option, _)) => Err(Error::invalid_config(
+            backend,
+            format!("option \"{option}\" must be more than zero"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The check of a key prefix that is put before every lock key as it is
+/// (Redis, Redlock, memcache): at most 64 printable ASCII characters,
+/// without spaces or `#`, so that no two names share a key and no lock key
+/// is another's fence key. A mistake is an [`Error::InvalidConfig`] of
+/// `backend`.
+pub fn check_key_prefix(backend: &'static str, prefix: &str) -> Result<()> {
+    let printable = |c: char| c.is_ascii_graphic() && c != '#';
+    if prefix.len() > 64 || !prefix.chars().all(printable) {
+        return Err(Error::invalid_config(
+            backend,
+            "option \"prefix\" must be at most 64 printable ASCII characters, without spaces or '#'",
+        ));
+    }
+    Ok(())
+}
+
 /// For parsers' tests: `parse` refuses each input with a message that
 /// contains the reason paired with it.
 #[doc(hidden)]

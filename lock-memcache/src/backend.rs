@@ -11,7 +11,7 @@ use lock_core::{Capabilities, Error, Family, Fencing, FencingToken, LockKind, Lo
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
-use crate::config::MemcacheConfig;
+use crate::MemcacheConfig;
 use crate::meta::{MetaClient, Write};
 
 /// How far memcached's clock can lag the real time, so how much sooner
@@ -88,11 +88,12 @@ impl MemcacheBackend {
     /// Reaches the memcached a `memcache://host:port[?options]` URL names.
     /// Connections are made on first use; this checks the server answers.
     pub async fn connect(url: &str) -> Result<Self> {
-        Self::connect_with(MemcacheConfig::parse(url)?).await
+        Self::connect_with(MemcacheConfig::from_url(url)?).await
     }
 
     /// Reaches the memcached `config` names; see [`connect`](Self::connect).
     pub async fn connect_with(config: MemcacheConfig) -> Result<Self> {
+        config.check()?;
         let MemcacheConfig {
             addr,
             prefix,

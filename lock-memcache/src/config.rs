@@ -1,19 +1,39 @@
 //! `memcache://` URL → [`MemcacheConfig`].
 
+use std::str::FromStr;
 use std::time::Duration;
 
 use lock_core::backend::QueryOptions;
 use lock_core::tls::TlsOptions;
-use lock_core::url::host_with_port;
+use lock_core::url::{check_key_prefix, check_positive, host_with_port};
 use lock_core::{Error, Result};
 
-/// The parts of a `memcache://host:port[?options]` URL.
+/// Everything a [`MemcacheBackend`](crate::MemcacheBackend) is made from:
+/// [`from_url`](Self::from_url) (or `str::parse`) reads a
+/// `memcache://host:port[?options]` URL; [`Default`] and the setters build
+/// one in code. Either way it is checked when the backend connects, so a
+/// field changed afterwards is checked too.
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_memcache::MemcacheConfig;
+///
+/// let config = MemcacheConfig::default()
+///     .addr("10.0.0.7:11211")
+///     .prefix("billing:")
+///     .timeout(Duration::from_millis(500));
+/// let same: MemcacheConfig = "memcache://10.0.0.7?prefix=billing:&timeout=500ms".parse()?;
+/// assert_eq!(config.addr, same.addr);
+/// # Ok::<(), lock_core::Error>(())
+/// ```
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct MemcacheConfig {
-    /// `host:port` (port 11211 when the URL names none).
+    /// `host:port` (default `127.0.0.1:11211`; port 11211 when a URL
+    /// names none).
     pub addr: String,
-    /// Prepended to every key (`prefix`, default `distlock:`).
+    /// Prepended to every key (`prefix`, default `distlock:`): at most 64
+    /// printable ASCII characters, without spaces or `#`.
     pub prefix: String,
     /// The longest one request may take, waiting for a free connection
     /// included (`timeout`, default 2 s).
@@ -26,6 +46,19 @@ pub struct MemcacheConfig {
     /// `tls_key`). memcached has no users: with `ssl_verify_mode=2` and a
     /// CA of its own, the client certificate is its only gate.
     pub tls: TlsOptions,
+}
+
+impl Default for MemcacheConfig {
+    fn default() -> Self {
+        Self {
+            addr: "127.0.0.1:11211".to_owned(),
+            prefix: "distlock:".to_owned(),
+            timeout: Self::DEFAULT_TIMEOUT,
+            connect_timeout: Self::DEFAULT_TIMEOUT,
+            pool_size: 4,
+            tls: TlsOptions::default(),
+        }
+    }
 }
 
 impl MemcacheConfig {
@@ -41,42 +74,102 @@ impl MemcacheConfig {
     ];
     const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
 
-    /// Parses a `memcache://host:port[?options]` URL.
-    pub fn parse(url: &str) -> Result<Self> {
+    /// Reads a `memcache://host:port[?options]` URL, with the same checks
+    /// as [`MemcacheBackend::connect_with`](crate::MemcacheBackend::connect_with)
+    /// makes; a mistake is an [`Error::InvalidUrl`].
+    pub fn from_url(url: &str) -> Result<Self> {
         let rest = url
             .strip_prefix("memcache://")
             .ok_or_else(|| Error::invalid_url(url, "expected memcache://HOST:PORT"))?;
         let addr = rest.split(['?', '/']).next().unwrap_or_default();
         let addr = host_with_port(url, addr, 11211, "memcache://HOST:PORT")?;
         let mut q = QueryOptions::parse(url)?;
-        let prefix = q.take("prefix").unwrap_or_else(|| "distlock:".into());
-        if prefix.len() > 64 || !prefix.chars().all(|c| c.is_ascii_graphic() && c != '#') {
-            return Err(Error::invalid_url(
-                url,
-                "option \"prefix\" must be at most 64 printable ASCII characters, without spaces or '#'",
-            ));
-        }
-        let timeout = q.take_positive_duration("timeout", Self::DEFAULT_TIMEOUT)?;
-        let connect_timeout = q.take_positive_duration("connect_timeout", Self::DEFAULT_TIMEOUT)?;
-        let pool_size = q
-            .take_parsed::<usize>("pool_size", "a whole number from 1 to 64")?
-            .unwrap_or(4);
-        if !(1..=64).contains(&pool_size) {
-            return Err(Error::invalid_url(
-                url,
+        let defaults = Self::default();
+        let config = Self {
+            addr,
+            prefix: q.take("prefix").unwrap_or(defaults.prefix),
+            timeout: q.take_duration("timeout")?.unwrap_or(defaults.timeout),
+            connect_timeout: q
+                .take_duration("connect_timeout")?
+                .unwrap_or(defaults.connect_timeout),
+            pool_size: q
+                .take_parsed::<usize>("pool_size", "a whole number from 1 to 64")?
+                .unwrap_or(defaults.pool_size),
+            tls: TlsOptions::from_query(&mut q, false)?,
+        };
+        q.finish(Self::OPTIONS)?;
+        config.check().map_err(|e| e.into_url(url))?;
+        Ok(config)
+    }
+
+    /// The server, `host:port`.
+    pub fn addr(mut self, addr: impl Into<String>) -> Self {
+        self.addr = addr.into();
+        self
+    }
+
+    /// Prepended to every key (URL option `prefix`).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The longest one request may take (URL option `timeout`); more than
+    /// zero.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The longest wait for a new connection (URL option
+    /// `connect_timeout`); more than zero.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Connections at most (URL option `pool_size`), 1 to 64.
+    pub fn pool_size(mut self, size: usize) -> Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// TLS, and what it trusts and presents (URL options `tls`, `tls_ca`,
+    /// `tls_cert`, `tls_key`).
+    pub fn tls(mut self, tls: TlsOptions) -> Self {
+        self.tls = tls;
+        self
+    }
+
+    /// The one check of every field, whether it came from a URL or from
+    /// code; a mistake is an [`Error::InvalidConfig`] naming the option.
+    pub(crate) fn check(&self) -> Result<()> {
+        check_key_prefix(crate::NAME, &self.prefix)?;
+        check_positive(
+            crate::NAME,
+            &[
+                ("timeout", self.timeout),
+                ("connect_timeout", self.connect_timeout),
+            ],
+        )?;
+        if !(1..=64).contains(&self.pool_size) {
+            return Err(Error::invalid_config(
+                crate::NAME,
                 "option \"pool_size\" must be from 1 to 64",
             ));
         }
-        let tls = TlsOptions::from_query(&mut q, false)?;
-        q.finish(Self::OPTIONS)?;
-        Ok(Self {
-            addr,
-            prefix,
-            timeout,
-            connect_timeout,
-            pool_size,
-            tls,
-        })
+        if self.addr.is_empty() {
+            return Err(Error::invalid_config(crate::NAME, "no server address"));
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for MemcacheConfig {
+    type Err = Error;
+
+    fn from_str(url: &str) -> Result<Self> {
+        Self::from_url(url)
     }
 }
 
@@ -93,18 +186,56 @@ mod tests {
 
     #[test]
     fn tls_options_come_from_the_url() {
-        let plain = MemcacheConfig::parse("memcache://h:1").unwrap();
+        let plain = MemcacheConfig::from_url("memcache://h:1").unwrap();
         assert!(!plain.tls.is_enabled());
-        let tls =
-            MemcacheConfig::parse("memcache://h:1?tls_ca=/ca.pem&tls_cert=/c.pem&tls_key=/c.key")
-                .unwrap();
+        let tls = MemcacheConfig::from_url(
+            "memcache://h:1?tls_ca=/ca.pem&tls_cert=/c.pem&tls_key=/c.key",
+        )
+        .unwrap();
         assert_eq!(
             tls.tls,
             TlsOptions::on()
                 .ca("/ca.pem")
                 .client_cert("/c.pem", "/c.key")
         );
-        let e = MemcacheConfig::parse("memcache://h:1?tls_cert=/c.pem").unwrap_err();
+        let e = MemcacheConfig::from_url("memcache://h:1?tls_cert=/c.pem").unwrap_err();
         assert!(e.to_string().contains("go together"), "{e}");
+    }
+
+    #[test]
+    fn code_and_urls_meet_one_check() {
+        let url: MemcacheConfig = "memcache://h?prefix=p:&pool_size=8".parse().unwrap();
+        let code = MemcacheConfig::default()
+            .addr("h:11211")
+            .prefix("p:")
+            .pool_size(8);
+        assert_eq!(format!("{url:?}"), format!("{code:?}"));
+        assert!(MemcacheConfig::default().check().is_ok());
+        for (config, option) in [
+            (MemcacheConfig::default().pool_size(0), "pool_size"),
+            (MemcacheConfig::default().prefix("a b"), "prefix"),
+            (
+                MemcacheConfig::default().timeout(Duration::ZERO),
+                "\"timeout\"",
+            ),
+            (MemcacheConfig::default().addr(""), "address"),
+        ] {
+            let e = config.check().unwrap_err();
+            assert!(
+                matches!(&e, Error::InvalidConfig { reason, .. } if reason.contains(option)),
+                "{e:?}"
+            );
+        }
+        for (url, option) in [
+            ("memcache://h?pool_size=65", "pool_size"),
+            ("memcache://h?timeout=0s", "\"timeout\""),
+            ("memcache://h?prefix=a%20b", "prefix"),
+        ] {
+            let e = MemcacheConfig::from_url(url).unwrap_err();
+            assert!(
+                matches!(&e, Error::InvalidUrl { reason, .. } if reason.contains(option)),
+                "{url}: {e:?}"
+            );
+        }
     }
 }

@@ -6,7 +6,7 @@
 pub use backend::{MIN_TTL, MemcacheBackend};
 
 mod backend;
-pub mod config;
+mod config;
 /// The meta-protocol client (feature `raw`: for tests and benchmarks, no
 /// stability promise).
 #[cfg(feature = "raw")]
@@ -18,4 +18,4 @@ mod meta;
 mod semaphore;
 mod stream;
 
-pub use config::{NAME, SCHEMES};
+pub use config::{MemcacheConfig, NAME, SCHEMES};

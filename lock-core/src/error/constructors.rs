@@ -126,6 +126,17 @@ impl Error {
         }
     }
 
+    /// The same mistake found in a URL: an [`Error::InvalidConfig`] (from a
+    /// config type's check, which names the option) becomes an
+    /// [`Error::InvalidUrl`] of `url` with the same reason; any other error
+    /// stays as it was.
+    pub fn into_url(self, url: &str) -> Self {
+        match self {
+            Error::InvalidConfig { reason, .. } => Error::invalid_url(url, reason),
+            e => e,
+        }
+    }
+
     /// An [`Error::NotHeld`] for `name`: the lease is no longer the
     /// caller's.
     pub fn not_held(name: impl std::fmt::Display) -> Self {
