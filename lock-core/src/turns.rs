@@ -24,7 +24,7 @@ use tokio::sync::{Mutex as FifoMutex, Notify, OwnedMutexGuard};
 use crate::error::Result;
 use crate::name::LockName;
 use crate::options::WaitBudget;
-use crate::per_name::PerName;
+use crate::per_name::{Entry, PerName};
 
 /// One name's waiters, and the guards of this locker that hold it.
 #[derive(Debug, Default)]
@@ -42,12 +42,12 @@ pub(crate) struct Queue {
 #[derive(Debug)]
 pub(crate) struct Turn {
     _turn: OwnedMutexGuard<()>,
-    queue: Arc<Queue>,
+    queue: Arc<Entry<Queue>>,
 }
 
 /// Marks the name held by a guard of this locker until dropped.
 #[derive(Debug)]
-pub(crate) struct LocalHold(Arc<Queue>);
+pub(crate) struct LocalHold(Arc<Entry<Queue>>);
 
 impl Drop for LocalHold {
     fn drop(&mut self) {
@@ -84,12 +84,12 @@ impl Turn {
     }
 
     /// The queue, to mark a grant made in this turn as held locally.
-    pub(crate) fn queue(&self) -> Arc<Queue> {
+    pub(crate) fn queue(&self) -> Arc<Entry<Queue>> {
         self.queue.clone()
     }
 }
 
-impl Queue {
+impl Entry<Queue> {
     /// Counts a guard of this locker holding the name until the result is
     /// dropped.
     pub(crate) fn hold(self: Arc<Self>) -> LocalHold {
@@ -122,7 +122,7 @@ impl Turns {
     }
 
     /// The queue of `name`, made if nobody uses it yet.
-    pub(crate) fn queue(&self, name: &LockName) -> Arc<Queue> {
+    pub(crate) fn queue(&self, name: &LockName) -> Arc<Entry<Queue>> {
         self.names.get_or_make(name)
     }
 }

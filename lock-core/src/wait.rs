@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::lease::Lease;
 use crate::name::LockName;
 use crate::options::{AcquireRequest, WaitBudget};
-use crate::per_name::PerName;
+use crate::per_name::{Entry, PerName};
 
 /// How a polling waiter learns that it may try again: the in-process
 /// release signals that wake it at once (a backend's own, or its server's
@@ -79,7 +79,7 @@ pub(crate) async fn poll<A: Attempt + ?Sized>(
         // Listening from before the attempt: a release announced while the
         // attempt is on its way still wakes this waiter, even by
         // `notify_all`, which keeps nothing for waiters not yet listening.
-        let notified = wake.as_deref().map(Notify::notified);
+        let notified = wake.as_deref().map(|w| w.notified());
         let mut notified = std::pin::pin!(notified);
         if let Some(listening) = notified.as_mut().as_pin_mut() {
             listening.enable();
@@ -255,9 +255,13 @@ impl ReleaseSignals {
         Self::default()
     }
 
-    /// The wake-up handle for `name`, shared by every local waiter of it.
-    pub fn subscribe(&self, name: &LockName) -> Arc<Notify> {
-        self.waiters.get_or_make(name)
+    /// The wake-up handle for `name`, shared by every local waiter of it;
+    /// the name's entry goes when the last handle does.
+    pub fn subscribe(
+        &self,
+        name: &LockName,
+    ) -> impl std::ops::Deref<Target = Notify> + Send + Sync + 'static {
+        Subscription(self.waiters.get_or_make(name))
     }
 
     /// Wakes one local waiter of `name`, if there is one.
@@ -288,6 +292,17 @@ impl ReleaseSignals {
     /// these signals wake: `wakeups`.
     pub fn stats(&self) -> crate::stats::BackendStats {
         crate::stats::BackendStats::default().with_wakeups(self.wakeups())
+    }
+}
+
+/// A name's wake-up handle, keeping the name's entry.
+struct Subscription(Arc<Entry<Notify>>);
+
+impl std::ops::Deref for Subscription {
+    type Target = Notify;
+
+    fn deref(&self) -> &Notify {
+        &self.0
     }
 }
 
@@ -398,9 +413,10 @@ mod tests {
         let s = ReleaseSignals::new();
         let a = LockName::new("a").unwrap();
         let held = s.subscribe(&a);
-        assert!(Arc::ptr_eq(&held, &s.subscribe(&a)));
+        assert!(std::ptr::eq(&*held, &*s.subscribe(&a)));
         drop(held);
-        s.subscribe(&LockName::new("b").unwrap());
+        assert_eq!(s.waiters.len(), 0, "gone with its last waiter");
+        let _b = s.subscribe(&LockName::new("b").unwrap());
         assert_eq!(s.waiters.len(), 1);
     }
 }

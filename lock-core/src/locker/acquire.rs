@@ -20,6 +20,7 @@ use crate::lease::Lease;
 use crate::metrics::{self, Labels, Outcome};
 use crate::name::LockName;
 use crate::options::{AcquireOptions, AcquireRequest, Wait, WaitBudget};
+use crate::per_name::Entry;
 use crate::turns::Queue;
 
 impl Locker {
@@ -31,7 +32,7 @@ impl Locker {
         name: impl AsRef<str>,
         kind: LockKind,
         opts: AcquireOptions,
-    ) -> Result<(Lease, Option<Arc<Queue>>, Labels)> {
+    ) -> Result<(Lease, Option<Arc<Entry<Queue>>>, Labels)> {
         let name = LockName::new(name)?;
         let capabilities = self.backend.capabilities();
         capabilities.check_kind(kind)?;
