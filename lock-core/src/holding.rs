@@ -16,9 +16,10 @@ use tracing::Instrument;
 use crate::backend::LockBackend;
 use crate::error::{Error, Result};
 use crate::handle::LockHandle;
-use crate::held::{HeldMark, HeldNames};
+use crate::held::HeldMark;
 use crate::lease::Lease;
 use crate::metrics::{self, Labels};
+use crate::record::Records;
 use crate::renewal::{KeepAlive, LostSignal, Renewing};
 use crate::renewal_queue::{RenewalQueue, Ticket};
 use crate::state::LockState;
@@ -38,7 +39,7 @@ pub(crate) struct Holding {
     releasing: AtomicBool,
     /// Counts the grant as holding the name for its locker's waiters
     /// (`turns.rs`) until it is gone.
-    local: Mutex<Option<LocalHold>>,
+    local: Mutex<Option<LocalHold<Holding>>>,
     /// Counts the name as held by the task that took it (`held.rs`) until
     /// the grant is gone.
     _held: HeldMark<Holding>,
@@ -50,7 +51,7 @@ pub(crate) struct Holding {
 pub(crate) struct Keeper<'a> {
     pub(crate) backend: &'a Arc<dyn LockBackend>,
     pub(crate) renewals: &'a Arc<RenewalQueue>,
-    pub(crate) held: &'a Arc<HeldNames<Holding>>,
+    pub(crate) records: &'a Records<Holding>,
 }
 
 impl Holding {
@@ -60,7 +61,7 @@ impl Holding {
         keeper: Keeper<'_>,
         lease: Lease,
         labels: Labels,
-        local: Option<LocalHold>,
+        local: Option<LocalHold<Holding>>,
     ) -> Arc<Self> {
         let (state_tx, state_rx) = watch::channel(LockState::Held);
         let lost = CancellationToken::new();
@@ -87,7 +88,7 @@ impl Holding {
             lost,
         };
         let holding = Arc::new_cyclic(|me: &Weak<Holding>| Holding {
-            _held: keeper.held.mark(&handle.name, handle.kind, me.clone()),
+            _held: keeper.records.mark(&handle.name, handle.kind, me.clone()),
             handle,
             backend: keeper.backend.clone(),
             stop: CancellationToken::new(),

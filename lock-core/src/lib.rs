@@ -22,6 +22,7 @@ mod multi;
 mod name;
 mod options;
 mod per_name;
+mod record;
 mod redact;
 mod renewal;
 mod renewal_queue;

@@ -11,14 +11,13 @@ use crate::capabilities::Capabilities;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::handle::LockHandle;
-use crate::held::HeldNames;
 use crate::holding::{Holding, Keeper};
 use crate::kind::LockKind;
 use crate::name::LockName;
 use crate::options::{AcquireOptions, Wait};
+use crate::record::Records;
 use crate::renewal_queue::RenewalQueue;
 use crate::section::hold_while;
-use crate::turns::Turns;
 
 mod acquire;
 
@@ -52,8 +51,8 @@ pub struct Locker {
     backend: Arc<dyn LockBackend>,
     defaults: AcquireOptions,
     renewals: Arc<RenewalQueue>,
-    turns: Arc<Turns>,
-    held: Arc<HeldNames<Holding>>,
+    /// What this locker and its clones keep about each name in use.
+    records: Arc<Records<Holding>>,
     /// Whether metrics carry the lock name as a label.
     name_labels: bool,
 }
@@ -70,8 +69,7 @@ impl Locker {
             backend,
             defaults: AcquireOptions::default(),
             renewals: Arc::default(),
-            turns: Arc::default(),
-            held: Arc::default(),
+            records: Arc::default(),
             name_labels: false,
         }
     }
@@ -192,7 +190,7 @@ impl Locker {
     ) -> Result<LockGuard> {
         if opts.reentrant {
             let name = LockName::new(name.as_ref())?;
-            if let Some(holding) = self.held.shared(&name, kind) {
+            if let Some(holding) = self.records.shared(&name, kind) {
                 if holding.handle.is_lost() {
                     return Err(Error::Lost {
                         name: name.to_string(),
@@ -205,9 +203,9 @@ impl Locker {
         let keeper = Keeper {
             backend: &self.backend,
             renewals: &self.renewals,
-            held: &self.held,
+            records: &self.records,
         };
-        let local = queue.map(|queue| queue.hold());
+        let local = queue.map(crate::turns::hold);
         Ok(LockGuard::new(Holding::start(keeper, lease, labels, local)))
     }
 
@@ -225,5 +223,48 @@ impl fmt::Debug for Locker {
             .field("backend", &self.backend)
             .field("defaults", &self.defaults)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryBackend;
+
+    #[tokio::test]
+    async fn a_name_has_one_record_while_in_use_and_none_after() {
+        let locker = Locker::new(MemoryBackend::new());
+        let records = locker.records.clone();
+        let guard = locker.lock("a").await.unwrap();
+        let permit = locker.semaphore("a", 2).acquire().await.unwrap();
+        let other = locker.lock("b").await.unwrap();
+        assert_eq!(
+            records.0.len(),
+            2,
+            "one record per name, whatever the kinds"
+        );
+        let again = locker
+            .lock_with("a", AcquireOptions::default().wait(Wait::Forever))
+            .await
+            .unwrap_err();
+        assert!(matches!(again, Error::AlreadyHeld { .. }), "{again}");
+        let second = locker.semaphore("a", 2).acquire().await;
+        assert!(second.is_ok(), "a second permit does not wait on the first");
+        drop(second);
+        guard.release().await.unwrap();
+        assert!(
+            locker.lock("a").await.is_ok_and(|g| g.token().get() > 0),
+            "the mutex's hold went with its guard; the permit's stays apart"
+        );
+        permit.release().await.unwrap();
+        other.release().await.unwrap();
+        // The last guard's drop finishes its release in the background.
+        for _ in 0..100 {
+            if records.0.len() == 0 {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("{} records left after every guard went", records.0.len());
     }
 }

@@ -16,51 +16,41 @@
 //! [`Capabilities::fifo`]: crate::Capabilities::fifo
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use tokio::sync::{Mutex as FifoMutex, Notify, OwnedMutexGuard};
+use tokio::sync::OwnedMutexGuard;
 
 use crate::error::Result;
 use crate::name::LockName;
 use crate::options::WaitBudget;
-use crate::per_name::{Entry, PerName};
-
-/// One name's waiters, and the guards of this locker that hold it.
-#[derive(Debug, Default)]
-pub(crate) struct Queue {
-    /// Tokio's mutex queues its waiters first come, first served.
-    fifo: Arc<FifoMutex<()>>,
-    /// Guards of this locker holding the name.
-    held: AtomicUsize,
-    /// Told when one of them lets go.
-    let_go: Notify,
-}
+use crate::per_name::Entry;
+use crate::record::{Record, Records};
 
 /// A turn at the backend for one name; the next waiter's starts when it is
 /// dropped.
 #[derive(Debug)]
-pub(crate) struct Turn {
+pub(crate) struct Turn<T> {
     _turn: OwnedMutexGuard<()>,
-    queue: Arc<Entry<Queue>>,
+    record: Arc<Entry<Record<T>>>,
 }
 
 /// Marks the name held by a guard of this locker until dropped.
 #[derive(Debug)]
-pub(crate) struct LocalHold(Arc<Entry<Queue>>);
+pub(crate) struct LocalHold<T>(Arc<Entry<Record<T>>>);
 
-impl Drop for LocalHold {
+impl<T> Drop for LocalHold<T> {
     fn drop(&mut self) {
         self.0.held.fetch_sub(1, Ordering::AcqRel);
         self.0.let_go.notify_waiters();
     }
 }
 
-impl Turn {
-    /// The longest a turn waits for a local holder to let go before trying
-    /// the backend anyway (a guard kept after its lease was lost, say).
-    const LOCAL_WAIT: Duration = Duration::from_millis(100);
+/// The longest a turn waits for a local holder to let go before trying
+/// the backend anyway (a guard kept after its lease was lost, say).
+const LOCAL_WAIT: Duration = Duration::from_millis(100);
 
+impl<T> Turn<T> {
     /// While a guard of this locker holds the name, an attempt can only
     /// fail. On a store that writes serially (SQLite) it also takes the
     /// write lock the holder needs to release, a busy wait for both; where
@@ -68,62 +58,56 @@ impl Turn {
     /// attempt go out right behind the release, on its heels. Elsewhere (a
     /// pool of connections, memcached's threads) the locker does not call
     /// this: an attempt made at once, failed or not, measured faster. Waits
-    /// until that guard lets go (at most [`Self::LOCAL_WAIT`], within
-    /// `budget`).
+    /// until that guard lets go (at most [`LOCAL_WAIT`], within `budget`).
     pub(crate) async fn after_local_holder(&self, budget: &WaitBudget) {
-        let let_go = self.queue.let_go.notified();
+        let let_go = self.record.let_go.notified();
         tokio::pin!(let_go);
         let_go.as_mut().enable();
-        if self.queue.held.load(Ordering::Acquire) == 0 {
+        if self.record.held.load(Ordering::Acquire) == 0 {
             return;
         }
         budget.waiting();
-        let _ = budget
-            .race(tokio::time::timeout(Self::LOCAL_WAIT, let_go))
-            .await;
+        let _ = budget.race(tokio::time::timeout(LOCAL_WAIT, let_go)).await;
     }
 
-    /// The queue, to mark a grant made in this turn as held locally.
-    pub(crate) fn queue(&self) -> Arc<Entry<Queue>> {
-        self.queue.clone()
-    }
-}
-
-impl Entry<Queue> {
-    /// Counts a guard of this locker holding the name until the result is
-    /// dropped.
-    pub(crate) fn hold(self: Arc<Self>) -> LocalHold {
-        self.held.fetch_add(1, Ordering::AcqRel);
-        LocalHold(self)
+    /// The name's record, to mark a grant made in this turn as held
+    /// locally.
+    pub(crate) fn record(&self) -> Arc<Entry<Record<T>>> {
+        self.record.clone()
     }
 }
 
-#[derive(Debug, Default)]
-pub(crate) struct Turns {
-    names: PerName<Queue>,
+/// Counts a guard of this locker holding the name of `record` until the
+/// result is dropped.
+pub(crate) fn hold<T>(record: Arc<Entry<Record<T>>>) -> LocalHold<T> {
+    record.held.fetch_add(1, Ordering::AcqRel);
+    LocalHold(record)
 }
 
-impl Turns {
+impl<T> Records<T> {
     /// Waits until every waiter of `name` that came before has had its turn,
     /// within `budget`.
-    pub(crate) async fn take(&self, name: &LockName, budget: &WaitBudget) -> Result<Turn> {
-        let queue = self.queue(name);
-        let turn = match queue.fifo.clone().try_lock_owned() {
+    pub(crate) async fn take(&self, name: &LockName, budget: &WaitBudget) -> Result<Turn<T>> {
+        let record = self.record(name);
+        let turn = match record.fifo.clone().try_lock_owned() {
             Ok(turn) => turn,
             Err(_) => {
                 budget.waiting();
                 budget
-                    .race(queue.fifo.clone().lock_owned())
+                    .race(record.fifo.clone().lock_owned())
                     .await
                     .ok_or_else(|| budget.exhausted(name))?
             }
         };
-        Ok(Turn { _turn: turn, queue })
+        Ok(Turn {
+            _turn: turn,
+            record,
+        })
     }
 
-    /// The queue of `name`, made if nobody uses it yet.
-    pub(crate) fn queue(&self, name: &LockName) -> Arc<Entry<Queue>> {
-        self.names.get_or_make(name)
+    /// The record of `name`, made if nobody uses it yet.
+    pub(crate) fn record(&self, name: &LockName) -> Arc<Entry<Record<T>>> {
+        self.0.get_or_make(name)
     }
 }
 
@@ -138,7 +122,7 @@ mod tests {
 
     #[tokio::test]
     async fn turns_go_in_arrival_order_and_names_are_forgotten() {
-        let turns = Arc::new(Turns::default());
+        let turns = Arc::new(Records::<()>::default());
         let name = LockName::new("a").unwrap();
         let first = turns.take(&name, &WaitBudget::forever()).await.unwrap();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
@@ -161,12 +145,12 @@ mod tests {
             .take(&LockName::new("b").unwrap(), &WaitBudget::forever())
             .await
             .unwrap();
-        assert_eq!(turns.names.len(), 1);
+        assert_eq!(turns.0.len(), 1);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_turn_that_does_not_come_in_time_is_a_wait_timeout() {
-        let turns = Turns::default();
+        let turns = Records::<()>::default();
         let name = LockName::new("a").unwrap();
         let _held = turns.take(&name, &WaitBudget::forever()).await.unwrap();
         let budget = WaitBudget::new(

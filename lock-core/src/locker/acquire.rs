@@ -15,13 +15,14 @@ use tracing::Instrument;
 use super::Locker;
 use crate::backend::LockBackend;
 use crate::error::{Error, Result};
+use crate::holding::Holding;
 use crate::kind::LockKind;
 use crate::lease::Lease;
 use crate::metrics::{self, Labels, Outcome};
 use crate::name::LockName;
 use crate::options::{AcquireOptions, AcquireRequest, Wait, WaitBudget};
 use crate::per_name::Entry;
-use crate::turns::Queue;
+use crate::record::Record;
 
 impl Locker {
     /// The lease, and where the backend's server does not queue waiters,
@@ -32,13 +33,13 @@ impl Locker {
         name: impl AsRef<str>,
         kind: LockKind,
         opts: AcquireOptions,
-    ) -> Result<(Lease, Option<Arc<Entry<Queue>>>, Labels)> {
+    ) -> Result<(Lease, Option<Arc<Entry<Record<Holding>>>>, Labels)> {
         let name = LockName::new(name)?;
         let capabilities = self.backend.capabilities();
         capabilities.check_kind(kind)?;
         let exclusive = kind == LockKind::Exclusive;
         if opts.wait != Wait::No {
-            self.held.check(&name, kind)?;
+            self.records.check(&name, kind)?;
         }
         capabilities.check_ttl(opts.ttl)?;
         let started = Instant::now();
@@ -64,9 +65,9 @@ impl Locker {
         // locks skip the turns: a local holder does not keep a waiter out.
         let (turn, queue) = match (capabilities.fifo || !exclusive, opts.wait) {
             (true, _) => (None, None),
-            (false, Wait::No) => (None, Some(self.turns.queue(&req.name))),
+            (false, Wait::No) => (None, Some(self.records.record(&req.name))),
             (false, _) => {
-                let turn = match self.turns.take(&req.name, &budget).await {
+                let turn = match self.records.take(&req.name, &budget).await {
                     Ok(turn) => turn,
                     Err(e) => {
                         let failed = Err(e);
@@ -78,7 +79,7 @@ impl Locker {
                 if capabilities.serial_writes || capabilities.ordered_requests {
                     turn.after_local_holder(&budget).await;
                 }
-                let queue = turn.queue();
+                let queue = turn.record();
                 (Some(turn), Some(queue))
             }
         };
