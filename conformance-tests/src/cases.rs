@@ -34,8 +34,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use lock_core::backend::OwnerToken;
 use lock_core::backend::{AcquireRequest, Lease};
-use lock_core::{Error, Fencing, LockKind, LockState, OwnerToken, Wait};
+use lock_core::{Error, Fencing, LockKind, LockState, Wait};
 use tokio::time::{Instant, sleep, timeout};
 
 use crate::{Target, Verdict};

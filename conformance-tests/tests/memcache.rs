@@ -20,8 +20,9 @@ use conformance_tests::proxy::{Fault, Proxy};
 use conformance_tests::servers::memcached::Memcached;
 use conformance_tests::targets::fresh_table;
 use distlock::backends::memcache::MemcacheBackend;
+use lock_core::backend::OwnerToken;
 use lock_core::backend::{AcquireRequest, Lease, LockBackend};
-use lock_core::{AcquireOptions, Error, LockKind, LockName, LockState, Locker, OwnerToken, Wait};
+use lock_core::{AcquireOptions, Error, LockKind, LockName, LockState, Locker, Wait};
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 
 fn opts(ttl: Duration) -> AcquireOptions {

@@ -21,15 +21,13 @@ use conformance_tests::servers::redis::{Redis, RedisSet};
 use conformance_tests::servers::zookeeper::ZooKeeper;
 use conformance_tests::targets::fresh_table;
 use conformance_tests::{Target, conformance_suite};
-use distlock::backends::etcd::EtcdBackend;
-use distlock::backends::etcd::config::EtcdOptions;
+use distlock::backends::etcd::{EtcdBackend, EtcdConfig};
 use distlock::backends::redis::RedisBackend;
-use distlock::backends::redis::config::RedisOptions;
+use distlock::backends::redis::RedisConfig;
 use distlock::backends::redlock::RedlockBackend;
-use distlock::backends::redlock::config::RedlockOptions;
-use distlock::backends::sql::{SqlBackend, SqlOptions};
-use distlock::backends::zk::ZkBackend;
-use distlock::backends::zk::config::ZkOptions;
+use distlock::backends::redlock::RedlockConfig;
+use distlock::backends::sql::{SqlBackend, SqlConfig};
+use distlock::backends::zk::{ZkBackend, ZkConfig};
 use lock_core::backend::{LockBackend, async_trait};
 use lock_core::{AcquireOptions, Error, Fencing, LockState, Locker, Wait};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqliteSynchronous};
@@ -98,7 +96,7 @@ impl OwnClientTarget {
                 let (path, table) = (path.clone(), table.clone());
                 boxed(async move {
                     let pool = sqlite_pool(&path).await;
-                    let backend = SqlBackend::from_pool(pool, SqlOptions::new().table(table));
+                    let backend = SqlBackend::from_pool(pool, SqlConfig::default().table(table));
                     Ok(Arc::new(backend.await?) as Arc<dyn LockBackend>)
                 })
             }),
@@ -117,7 +115,7 @@ impl OwnClientTarget {
                 let (base, table) = (base.clone(), table.clone());
                 boxed(async move {
                     let pool = sqlx::PgPool::connect(&base).await.expect("open the pool");
-                    let backend = SqlBackend::from_pool(pool, SqlOptions::new().table(table));
+                    let backend = SqlBackend::from_pool(pool, SqlConfig::default().table(table));
                     Ok(Arc::new(backend.await?) as Arc<dyn LockBackend>)
                 })
             }),
@@ -138,7 +136,7 @@ impl OwnClientTarget {
                     let pool = sqlx::MySqlPool::connect(&base)
                         .await
                         .expect("open the pool");
-                    let backend = SqlBackend::from_pool(pool, SqlOptions::new().table(table));
+                    let backend = SqlBackend::from_pool(pool, SqlConfig::default().table(table));
                     Ok(Arc::new(backend.await?) as Arc<dyn LockBackend>)
                 })
             }),
@@ -158,7 +156,7 @@ impl OwnClientTarget {
                 boxed(async move {
                     let client = redis::Client::open(base).expect("a redis client");
                     let backend =
-                        RedisBackend::from_client(client, RedisOptions::new().prefix(prefix));
+                        RedisBackend::from_client(client, RedisConfig::default().prefix(prefix));
                     Ok(Arc::new(backend.await?) as Arc<dyn LockBackend>)
                 })
             }),
@@ -179,7 +177,7 @@ impl OwnClientTarget {
                     let clients = bases
                         .iter()
                         .map(|url| redis::Client::open(url.as_str()).expect("a redis client"));
-                    let options = RedlockOptions::new().prefix(prefix);
+                    let options = RedlockConfig::default().prefix(prefix);
                     let backend = RedlockBackend::from_clients(clients, options);
                     Ok(Arc::new(backend.await?) as Arc<dyn LockBackend>)
                 })
@@ -200,7 +198,7 @@ impl OwnClientTarget {
                 boxed(async move {
                     let client = etcd_client(&endpoints).await;
                     let backend =
-                        EtcdBackend::from_client(client, EtcdOptions::new().prefix(prefix));
+                        EtcdBackend::from_client(client, EtcdConfig::default().prefix(prefix));
                     Ok(Arc::new(backend.await?) as Arc<dyn LockBackend>)
                 })
             }),
@@ -219,7 +217,8 @@ impl OwnClientTarget {
                 let (hosts, chroot) = (hosts.clone(), chroot.clone());
                 boxed(async move {
                     let client = zk_client(&hosts).await;
-                    let backend = ZkBackend::from_client(client, ZkOptions::new().chroot(chroot));
+                    let backend =
+                        ZkBackend::from_client(client, ZkConfig::default().chroot(chroot));
                     Ok(Arc::new(backend.await?) as Arc<dyn LockBackend>)
                 })
             }),
@@ -375,7 +374,7 @@ async fn sqlite_fencing_follows_the_pools_synchronous() {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(synchronous);
         let pool = SqlitePool::connect_with(options).await.unwrap();
-        let backend = SqlBackend::from_pool(pool, SqlOptions::new())
+        let backend = SqlBackend::from_pool(pool, SqlConfig::default())
             .await
             .unwrap();
         assert_eq!(backend.capabilities().fencing, fencing, "{synchronous:?}");
@@ -389,7 +388,7 @@ async fn sqlite_fencing_follows_the_pools_synchronous() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_pools_of_one_keep_their_connection_and_hear_releases() {
     let server = Postgres::shared().await;
-    let options = SqlOptions::new()
+    let options = SqlConfig::default()
         .table(fresh_table())
         .schema(format!("s_{}", fresh_table()));
     let pool_of_one = || async {
@@ -439,21 +438,21 @@ async fn postgres_pools_of_one_keep_their_connection_and_hear_releases() {
 async fn bad_options_are_refused_before_any_request() {
     let dir = tempfile::tempdir().unwrap();
     let pool = sqlite_pool(&dir.path().join("locks.db")).await;
-    let err = SqlBackend::from_pool(pool.clone(), SqlOptions::new().table("locks; drop"))
+    let err = SqlBackend::from_pool(pool.clone(), SqlConfig::default().table("locks; drop"))
         .await
         .unwrap_err();
     assert!(err.is_invalid_input(), "{err}");
-    let err = SqlBackend::from_pool(pool, SqlOptions::new().schema("s"))
+    let err = SqlBackend::from_pool(pool, SqlConfig::default().schema("s"))
         .await
         .unwrap_err();
     assert!(err.to_string().contains("PostgreSQL only"), "{err}");
     let unreachable = redis::Client::open("redis://127.0.0.1:1").unwrap();
-    let err = RedisBackend::from_client(unreachable.clone(), RedisOptions::new().prefix("a b"))
+    let err = RedisBackend::from_client(unreachable.clone(), RedisConfig::default().prefix("a b"))
         .await
         .unwrap_err();
     assert!(err.is_invalid_input(), "{err}");
     let twice = [unreachable.clone(), unreachable.clone(), unreachable];
-    let err = RedlockBackend::from_clients(twice, RedlockOptions::new())
+    let err = RedlockBackend::from_clients(twice, RedlockConfig::default())
         .await
         .unwrap_err();
     assert!(err.to_string().contains("listed twice"), "{err}");
@@ -475,7 +474,7 @@ async fn zk_backend_ends_with_the_session_it_was_given() {
         .await
         .expect("a ZooKeeper session through the proxy");
     let chroot = fresh_table();
-    let options = ZkOptions::new()
+    let options = ZkConfig::default()
         .chroot(&chroot)
         .timeout(Duration::from_millis(300));
     let backend = ZkBackend::from_client(client.clone(), options)
@@ -539,7 +538,7 @@ async fn zk_backend_ends_with_the_session_it_was_given() {
         "{err}"
     );
     assert!(started.elapsed() < Duration::from_secs(1), "failed at once");
-    let err = ZkBackend::from_client(client, ZkOptions::new())
+    let err = ZkBackend::from_client(client, ZkConfig::default())
         .await
         .unwrap_err();
     assert!(err.to_string().contains("from_client"), "{err}");

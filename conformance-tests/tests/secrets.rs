@@ -15,8 +15,9 @@ use conformance_tests::servers::zookeeper::ZooKeeper;
 use conformance_tests::targets::fresh_table;
 use distlock::backends::etcd::EtcdBackend;
 use distlock::backends::zk::ZkBackend;
+use lock_core::LockName;
+use lock_core::backend::OwnerToken;
 use lock_core::backend::{AcquireRequest, LockBackend};
-use lock_core::{LockName, OwnerToken};
 use tokio::time::{Instant, sleep};
 
 /// Everything logged in this test binary.

@@ -23,9 +23,10 @@ use conformance_tests::proxy::{Fault, Proxy};
 use conformance_tests::servers::zookeeper::ZooKeeper;
 use conformance_tests::targets::fresh_table;
 use distlock::backends::zk::ZkBackend;
-use distlock::backends::zk::config::ZkConfig;
+use distlock::backends::zk::ZkConfig;
 use lock_core::backend::LockBackend;
-use lock_core::{Error, LockKind, Locker, OwnerToken, Wait};
+use lock_core::backend::OwnerToken;
+use lock_core::{Error, LockKind, Locker, Wait};
 use tokio::time::{sleep, timeout};
 use zookeeper_client as zk;
 
@@ -549,7 +550,7 @@ async fn empty_lock_parents_do_not_pile_up() {
     .await
     .expect("the server deletes empty container parents");
 
-    let mut config = ZkConfig::parse(&url).expect("url");
+    let mut config = ZkConfig::from_url(&url).expect("url");
     config.container_parents = false;
     let plain_parents = Locker::new(ZkBackend::connect_with(config).await.expect("connect"));
     let g = plain_parents
@@ -577,7 +578,7 @@ async fn empty_semaphore_and_read_write_parents_do_not_pile_up() {
     let chroot = fresh_table();
     let url = zk.url(&chroot, "");
     let client = plain(zk, &chroot).await;
-    let mut config = ZkConfig::parse(&url).expect("url");
+    let mut config = ZkConfig::from_url(&url).expect("url");
     config.container_parents = false;
     let plain_parents = Locker::new(ZkBackend::connect_with(config).await.expect("connect"));
     for (l, containers) in [(locker(&url).await, true), (plain_parents, false)] {
@@ -625,7 +626,7 @@ async fn empty_semaphore_and_read_write_parents_do_not_pile_up() {
 async fn czxid_tokens_keep_growing_when_the_parent_is_recreated() {
     let zk = ZooKeeper::shared().await;
     let chroot = fresh_table();
-    let mut config = ZkConfig::parse(&zk.url(&chroot, "")).expect("url");
+    let mut config = ZkConfig::from_url(&zk.url(&chroot, "")).expect("url");
     config.container_parents = false;
     let l = Locker::new(ZkBackend::connect_with(config).await.expect("connect"));
     let client = plain(zk, &chroot).await;

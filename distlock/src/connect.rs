@@ -2,8 +2,9 @@
 
 use std::sync::Arc;
 
+use lock_core::backend::LockBackend;
 use lock_core::url::QueryOptions;
-use lock_core::{AcquireOptions, Error, LockBackend, Locker, MemoryBackend, Result};
+use lock_core::{AcquireOptions, Error, Locker, MemoryBackend, Result};
 
 /// Every scheme distlock knows, with the cargo feature that compiles it in:
 /// what an error names when a URL's backend is compiled out. (The crates'

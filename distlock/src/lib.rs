@@ -12,9 +12,9 @@ pub use connect::{SCHEMES, backend_url, connect, connect_backend};
 /// parsers, `async_trait`, and [`acquire_lease`](backend::acquire_lease)
 /// for a lease with nothing to renew it.
 pub mod backend {
-    pub use lock_core::BoxError;
+    pub use lock_core::backend::BoxError;
     pub use lock_core::backend::*;
-    pub use lock_core::{Family, OwnerToken};
+    pub use lock_core::backend::{Family, OwnerToken};
 }
 /// URL helpers: [`redact`](url::redact) a URL's password for display,
 /// [`parse_duration`](url::parse_duration) a `5s`/`250ms` option.

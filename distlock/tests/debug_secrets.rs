@@ -4,12 +4,12 @@
 
 use std::path::PathBuf;
 
-use distlock::backends::etcd::config::EtcdConfig;
+use distlock::backends::etcd::EtcdConfig;
 use distlock::backends::memcache::MemcacheConfig;
-use distlock::backends::redis::config::RedisConfig;
-use distlock::backends::redlock::config::RedlockConfig;
+use distlock::backends::redis::RedisConfig;
+use distlock::backends::redlock::RedlockConfig;
 use distlock::backends::sql::SqlConfig;
-use distlock::backends::zk::config::ZkConfig;
+use distlock::backends::zk::ZkConfig;
 use distlock::url::QueryOptions;
 use lock_core::secret::Password;
 
@@ -93,7 +93,7 @@ fn sql_config_hides_the_password() {
         ),
         "sqlite://locks.db".to_owned(),
     ] {
-        let config = SqlConfig::parse(&url).unwrap_or_else(|e| panic!("{url}: {e}"));
+        let config = SqlConfig::from_url(&url).unwrap_or_else(|e| panic!("{url}: {e}"));
         let debug = format!("{config:?}");
         assert_hidden(&url, debug.clone());
         if url.contains(PASSWORD) {
@@ -111,13 +111,9 @@ fn redis_configs_hide_the_password() {
         format!("rediss+cluster://app:{PASSWORD}@10.0.0.1:7000"),
         format!("redis+sentinel://app:{PASSWORD}@127.0.0.1:26379/mymaster"),
     ] {
-        let config = RedisConfig::parse(&url).unwrap_or_else(|e| panic!("{url}: {e}"));
+        let config = RedisConfig::from_url(&url).unwrap_or_else(|e| panic!("{url}: {e}"));
         assert_hidden(&url, format!("{config:?}"));
-        assert_hidden("NodeConfig", format!("{:?}", config.node));
-        assert_hidden("CommonOptions", format!("{:?}", config.common));
-        if let Some(sentinel) = &config.sentinel {
-            assert_hidden("SentinelConfig", format!("{sentinel:?}"));
-        }
+        assert_hidden("Topology", format!("{:?}", config.topology));
     }
 }
 
@@ -126,22 +122,27 @@ fn redlock_config_hides_every_node_password() {
     let url = format!(
         "redlock://a:{PASSWORD}@127.0.0.1:7000,b:{PASSWORD}@127.0.0.1:7001,127.0.0.1:7002?tls=true"
     );
-    let config = RedlockConfig::parse(&url).unwrap();
+    let config = RedlockConfig::from_url(&url).unwrap();
+    assert_hidden("masters", format!("{:?}", config.masters));
     assert_hidden(&url, format!("{config:?}"));
 }
 
 #[test]
 fn etcd_config_hides_the_password() {
     let url = format!("etcd://127.0.0.1:2379/app?user=app&password={PASSWORD}");
-    let config = EtcdConfig::parse(&url).unwrap();
+    let config = EtcdConfig::from_url(&url).unwrap();
     assert_hidden(&url, format!("{config:?}"));
+    let code = EtcdConfig::default().credentials("app", Password::Given(PASSWORD.to_owned()));
+    assert_hidden("EtcdConfig::credentials", format!("{code:?}"));
 }
 
 #[test]
 fn zk_config_hides_the_password() {
     let url = format!("zk://127.0.0.1:2181/app?auth=digest:app:{PASSWORD}");
-    let config = ZkConfig::parse(&url).unwrap();
+    let config = ZkConfig::from_url(&url).unwrap();
     assert_hidden(&url, format!("{config:?}"));
+    let code = ZkConfig::default().digest("app", Password::Given(PASSWORD.to_owned()));
+    assert_hidden("ZkConfig::digest", format!("{code:?}"));
 }
 
 #[test]

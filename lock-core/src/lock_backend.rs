@@ -135,7 +135,7 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
 #[non_exhaustive]
 pub struct Holder {
     /// The first hex digits of the holder's owner token (see
-    /// [`OwnerToken::short`](crate::OwnerToken::short)).
+    /// [`OwnerToken::short`](crate::backend::OwnerToken::short)).
     pub owner: String,
     /// The holder's fencing token, where the backend can read it back
     /// (Redlock cannot: a grant's token is the masters' clock at the grant,
@@ -158,7 +158,7 @@ pub fn millis(d: Duration) -> u64 {
 impl Holder {
     /// A holder as a backend reads it: `owner` is the owner token as the
     /// backend stores it (its hex form), of which only the first 8 digits
-    /// are kept, as [`OwnerToken::short`](crate::OwnerToken::short) shows
+    /// are kept, as [`OwnerToken::short`](crate::backend::OwnerToken::short) shows
     /// them: the full token would let its reader release the lock.
     pub fn new(owner: &str, token: FencingToken, expires_in: Option<Duration>) -> Self {
         Self {

@@ -133,7 +133,7 @@ impl Default for AcquireOptions {
 ///
 /// The owner token is chosen before the first request is sent, so that an
 /// attempt whose reply was lost can be recognised and undone (see
-/// [`LockBackend::abandon`](crate::LockBackend::abandon)).
+/// [`LockBackend::abandon`](crate::backend::LockBackend::abandon)).
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct AcquireRequest {

@@ -174,6 +174,25 @@ pub fn host_with_port(url: &str, host: &str, default_port: u16, example: &str) -
     })
 }
 
+/// The user and password of a URL's user-info (`user:password`, `user`
+/// or `:password`), percent-decoded; an empty user is none. `url` is for
+/// the message.
+pub fn userinfo(url: &str, info: &str) -> Result<(Option<String>, Option<String>)> {
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(s)
+            .decode_utf8()
+            .map(|d| d.into_owned())
+            .map_err(|_| Error::invalid_url(url, "credentials are not UTF-8"))
+    };
+    let (user, password) = info
+        .split_once(':')
+        .map_or((info, None), |(u, p)| (u, Some(p)));
+    Ok((
+        (!user.is_empty()).then(|| decode(user)).transpose()?,
+        password.map(decode).transpose()?,
+    ))
+}
+
 /// The check every config type makes of its timeouts: each named
 /// duration is more than zero, or an [`Error::InvalidConfig`] of `backend`
 /// names the first that is not.

@@ -9,7 +9,7 @@
 use std::fs::File;
 use std::io::{Read, Write};
 
-use lock_core::OwnerToken;
+use lock_core::backend::OwnerToken;
 use nix::sys::wait::{WaitStatus, waitpid};
 use nix::unistd::{ForkResult, fork, pipe};
 

@@ -1,13 +1,21 @@
-//! The `etcd_client::Client` an [`EtcdConfig`] describes: its members,
-//! credentials, timeouts and TLS.
+//! The `etcd_client::Client` an [`EtcdConfig`] describes (its members,
+//! credentials, timeouts and TLS), and `Core`: that client with the
+//! request timeout every call is bounded by, and the plain requests the
+//! protocol modules build on.
 
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions, Identity, TlsOptions};
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, Identity, TlsOptions, Txn, TxnOp, WatchOptions,
+    WatchStream,
+};
 use lock_core::tls::TlsMaterial;
 use lock_core::{Error, Result};
 
-use crate::config::EtcdConfig;
+use crate::EtcdConfig;
+use crate::config::Settings;
 use crate::error::convert;
 
 /// Connects a client as [`EtcdBackend::connect_with`](crate::EtcdBackend::connect_with)
@@ -15,8 +23,10 @@ use crate::error::convert;
 /// CLI's `bench` floor). The client connects lazily: an unreachable cluster
 /// or a refused handshake shows at its first request. A TLS file that is
 /// missing, unreadable or not what its option needs is an
-/// [`Error::InvalidConfig`] naming etcd, the option and the path.
+/// [`Error::InvalidConfig`] naming etcd, the option and the path; so is a
+/// field that fails the config's check.
 pub async fn connect(config: &EtcdConfig) -> Result<Client> {
+    config.check()?;
     let mut options = ConnectOptions::new()
         .with_timeout(config.timeout)
         .with_connect_timeout(config.connect_timeout)
@@ -51,4 +61,146 @@ fn tls_options(material: &TlsMaterial, handshake: Duration) -> Result<TlsOptions
         tls = tls.identity(Identity::from_pem(cert, key));
     }
     Ok(tls)
+}
+
+/// A backend's connection: the client and the checked settings (the key
+/// prefix, and the timeout of each request). Cheap to clone; clones share
+/// the client's connections.
+#[derive(Clone)]
+pub(crate) struct Core {
+    client: Client,
+    pub(crate) settings: Arc<Settings>,
+}
+
+impl Core {
+    pub(crate) fn new(client: Client, settings: Settings) -> Self {
+        Self {
+            client,
+            settings: Arc::new(settings),
+        }
+    }
+
+    /// Runs one request within the timeout.
+    pub(crate) async fn call<T, F, Fut>(&self, operation: &'static str, request: F) -> Result<T>
+    where
+        F: FnOnce(Client) -> Fut,
+        Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
+        tokio::time::timeout(self.settings.timeout, request(self.client.clone()))
+            .await
+            .map_err(|_| Error::timeout(operation, self.settings.timeout))?
+            .map_err(|e| convert(operation, e))
+    }
+
+    /// Deletes `key` if its value is still `owner` (an owner token): one
+    /// `Txn`, which touches nobody else's key even if two owner tokens ever
+    /// shared the key's 63 bits.
+    pub(crate) async fn leave(&self, key: &str, owner: &str) -> Result<()> {
+        self.delete_if(key, Compare::value(key, CompareOp::Equal, owner))
+            .await
+            .map(|_| ())
+    }
+
+    /// Deletes `key` if `compare` holds: one `Txn`; whether it did.
+    pub(crate) async fn delete_if(&self, key: &str, compare: Compare) -> Result<bool> {
+        let txn = Txn::new()
+            .when([compare])
+            .and_then([TxnOp::delete(key, None)]);
+        self.call("delete our key", |mut c| async move { c.txn(txn).await })
+            .await
+            .map(|r| r.succeeded())
+    }
+
+    /// Deletes each of `keys` whose value is still `owner` (see
+    /// [`delete_each`](Self::delete_each)).
+    pub(crate) async fn leave_all(&self, keys: &[String], owner: &str) -> Result<()> {
+        if let [key] = keys {
+            return self.leave(key, owner).await;
+        }
+        let deletes = keys.iter().map(|key| {
+            (
+                key.clone(),
+                Compare::value(key.as_str(), CompareOp::Equal, owner),
+            )
+        });
+        self.delete_each(deletes.collect()).await
+    }
+
+    /// Deletes each key whose compare holds: one `Txn`, its deletes nested
+    /// so that each key is compared on its own (a missing one stops none
+    /// of the others).
+    pub(crate) async fn delete_each(&self, deletes: Vec<(String, Compare)>) -> Result<()> {
+        let deletes = deletes.into_iter().map(|(key, compare)| {
+            TxnOp::txn(
+                Txn::new()
+                    .when([compare])
+                    .and_then([TxnOp::delete(key, None)]),
+            )
+        });
+        let txn = Txn::new().and_then(deletes.collect::<Vec<_>>());
+        self.call("delete our keys", |mut c| async move { c.txn(txn).await })
+            .await
+            .map(|_| ())
+    }
+
+    /// A watch of `key` (with `options`) from the next revision on, once
+    /// etcd has confirmed it, and the store's revision when it did.
+    pub(crate) async fn watch_from_now(
+        &self,
+        key: Vec<u8>,
+        options: Option<WatchOptions>,
+    ) -> Result<(WatchStream, i64)> {
+        self.call("watch the predecessor", |mut c| async move {
+            let mut stream = c.watch(key, options).await?;
+            loop {
+                match stream.message().await? {
+                    Some(m) if m.canceled() => {
+                        return Err(etcd_client::Error::WatchError(format!(
+                            "the watch was cancelled: {}",
+                            m.cancel_reason()
+                        )));
+                    }
+                    Some(m) if m.created() => {
+                        let revision = m.header().map_or(0, |h| h.revision());
+                        return Ok((stream, revision));
+                    }
+                    Some(_) => {}
+                    None => {
+                        return Err(etcd_client::Error::WatchError(
+                            "the watch stream ended before it was created".into(),
+                        ));
+                    }
+                }
+            }
+        })
+        .await
+    }
+
+    /// One keep-alive, one round trip: whether the lease is still alive.
+    /// etcd-client sends the first keep-alive as it opens the stream and
+    /// waits for its answer, failing unless the TTL in it is above 0.
+    pub(crate) async fn keep_alive(&self, lease: i64) -> Result<bool> {
+        self.call("keep the lease alive", |mut c| async move {
+            match c.lease_keep_alive(lease).await {
+                Ok(_) => Ok(true),
+                // The client's answer to a first reply without TTL: an
+                // expired or revoked lease, not an outage. (Its only other
+                // error of that kind, a send on the channel it has just
+                // opened, cannot happen.)
+                Err(etcd_client::Error::LeaseKeepAliveError(_)) => Ok(false),
+                Err(e) => Err(e),
+            }
+        })
+        .await
+    }
+
+    /// The time left on `lease`, if etcd says.
+    pub(crate) async fn lease_left(&self, lease: i64) -> Option<Duration> {
+        self.call("read the lease", |mut c| async move {
+            c.lease_time_to_live(lease, None).await
+        })
+        .await
+        .ok()
+        .map(|t| Duration::from_secs(u64::try_from(t.ttl()).unwrap_or(0)))
+    }
 }

@@ -1,34 +1,92 @@
-//! `etcd://h1:p1,h2:p2,h3:p3[/prefix][?options]` URLs.
+//! `etcd://h1:p1,h2:p2,h3:p3[/prefix][?options]` URLs → [`EtcdConfig`].
 
 use std::fmt;
+use std::str::FromStr;
 use std::time::Duration;
 
 use lock_core::backend::{HostList, QueryOptions};
 use lock_core::secret::{PASSWORD_FILE, Password};
 use lock_core::tls::TlsOptions;
+use lock_core::url::check_positive;
 use lock_core::{Error, Result};
 
-/// A parsed `etcd://` URL. `Debug` never shows the password.
+/// Everything an [`EtcdBackend`](crate::EtcdBackend) is made from:
+/// [`from_url`](Self::from_url) (or `str::parse`) reads an
+/// `etcd://host:port,host:port[/prefix][?options]` URL; [`Default`] and the
+/// setters build one in code. Either way it is checked when the backend is
+/// made, so a field changed afterwards is checked too. `Debug` never shows
+/// the password.
+///
+/// [`EtcdBackend::from_client`](crate::EtcdBackend::from_client) takes one
+/// too, and uses only its [`prefix`](Self::prefix) and
+/// [`timeout`](Self::timeout).
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_core::secret::Password;
+/// use lock_etcd::EtcdConfig;
+///
+/// let config = EtcdConfig::default()
+///     .endpoints(["10.0.0.1:2379", "10.0.0.2:2379"])
+///     .prefix("app/locks")
+///     .credentials("app", Password::File("/run/secrets/etcd".into()))
+///     .timeout(Duration::from_secs(1));
+/// let same: EtcdConfig =
+///     "etcd://10.0.0.1:2379,10.0.0.2:2379/app/locks?user=app&password_file=/run/secrets/etcd&timeout=1s"
+///         .parse()?;
+/// assert_eq!(config.credentials, same.credentials);
+/// # Ok::<(), lock_core::Error>(())
+/// ```
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct EtcdConfig {
-    /// `http://host:port` (or `https://`) for each member; connecting
-    /// uses `https` exactly when [`tls`](Self::tls) is on, whatever the
-    /// scheme here says.
+    /// Each member, `host:port` (the URL's hosts; default
+    /// `http://127.0.0.1:2379`). A URL gives them as `http://host:port`
+    /// (`https://` with TLS); connecting uses `https` exactly when
+    /// [`tls`](Self::tls) is on, whatever the scheme here says, or `http`
+    /// when there is none.
     pub endpoints: Vec<String>,
-    /// Put before every lock name; empty, or ending in `/`.
+    /// Put before every lock name (the URL's path; default none): `app/locks`
+    /// makes keys `app/locks/<name>/…`. Its outer slashes are dropped and one
+    /// `/` is put after it; no spaces or control characters. A URL's is kept
+    /// in that form already (`app/locks/`).
     pub prefix: String,
-    /// User name and password (given, or a file read at connect:
-    /// `password_file`), if the cluster has authentication on.
+    /// User name and password (URL options `user` and `password`, or
+    /// `password_file` for a file read at connect; default none), if the
+    /// cluster has authentication on.
     pub credentials: Option<(String, Password)>,
-    /// TLS (URL options `tls`, `tls_ca`, `tls_cert`, `tls_key`): off, the
-    /// public roots and the system's trust store, or a private CA, and a
-    /// client certificate for a cluster started with `--client-cert-auth`.
+    /// TLS (URL options `tls`, `tls_ca`, `tls_cert`, `tls_key`; default
+    /// off): off, the public roots and the system's trust store, or a
+    /// private CA, and a client certificate for a cluster started with
+    /// `--client-cert-auth`.
     pub tls: TlsOptions,
-    /// The longest one request may take.
+    /// The longest one request may take (URL option `timeout`, default
+    /// 3 s); more than zero.
     pub timeout: Duration,
-    /// The longest wait for a connection.
+    /// The longest wait for a connection, TLS handshake included (URL
+    /// option `connect_timeout`, default 3 s); more than zero.
     pub connect_timeout: Duration,
+}
+
+impl Default for EtcdConfig {
+    fn default() -> Self {
+        Self {
+            endpoints: vec!["http://127.0.0.1:2379".to_owned()],
+            prefix: String::new(),
+            credentials: None,
+            tls: TlsOptions::default(),
+            timeout: Self::DEFAULT_TIMEOUT,
+            connect_timeout: Self::DEFAULT_TIMEOUT,
+        }
+    }
+}
+
+/// What a backend keeps of its [`EtcdConfig`], checked: the prefix
+/// normalised (empty, or ending in `/`) and the timeout of each request.
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    pub(crate) prefix: String,
+    pub(crate) timeout: Duration,
 }
 
 impl EtcdConfig {
@@ -45,16 +103,22 @@ impl EtcdConfig {
     ];
     const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
 
-    /// Parses `etcd://host:port,host:port[/prefix][?user=…&password=…&tls_ca=…&timeout=…]`.
-    pub fn parse(url: &str) -> Result<Self> {
+    /// Reads `etcd://host:port,host:port[/prefix][?user=…&password=…&tls_ca=…&timeout=…]`,
+    /// with the same checks as
+    /// [`EtcdBackend::connect_with`](crate::EtcdBackend::connect_with)
+    /// makes; a mistake is an [`Error::InvalidUrl`].
+    pub fn from_url(url: &str) -> Result<Self> {
         let HostList { hosts, path, .. } = HostList::parse(url, crate::SCHEMES[0])?;
         let mut q = QueryOptions::parse(url)?;
         let user = q.take("user");
         let given = q.take("password");
         let password = Password::from_query(&mut q, given)?;
         let tls = TlsOptions::from_query(&mut q, false)?;
-        let timeout = q.take_positive_duration("timeout", Self::DEFAULT_TIMEOUT)?;
-        let connect_timeout = q.take_positive_duration("connect_timeout", Self::DEFAULT_TIMEOUT)?;
+        let defaults = Self::default();
+        let timeout = q.take_duration("timeout")?.unwrap_or(defaults.timeout);
+        let connect_timeout = q
+            .take_duration("connect_timeout")?
+            .unwrap_or(defaults.connect_timeout);
         q.finish(Self::OPTIONS)?;
         let credentials = match (user, password) {
             (Some(u), Some(p)) => Some((u, p)),
@@ -77,93 +141,46 @@ impl EtcdConfig {
                 h => Ok(format!("{scheme}://{h}")),
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Self {
+        let config = Self {
             endpoints,
-            prefix: key_prefix(path, url)?,
+            prefix: normalise_prefix(path),
             credentials,
             tls,
             timeout,
             connect_timeout,
-        })
+        };
+        config.check().map_err(|e| e.into_url(url))?;
+        Ok(config)
     }
-}
 
-/// The URL scheme of the members' addresses.
-fn scheme(tls: &TlsOptions) -> &'static str {
-    if tls.is_enabled() { "https" } else { "http" }
-}
-
-impl EtcdConfig {
-    /// The members' addresses as connecting uses them: `https` with TLS,
-    /// `http` without, whatever [`endpoints`](Self::endpoints) say.
-    pub(crate) fn endpoint_urls(&self) -> Vec<String> {
-        let scheme = scheme(&self.tls);
-        self.endpoints
-            .iter()
-            .map(|e| {
-                let host = e
-                    .strip_prefix("https://")
-                    .or_else(|| e.strip_prefix("http://"))
-                    .unwrap_or(e);
-                format!("{scheme}://{host}")
-            })
-            .collect()
-    }
-}
-
-/// The key prefix from a URL's path or [`EtcdOptions::prefix`]: without
-/// its outer slashes, then empty or ending in `/`. `url` is for the message.
-fn key_prefix(path: &str, url: &str) -> Result<String> {
-    let prefix = path.trim_matches('/');
-    if prefix.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(Error::invalid_url(
-            url,
-            "the key prefix must not contain spaces or control characters",
-        ));
-    }
-    Ok(if prefix.is_empty() {
-        String::new()
-    } else {
-        format!("{prefix}/")
-    })
-}
-
-/// The options of a backend made with
-/// [`EtcdBackend::from_client`](crate::EtcdBackend::from_client): those of
-/// an `etcd://` URL that do not concern connecting, with the same defaults
-/// and checks.
-///
-/// ```
-/// use std::time::Duration;
-/// use lock_etcd::config::EtcdOptions;
-///
-/// let options = EtcdOptions::new().prefix("app/locks").timeout(Duration::from_secs(1));
-/// ```
-#[derive(Clone, Debug)]
-pub struct EtcdOptions {
-    pub(crate) prefix: String,
-    pub(crate) timeout: Duration,
-}
-
-impl Default for EtcdOptions {
-    fn default() -> Self {
-        Self {
-            prefix: String::new(),
-            timeout: EtcdConfig::DEFAULT_TIMEOUT,
-        }
-    }
-}
-
-impl EtcdOptions {
-    /// The defaults: no key prefix, a 3 s timeout.
-    pub fn new() -> Self {
-        Self::default()
+    /// The members, `host:port` or `http(s)://host:port` (the URL's hosts).
+    pub fn endpoints<I, S>(mut self, endpoints: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.endpoints = endpoints.into_iter().map(Into::into).collect();
+        self
     }
 
     /// Put before every lock name, as a URL's path is (`app/locks` makes
     /// keys `app/locks/<name>/…`); no spaces or control characters.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
+        self
+    }
+
+    /// The user and password of a cluster with authentication on (URL
+    /// options `user` and `password` or `password_file`).
+    pub fn credentials(mut self, user: impl Into<String>, password: Password) -> Self {
+        self.credentials = Some((user.into(), password));
+        self
+    }
+
+    /// TLS, and what it trusts and presents (URL options `tls`, `tls_ca`,
+    /// `tls_cert`, `tls_key`).
+    pub fn tls(mut self, tls: TlsOptions) -> Self {
+        self.tls = tls;
         self
     }
 
@@ -174,30 +191,99 @@ impl EtcdOptions {
         self
     }
 
-    /// The options of a URL's `config`, checked already.
-    pub(crate) fn of(config: &EtcdConfig) -> Self {
-        Self {
-            prefix: config.prefix.clone(),
-            timeout: config.timeout,
-        }
+    /// The longest wait for a connection (URL option `connect_timeout`);
+    /// more than zero.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
     }
 
-    /// The options, checked as a URL's are (the prefix normalised as a
-    /// URL's path is); a mistake is an [`Error::InvalidConfig`] naming the
-    /// option.
-    pub(crate) fn check(self) -> Result<Self> {
-        let prefix = key_prefix(&self.prefix, &format!("etcd://…/{}", self.prefix))
-            .map_err(|e| e.into_config(crate::NAME))?;
-        if self.timeout.is_zero() {
+    /// The one check of every field, whether it came from a URL or from
+    /// code; a mistake is an [`Error::InvalidConfig`] naming the option.
+    /// Gives what the backend keeps, the prefix normalised.
+    pub(crate) fn check(&self) -> Result<Settings> {
+        if self.endpoints.is_empty() {
             return Err(Error::invalid_config(
                 crate::NAME,
-                "option \"timeout\" must be more than zero",
+                "option \"endpoints\" must name at least one member",
             ));
         }
-        Ok(Self {
+        if let Some(bad) = self.endpoints.iter().find(|e| {
+            host_of(e).is_empty() || e.chars().any(|c| c.is_whitespace() || c.is_control())
+        }) {
+            return Err(Error::invalid_config(
+                crate::NAME,
+                format!("option \"endpoints\": bad member address \"{bad}\""),
+            ));
+        }
+        let prefix = normalise_prefix(&self.prefix);
+        if prefix.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(Error::invalid_config(
+                crate::NAME,
+                "option \"prefix\" (a URL's path) must not contain spaces or control characters",
+            ));
+        }
+        if let Some((user, _)) = &self.credentials
+            && user.is_empty()
+        {
+            return Err(Error::invalid_config(
+                crate::NAME,
+                "option \"user\" must not be empty",
+            ));
+        }
+        check_positive(
+            crate::NAME,
+            &[
+                ("timeout", self.timeout),
+                ("connect_timeout", self.connect_timeout),
+            ],
+        )?;
+        Ok(Settings {
             prefix,
             timeout: self.timeout,
         })
+    }
+
+    /// The members' addresses as connecting uses them: `https` with TLS,
+    /// `http` without, whatever [`endpoints`](Self::endpoints) say.
+    pub(crate) fn endpoint_urls(&self) -> Vec<String> {
+        let scheme = scheme(&self.tls);
+        self.endpoints
+            .iter()
+            .map(|e| format!("{scheme}://{}", host_of(e)))
+            .collect()
+    }
+}
+
+impl FromStr for EtcdConfig {
+    type Err = Error;
+
+    fn from_str(url: &str) -> Result<Self> {
+        Self::from_url(url)
+    }
+}
+
+/// The URL scheme of the members' addresses.
+fn scheme(tls: &TlsOptions) -> &'static str {
+    if tls.is_enabled() { "https" } else { "http" }
+}
+
+/// A member's `host:port`, without the scheme it may be written with.
+fn host_of(endpoint: &str) -> &str {
+    endpoint
+        .strip_prefix("https://")
+        .or_else(|| endpoint.strip_prefix("http://"))
+        .unwrap_or(endpoint)
+}
+
+/// The key prefix from a URL's path or [`EtcdConfig::prefix`]: without its
+/// outer slashes, then empty or ending in `/`.
+fn normalise_prefix(path: &str) -> String {
+    let prefix = path.trim_matches('/');
+    if prefix.is_empty() {
+        String::new()
+    } else {
+        format!("{prefix}/")
     }
 }
 
@@ -209,100 +295,10 @@ impl fmt::Debug for EtcdConfig {
             .field("user", &self.credentials.as_ref().map(|(u, _)| u))
             .field("tls", &self.tls)
             .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
             .finish_non_exhaustive()
     }
 }
 
-/// The backend's name, as [`Capabilities::backend`](lock_core::Capabilities::backend) and
-/// error messages give it.
-pub const NAME: &str = "etcd";
-
-/// The URL schemes this backend accepts.
-pub const SCHEMES: &[&str] = &["etcd"];
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_members_prefix_and_credentials() {
-        let c = EtcdConfig::parse(
-            "etcd://127.0.0.1:2379,127.0.0.2:2379/app/locks?user=u&password=hunter2",
-        )
-        .unwrap();
-        assert_eq!(
-            c.endpoints,
-            ["http://127.0.0.1:2379", "http://127.0.0.2:2379"]
-        );
-        assert_eq!(c.prefix, "app/locks/");
-        assert!(!format!("{c:?}").contains("hunter2"));
-        assert_eq!(EtcdConfig::parse("etcd://h:1").unwrap().prefix, "");
-        let from_file = EtcdConfig::parse("etcd://h:1?user=u&password_file=/run/etcd").unwrap();
-        assert_eq!(
-            from_file.credentials,
-            Some(("u".to_owned(), Password::File("/run/etcd".into())))
-        );
-        for url in [
-            "etcd://h:1?password_file=/run/etcd",
-            "etcd://h:1?user=u&password=p&password_file=/run/etcd",
-        ] {
-            assert!(
-                EtcdConfig::parse(url).unwrap_err().is_invalid_input(),
-                "{url}"
-            );
-        }
-    }
-
-    #[test]
-    fn tls_options_turn_on_https() {
-        let c = EtcdConfig::parse("etcd://h:1,h:2?tls=true").unwrap();
-        assert_eq!(c.endpoints, ["https://h:1", "https://h:2"]);
-        assert_eq!(c.tls, TlsOptions::on());
-        let c =
-            EtcdConfig::parse("etcd://h:1?tls_ca=/ca.pem&tls_cert=/c.pem&tls_key=/c.key").unwrap();
-        assert_eq!(
-            c.tls,
-            TlsOptions::on()
-                .ca("/ca.pem")
-                .client_cert("/c.pem", "/c.key")
-        );
-        assert_eq!(c.endpoint_urls(), ["https://h:1"]);
-        let mut plain = EtcdConfig::parse("etcd://h:1").unwrap();
-        assert_eq!(plain.endpoint_urls(), ["http://h:1"]);
-        plain.tls = TlsOptions::on();
-        assert_eq!(plain.endpoint_urls(), ["https://h:1"], "set in code");
-    }
-
-    #[test]
-    fn options_are_checked_as_a_url_is() {
-        let checked = |prefix: &str| EtcdOptions::new().prefix(prefix).check().map(|o| o.prefix);
-        assert_eq!(checked("/app/locks/").unwrap(), "app/locks/");
-        assert_eq!(checked("").unwrap(), "");
-        let err = checked("a b").unwrap_err();
-        assert!(
-            err.is_invalid_input() && err.to_string().contains("spaces"),
-            "{err}"
-        );
-        let err = EtcdOptions::new()
-            .timeout(Duration::ZERO)
-            .check()
-            .unwrap_err();
-        assert!(err.to_string().contains("more than zero"), "{err}");
-    }
-
-    #[test]
-    fn bad_urls_say_what_is_wrong() {
-        lock_core::url::assert_refused(
-            EtcdConfig::parse,
-            &[
-                ("etcd://h:1?user=u", "go together"),
-                ("etcd://u:p@h:1", "?user="),
-                ("etcd://h:1,,h:2", "empty host"),
-                ("etcd://h:1?tls=yes", "true or false"),
-                ("etcd://h:1?tls_cert=/c.pem", "go together"),
-                ("etcd://h:1?tls=false&tls_ca=/ca.pem", "need TLS"),
-                ("etcd://h:1?bogus=1", "accepted options"),
-            ],
-        );
-    }
-}
+mod tests;

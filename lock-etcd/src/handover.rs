@@ -19,8 +19,8 @@ use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
 use lock_core::Result;
 use lock_core::backend::Handovers;
 
-use crate::backend::EtcdBackend;
-use crate::queue::still_ours;
+use crate::client::Core;
+use crate::session::still_ours;
 
 /// What a release checks of the waiter behind it.
 #[derive(Debug)]
@@ -33,32 +33,35 @@ pub(crate) struct Waiter {
 /// Waiters by the key each watches.
 pub(crate) type EtcdHandovers = Handovers<Waiter, ()>;
 
-impl EtcdBackend {
-    /// Deletes the holder's `key` if its create revision is still `token`,
-    /// and hands the lock to the waiter of this backend watching it, if its
-    /// key is still there: whether the delete went through.
-    pub(crate) async fn release_and_hand_over(&self, key: &str, token: i64) -> Result<bool> {
-        let compare = Compare::create_revision(key, CompareOp::Equal, token);
-        let Some(next) = self.handovers.take(key) else {
-            return self.delete_if(key, compare).await;
-        };
-        let txn = Txn::new().when([compare]).and_then([
-            TxnOp::delete(key, None),
-            TxnOp::get(next.waiter.key.as_str(), None),
-        ]);
-        let response = self
-            .call("delete our key", |mut c| async move { c.txn(txn).await })
-            .await?;
-        if !response.succeeded() {
-            return Ok(false);
-        }
-        let still_there = response.op_responses().get(1).is_some_and(|op| {
-            matches!(op, TxnOpResponse::Get(got)
-                if still_ours(got, next.waiter.revision, next.waiter.session))
-        });
-        if still_there {
-            next.grant(());
-        }
-        Ok(true)
+/// Deletes the holder's `key` if its create revision is still `token`,
+/// and hands the lock to the waiter in `handovers` watching it, if its key
+/// is still there: whether the delete went through.
+pub(crate) async fn release_and_hand_over(
+    core: &Core,
+    handovers: &EtcdHandovers,
+    key: &str,
+    token: i64,
+) -> Result<bool> {
+    let compare = Compare::create_revision(key, CompareOp::Equal, token);
+    let Some(next) = handovers.take(key) else {
+        return core.delete_if(key, compare).await;
+    };
+    let txn = Txn::new().when([compare]).and_then([
+        TxnOp::delete(key, None),
+        TxnOp::get(next.waiter.key.as_str(), None),
+    ]);
+    let response = core
+        .call("delete our key", |mut c| async move { c.txn(txn).await })
+        .await?;
+    if !response.succeeded() {
+        return Ok(false);
     }
+    let still_there = response.op_responses().get(1).is_some_and(|op| {
+        matches!(op, TxnOpResponse::Get(got)
+            if still_ours(got, next.waiter.revision, next.waiter.session))
+    });
+    if still_there {
+        next.grant(());
+    }
+    Ok(true)
 }

@@ -1,5 +1,5 @@
-//! Who holds a semaphore or a read-write lock, read from its keys by the
-//! rules that admit them: a permit's lease key among the `N` oldest
+//! Who holds a lock, read from its keys by the rules that admit them: the
+//! mutex's oldest key; a permit's lease key among the `N` oldest
 //! (`semaphore.rs`); a writer's key first of the read-write lock's keys, or
 //! readers' keys before its first writer's (`layout.rs`).
 
@@ -7,26 +7,56 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use etcd_client::{GetOptions, KeyValue, SortOrder, SortTarget};
+use lock_core::backend::Family;
 use lock_core::backend::Holder;
-use lock_core::{Family, FencingToken, LockKind, LockName, Result};
+use lock_core::{FencingToken, LockKind, LockName, Result};
 
-use crate::backend::EtcdBackend;
+use crate::layout::Layout;
+use crate::queue::Queue;
 
-impl EtcdBackend {
+impl Queue {
+    /// Who holds `kind`'s lock of `name`: the mutex's oldest key, or the
+    /// holders of a semaphore or read-write lock.
+    pub(crate) async fn holders(&self, name: &LockName, kind: LockKind) -> Result<Vec<Holder>> {
+        if kind.family() != Family::Mutex {
+            return self.group_holders(name, kind).await;
+        }
+        let first = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(1);
+        let dir = self.layout.dir(name);
+        let found = self
+            .core
+            .call("find the holder", |mut c| async move {
+                c.get(dir, Some(first)).await
+            })
+            .await?;
+        let Some(kv) = found.kvs().first() else {
+            return Ok(Vec::new());
+        };
+        let lease = kv.lease();
+        let ttl = self.core.lease_left(lease).await;
+        let owner = kv.value_str().unwrap_or_default();
+        let mut holder = Holder::new(owner, FencingToken::from_i64(kv.create_revision()), ttl);
+        if owner.is_empty() {
+            // Taken by a client that stores no owner token: name it by its lease.
+            holder.owner = format!("{lease:x}");
+        }
+        Ok(vec![holder])
+    }
+
     /// Every holder of `kind`'s semaphore or read-write lock of `name`.
-    pub(crate) async fn group_holders(
-        &self,
-        name: &LockName,
-        kind: LockKind,
-    ) -> Result<Vec<Holder>> {
+    async fn group_holders(&self, name: &LockName, kind: LockKind) -> Result<Vec<Holder>> {
         let (range, permits) = match kind {
-            LockKind::Permit { permits } => (self.leases_dir(name), permits as usize),
-            _ => (self.family_dir(name, Family::ReadWrite), usize::MAX),
+            LockKind::Permit { permits } => (self.layout.leases_dir(name), permits as usize),
+            _ => (self.layout.family_dir(name, Family::ReadWrite), usize::MAX),
         };
         let by_age = GetOptions::new()
             .with_prefix()
             .with_sort(SortTarget::Create, SortOrder::Ascend);
         let found = self
+            .core
             .call("find the holders", |mut c| async move {
                 c.get(range, Some(by_age)).await
             })
@@ -38,14 +68,14 @@ impl EtcdBackend {
                 .take(permits)
                 .map(|kv| (kv, kind))
                 .collect(),
-            _ => readers_or_writer(found.kvs(), &range_of(self, name)),
+            _ => readers_or_writer(found.kvs(), &range_of(&self.layout, name)),
         };
         let mut left: HashMap<i64, Option<Duration>> = HashMap::new();
         let mut holders = Vec::with_capacity(held.len());
         for (kv, side) in held {
             let lease = kv.lease();
             if let std::collections::hash_map::Entry::Vacant(entry) = left.entry(lease) {
-                entry.insert(self.lease_left(lease).await);
+                entry.insert(self.core.lease_left(lease).await);
             }
             let owner = kv.value_str().unwrap_or_default();
             let token = FencingToken::from_i64(kv.create_revision());
@@ -53,21 +83,11 @@ impl EtcdBackend {
         }
         Ok(holders)
     }
-
-    /// The time left on `lease`, if etcd says.
-    pub(crate) async fn lease_left(&self, lease: i64) -> Option<Duration> {
-        self.call("read the lease", |mut c| async move {
-            c.lease_time_to_live(lease, None).await
-        })
-        .await
-        .ok()
-        .map(|t| Duration::from_secs(u64::try_from(t.ttl()).unwrap_or(0)))
-    }
 }
 
 /// The key range of `name`'s read-write lock.
-fn range_of(backend: &EtcdBackend, name: &LockName) -> String {
-    backend.family_dir(name, Family::ReadWrite)
+fn range_of(layout: &Layout, name: &LockName) -> String {
+    layout.family_dir(name, Family::ReadWrite)
 }
 
 /// The holders among the keys of the read-write lock whose range is

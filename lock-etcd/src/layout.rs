@@ -13,15 +13,35 @@
 //! mutex's key or another name's.
 
 use lock_core::backend::AcquireRequest;
-use lock_core::{Family, LockKind, LockName, OwnerToken};
+use lock_core::backend::{Family, OwnerToken};
+use lock_core::{LockKind, LockName};
 
-use crate::backend::EtcdBackend;
-use crate::queue::Line;
+/// One contender's key and what it waits for: it holds once no key of
+/// `blockers` is older than `key`.
+#[derive(Clone, Debug)]
+pub(crate) struct Line {
+    pub(crate) key: String,
+    /// A key prefix; `key` may be in it (a mutex, a writer) or not (a reader
+    /// waits for older writers only).
+    pub(crate) blockers: String,
+}
 
-impl EtcdBackend {
+/// The key names under one backend's prefix (empty, or ending in `/`).
+#[derive(Clone, Debug)]
+pub(crate) struct Layout {
+    prefix: String,
+}
+
+impl Layout {
+    pub(crate) fn new(prefix: &str) -> Self {
+        Self {
+            prefix: prefix.to_owned(),
+        }
+    }
+
     /// The key range of one lock: `{prefix}{name}/`, as etcd's Mutex uses.
     pub(crate) fn dir(&self, name: &LockName) -> String {
-        format!("{}{name}/", self.options.prefix)
+        format!("{}{name}/", self.prefix)
     }
 
     /// One key per acquisition of the mutex.
@@ -34,7 +54,7 @@ impl EtcdBackend {
     pub(crate) fn family_dir(&self, name: &LockName, family: Family) -> String {
         match family {
             Family::Mutex => self.dir(name),
-            _ => format!("{}{name}#{}/", self.options.prefix, family.tag()),
+            _ => format!("{}{name}#{}/", self.prefix, family.tag()),
         }
     }
 

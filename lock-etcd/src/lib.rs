@@ -3,13 +3,15 @@
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod acquire;
 mod backend;
 pub mod client;
-pub mod config;
+mod config;
 mod error;
 mod handover;
 mod holders;
 mod layout;
+mod names;
 mod probe;
 mod queue;
 mod semaphore;
@@ -17,7 +19,8 @@ mod session;
 
 pub use backend::{EtcdBackend, MIN_TTL};
 
-pub use config::{NAME, SCHEMES};
+pub use config::EtcdConfig;
+pub use names::{NAME, SCHEMES};
 
 /// The `etcd-client` crate whose client [`EtcdBackend::from_client`]
 /// takes, at the version this crate was built with.

@@ -15,7 +15,7 @@ use tokio::time::{Instant, timeout, timeout_at};
 use tokio_rustls::TlsConnector;
 use tokio_rustls::rustls;
 
-use crate::config::EtcdConfig;
+use crate::EtcdConfig;
 
 /// How long a member that took our handshake has to refuse the client
 /// certificate (TLS 1.3 servers refuse it after the handshake, with an

@@ -6,31 +6,38 @@
 //! The same code serves every [`Line`]: the mutex, the semaphore's internal
 //! lock, and both sides of a read-write lock. A line names our key and the
 //! range of keys that keep us waiting while one older than ours is there.
+//!
+//! [`Queue`] holds what the protocol needs of one backend; the semaphore's
+//! permits (`semaphore.rs`), the acquire (`acquire.rs`) and the holders
+//! (`holders.rs`) build on it.
 
-use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use etcd_client::{
-    Client, Compare, CompareOp, GetOptions, GetResponse, PutOptions, SortOrder, SortTarget, Txn,
-    TxnOp, TxnOpResponse, TxnResponse, WatchOptions, WatchStream,
+    Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
+    TxnResponse, WatchStream,
 };
 use lock_core::backend::{AcquireRequest, Lease, WaitBudget};
 use lock_core::{Error, FencingToken, Result};
 
-use crate::backend::EtcdBackend;
+use crate::client::Core;
 use crate::error::{convert, lease_not_found};
-use crate::handover::Waiter;
-use crate::session::Session;
+use crate::handover::{EtcdHandovers, Waiter};
+use crate::layout::{Layout, Line};
+use crate::session::{Session, Sessions, still_ours};
 
-/// One contender's key and what it waits for: it holds once no key of
-/// `blockers` is older than `key`.
-#[derive(Clone, Debug)]
-pub(crate) struct Line {
-    pub(crate) key: String,
-    /// A key prefix; `key` may be in it (a mutex, a writer) or not (a reader
-    /// waits for older writers only).
-    pub(crate) blockers: String,
+/// The lock queues of one backend: its connection, its key names, the
+/// session leases its keys go on, its waiters a release can grant directly,
+/// and how many watch events woke one. Cheap to clone; clones share all of
+/// it.
+#[derive(Clone)]
+pub(crate) struct Queue {
+    pub(crate) core: Core,
+    pub(crate) layout: Layout,
+    pub(crate) sessions: Arc<Sessions>,
+    pub(crate) handovers: Arc<EtcdHandovers>,
+    pub(crate) wakeups: Arc<AtomicU64>,
 }
 
 /// Where one contender stands in a lock's queue.
@@ -52,17 +59,15 @@ pub(crate) enum Ahead {
 /// deleted): queue again on a current session.
 pub(crate) struct Requeue;
 
-impl EtcdBackend {
-    /// Runs one request within the timeout.
-    pub(crate) async fn call<T, F, Fut>(&self, operation: &'static str, request: F) -> Result<T>
-    where
-        F: FnOnce(Client) -> Fut,
-        Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
-    {
-        tokio::time::timeout(self.options.timeout, request(self.client.clone()))
-            .await
-            .map_err(|_| Error::timeout(operation, self.options.timeout))?
-            .map_err(|e| convert(operation, e))
+impl Queue {
+    pub(crate) fn new(core: Core) -> Self {
+        Self {
+            layout: Layout::new(&core.settings.prefix),
+            sessions: Arc::new(Sessions::new(core.clone())),
+            core,
+            handovers: Arc::default(),
+            wakeups: Arc::new(AtomicU64::new(0)),
+        }
     }
 
     /// Joins `line` for `req` on `session`: one `Txn` that puts our key
@@ -101,8 +106,8 @@ impl EtcdBackend {
                 TxnOp::get(dir.clone(), Some(newest)),
             ])
             .or_else([TxnOp::get(key.clone(), None), TxnOp::get(dir, Some(first))]);
-        let keep_alive = self.prove_if_stale(session);
-        let put = self.call("enqueue", |mut c| async move {
+        let keep_alive = self.sessions.prove_if_stale(session);
+        let put = self.core.call("enqueue", |mut c| async move {
             match c.txn(txn).await {
                 // The session's lease is gone.
                 Err(e) if lease_not_found(&e) => Ok(None),
@@ -138,7 +143,7 @@ impl EtcdBackend {
             }
             if kv.lease() != session.id {
                 // Put by an earlier attempt on a session since replaced.
-                self.leave(&key, &owner).await?;
+                self.core.leave(&key, &owner).await?;
                 return Ok(Err(Requeue));
             }
             let revision = kv.create_revision();
@@ -184,7 +189,7 @@ impl EtcdBackend {
         loop {
             let watching = match to_watch.take() {
                 Some((key, known_at)) => {
-                    let (stream, created_at) = self.watch_from_now(key.clone(), None).await?;
+                    let (stream, created_at) = self.core.watch_from_now(key.clone(), None).await?;
                     if created_at == known_at {
                         Some((key, stream))
                     } else {
@@ -280,8 +285,10 @@ impl EtcdBackend {
             TxnOp::get(line.blockers.as_str(), Some(before_us)),
             TxnOp::get(line.key.as_str(), None),
         ]);
-        let keep_alive = self.prove_if_stale(session);
-        let read = self.call("look ahead", |mut c| async move { c.txn(txn).await });
+        let keep_alive = self.sessions.prove_if_stale(session);
+        let read = self
+            .core
+            .call("look ahead", |mut c| async move { c.txn(txn).await });
         let (alive, response) = tokio::join!(keep_alive, read);
         let response = response?;
         let ops = response.op_responses();
@@ -302,50 +309,17 @@ impl EtcdBackend {
         })
     }
 
-    /// A watch of `key` (with `options`) from the next revision on, once
-    /// etcd has confirmed it, and the store's revision when it did.
-    pub(crate) async fn watch_from_now(
-        &self,
-        key: Vec<u8>,
-        options: Option<WatchOptions>,
-    ) -> Result<(WatchStream, i64)> {
-        self.call("watch the predecessor", |mut c| async move {
-            let mut stream = c.watch(key, options).await?;
-            loop {
-                match stream.message().await? {
-                    Some(m) if m.canceled() => {
-                        return Err(etcd_client::Error::WatchError(format!(
-                            "the watch was cancelled: {}",
-                            m.cancel_reason()
-                        )));
-                    }
-                    Some(m) if m.created() => {
-                        let revision = m.header().map_or(0, |h| h.revision());
-                        return Ok((stream, revision));
-                    }
-                    Some(_) => {}
-                    None => {
-                        return Err(etcd_client::Error::WatchError(
-                            "the watch stream ended before it was created".into(),
-                        ));
-                    }
-                }
-            }
-        })
-        .await
-    }
-
     /// Keeps `session` alive while its owner waits in the queue; stops
     /// when dropped. Every waiter on the session runs one; they share the
     /// keep-alives.
     pub(crate) fn keep_queued(&self, session: &Arc<Session>) -> Keeper {
-        let backend = self.clone();
+        let sessions = self.sessions.clone();
         let session = session.clone();
         Keeper(tokio::spawn(async move {
             let retry_after = session.ttl / 10;
             loop {
                 tokio::time::sleep_until(session.proven() + session.renew_after()).await;
-                match backend.prove_alive(&session, session.renew_after()).await {
+                match sessions.prove_alive(&session, session.renew_after()).await {
                     Ok(true) => {}
                     Ok(false) => return,
                     Err(e) => {
@@ -355,24 +329,6 @@ impl EtcdBackend {
                 }
             }
         }))
-    }
-
-    /// One keep-alive, one round trip: whether the lease is still alive.
-    /// etcd-client sends the first keep-alive as it opens the stream and
-    /// waits for its answer, failing unless the TTL in it is above 0.
-    pub(crate) async fn keep_alive(&self, lease: i64) -> Result<bool> {
-        self.call("keep the lease alive", |mut c| async move {
-            match c.lease_keep_alive(lease).await {
-                Ok(_) => Ok(true),
-                // The client's answer to a first reply without TTL: an
-                // expired or revoked lease, not an outage. (Its only other
-                // error of that kind, a send on the channel it has just
-                // opened, cannot happen.)
-                Err(etcd_client::Error::LeaseKeepAliveError(_)) => Ok(false),
-                Err(e) => Err(e),
-            }
-        })
-        .await
     }
 
     /// The grant of our `key`, whose create `revision` is its fencing
@@ -451,16 +407,6 @@ pub(crate) async fn deleted(stream: &mut WatchStream, after: i64) -> Result<()> 
 /// The store's revision when it answered `response`.
 pub(crate) fn revision(response: &TxnResponse) -> i64 {
     response.header().map_or(0, |h| h.revision())
-}
-
-/// Whether a get of one key found it as the contender left it: created at
-/// `created` (its token) and attached to the session lease `lease`. Anything
-/// else — gone, or deleted and created again, or on another session — is
-/// not our entry any more.
-pub(crate) fn still_ours(got: &GetResponse, created: i64, lease: i64) -> bool {
-    got.kvs()
-        .first()
-        .is_some_and(|kv| kv.create_revision() == created && kv.lease() == lease)
 }
 
 pub(crate) fn unexpected() -> Error {

@@ -26,10 +26,9 @@ use etcd_client::{
 use lock_core::backend::{AcquireRequest, Lease, WaitBudget};
 use lock_core::{Error, Result};
 
-use crate::backend::EtcdBackend;
 use crate::error::lease_not_found;
-use crate::queue::{self, deleted, still_ours, unexpected};
-use crate::session::Session;
+use crate::queue::{self, Queue, deleted, unexpected};
+use crate::session::{Session, still_ours};
 
 /// What a read of the lease keys found.
 struct Count {
@@ -41,7 +40,7 @@ struct Count {
     granted: bool,
 }
 
-impl EtcdBackend {
+impl Queue {
     /// Takes a permit of `permits` for `req`, whose key holds the
     /// semaphore's internal lock on `session`: puts our lease key (unless
     /// an earlier attempt did) and, while `N` older lease keys are there,
@@ -54,10 +53,10 @@ impl EtcdBackend {
         session: &Arc<Session>,
         budget: Option<&WaitBudget>,
     ) -> Result<Option<Lease>> {
-        let key = self.held_key(&req.name, req.owner, req.kind);
-        let leases = self.leases_dir(&req.name);
+        let key = self.layout.held_key(&req.name, req.owner, req.kind);
+        let leases = self.layout.leases_dir(&req.name);
         let reader = Reader {
-            backend: self,
+            queue: self,
             req,
             key: &key,
             leases: &leases,
@@ -76,6 +75,7 @@ impl EtcdBackend {
             // From the present, as the queue's watches (see
             // `wait_for_turn`), and a read again if the store moved on.
             let (mut stream, created_at) = self
+                .core
                 .watch_from_now(
                     leases.clone().into_bytes(),
                     Some(WatchOptions::new().with_prefix()),
@@ -106,7 +106,7 @@ impl EtcdBackend {
 
 /// The reads of one contender's lease key and the oldest lease keys.
 struct Reader<'a> {
-    backend: &'a EtcdBackend,
+    queue: &'a Queue,
     req: &'a AcquireRequest,
     key: &'a str,
     leases: &'a str,
@@ -164,7 +164,7 @@ impl Reader<'_> {
                         )));
                     }
                     if kv.lease() != self.session.id {
-                        self.backend.leave(self.key, &owner).await?;
+                        self.queue.core.leave(self.key, &owner).await?;
                         continue;
                     }
                     kv.create_revision()
@@ -215,9 +215,9 @@ impl Reader<'_> {
     /// old. A session found gone took the internal lock's key with it: an
     /// outage to retry on a new session.
     async fn send(&self, operation: &'static str, txn: Txn) -> Result<TxnResponse> {
-        let backend = self.backend;
-        let keep_alive = backend.prove_if_stale(self.session);
-        let sent = backend.call(operation, |mut c| async move {
+        let queue = self.queue;
+        let keep_alive = queue.sessions.prove_if_stale(self.session);
+        let sent = queue.core.call(operation, |mut c| async move {
             match c.txn(txn).await {
                 Err(e) if lease_not_found(&e) => Ok(None),
                 other => other.map(Some),

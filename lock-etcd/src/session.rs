@@ -38,12 +38,12 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, GetResponse};
 use lock_core::Result;
 use lock_core::backend::SingleFlight;
 use tokio::time::Instant;
 
-use crate::backend::EtcdBackend;
+use crate::client::Core;
 use crate::layout::shown;
 
 /// One session lease.
@@ -228,9 +228,10 @@ impl Session {
     }
 }
 
-/// The sessions of one client.
-#[derive(Debug, Default)]
+/// The sessions of one client, and the connection they are granted and
+/// kept alive on.
 pub(crate) struct Sessions {
+    core: Core,
     registry: Mutex<Registry>,
 }
 
@@ -248,6 +249,13 @@ struct Registry {
 }
 
 impl Sessions {
+    pub(crate) fn new(core: Core) -> Self {
+        Self {
+            core,
+            registry: Mutex::default(),
+        }
+    }
+
     fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
         self.registry.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -307,23 +315,22 @@ pub(crate) fn lease_seconds(ttl: Duration) -> i64 {
     i64::try_from(ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0)).unwrap_or(i64::MAX)
 }
 
-impl EtcdBackend {
+impl Sessions {
     /// The session keys with this TTL go on: the current one, or a new
     /// lease (one `LeaseGrant`, shared with every caller that comes while
     /// it is in flight) if there is none fit for use.
-    pub(crate) async fn session(&self, ttl: Duration) -> Result<Arc<Session>> {
+    pub(crate) async fn session(self: &Arc<Self>, ttl: Duration) -> Result<Arc<Session>> {
         let seconds = lease_seconds(ttl);
-        if let Some(session) = self.sessions.current(seconds) {
+        if let Some(session) = self.current(seconds) {
             return Ok(session);
         }
-        let backend = self.clone();
-        self.sessions
-            .granting(seconds)
-            .run(GRANT, self.options.timeout, move || async move {
+        let sessions = self.clone();
+        self.granting(seconds)
+            .run(GRANT, self.core.settings.timeout, move || async move {
                 // Granted while this caller looked for the flight.
-                match backend.sessions.current(seconds) {
+                match sessions.current(seconds) {
                     Some(session) => Ok(session),
-                    None => backend.grant_session(seconds).await,
+                    None => sessions.grant_session(seconds).await,
                 }
             })
             .await
@@ -333,6 +340,7 @@ impl EtcdBackend {
     async fn grant_session(&self, seconds: i64) -> Result<Arc<Session>> {
         let sent = Instant::now();
         let granted = self
+            .core
             .call(
                 GRANT,
                 |mut c| async move { c.lease_grant(seconds, None).await },
@@ -343,7 +351,7 @@ impl EtcdBackend {
         let granted_seconds = granted.ttl().clamp(0, seconds);
         let ttl = Duration::from_secs(granted_seconds.unsigned_abs());
         let session = Arc::new(Session::new(granted.id(), ttl, sent));
-        self.sessions.insert(seconds, session.clone());
+        self.insert(seconds, session.clone());
         Ok(session)
     }
 
@@ -374,13 +382,13 @@ impl EtcdBackend {
         if session.proven().elapsed() < fresh {
             return Ok(true);
         }
-        let (backend, session) = (self.clone(), session.clone());
+        let (core, session) = (self.core.clone(), session.clone());
         let flight = session.flight.clone();
         flight
-            .run(KEEP_ALIVE, self.options.timeout, move || async move {
-                backend.clean_up(&session);
+            .run(KEEP_ALIVE, self.core.settings.timeout, move || async move {
+                clean_up(&core, &session);
                 let sent = Instant::now();
-                let alive = backend.keep_alive(session.id).await?;
+                let alive = core.keep_alive(session.id).await?;
                 if alive {
                     session.prove(sent);
                 } else {
@@ -389,81 +397,6 @@ impl EtcdBackend {
                 Ok(alive)
             })
             .await
-    }
-
-    /// Deletes the session's orphaned keys, and the keys of its grants
-    /// whose deadline passed unrenewed, in a task of their own: one `Txn`
-    /// per [`MAX_TXN_OPS`] keys. Those the server could not be told to
-    /// delete wait for the next keep-alive.
-    fn clean_up(&self, session: &Arc<Session>) {
-        let orphans = session.take_orphans();
-        if !orphans.is_empty() {
-            let keys: Vec<String> = orphans.iter().map(|o| shown(&o.key)).collect();
-            tracing::debug!(?keys, "deleting orphaned and expired keys");
-        }
-        for chunk in orphans.chunks(MAX_TXN_OPS) {
-            let (backend, session, chunk) = (self.clone(), session.clone(), chunk.to_vec());
-            tokio::spawn(async move {
-                let deletes = chunk.iter().map(|o| (o.key.clone(), o.compare()));
-                if let Err(e) = backend.delete_each(deletes.collect()).await {
-                    tracing::debug!(error = %e, keys = chunk.len(), "orphaned queue keys are still there");
-                    for orphan in chunk {
-                        session.add_orphan(orphan);
-                    }
-                }
-            });
-        }
-    }
-
-    /// Deletes `key` if its value is still `owner` (an owner token): one
-    /// `Txn`, which touches nobody else's key even if two owner tokens ever
-    /// shared the key's 63 bits.
-    pub(crate) async fn leave(&self, key: &str, owner: &str) -> Result<()> {
-        self.delete_if(key, Compare::value(key, CompareOp::Equal, owner))
-            .await
-            .map(|_| ())
-    }
-
-    /// Deletes `key` if `compare` holds: one `Txn`; whether it did.
-    pub(crate) async fn delete_if(&self, key: &str, compare: Compare) -> Result<bool> {
-        let txn = Txn::new()
-            .when([compare])
-            .and_then([TxnOp::delete(key, None)]);
-        self.call("delete our key", |mut c| async move { c.txn(txn).await })
-            .await
-            .map(|r| r.succeeded())
-    }
-
-    /// Deletes each of `keys` whose value is still `owner` (see
-    /// [`delete_each`](Self::delete_each)).
-    async fn leave_all(&self, keys: &[String], owner: &str) -> Result<()> {
-        if let [key] = keys {
-            return self.leave(key, owner).await;
-        }
-        let deletes = keys.iter().map(|key| {
-            (
-                key.clone(),
-                Compare::value(key.as_str(), CompareOp::Equal, owner),
-            )
-        });
-        self.delete_each(deletes.collect()).await
-    }
-
-    /// Deletes each key whose compare holds: one `Txn`, its deletes nested
-    /// so that each key is compared on its own (a missing one stops none
-    /// of the others).
-    async fn delete_each(&self, deletes: Vec<(String, Compare)>) -> Result<()> {
-        let deletes = deletes.into_iter().map(|(key, compare)| {
-            TxnOp::txn(
-                Txn::new()
-                    .when([compare])
-                    .and_then([TxnOp::delete(key, None)]),
-            )
-        });
-        let txn = Txn::new().and_then(deletes.collect::<Vec<_>>());
-        self.call("delete our keys", |mut c| async move { c.txn(txn).await })
-            .await
-            .map(|_| ())
     }
 
     /// Leaves the queue for an acquire that is given up, deleting every one
@@ -476,7 +409,7 @@ impl EtcdBackend {
         owner: &str,
         ttl: Duration,
     ) -> Result<()> {
-        let left = self.leave_all(keys, owner).await;
+        let left = self.core.leave_all(keys, owner).await;
         if left.is_err() {
             for key in keys {
                 self.orphan(key, owner, ttl);
@@ -492,8 +425,42 @@ impl EtcdBackend {
             key: key.to_owned(),
             mark: Mark::Owner(owner.to_owned()),
         };
-        for session in self.sessions.all_of(ttl) {
+        for session in self.all_of(ttl) {
             session.add_orphan(orphan.clone());
         }
     }
+}
+
+/// Deletes the session's orphaned keys, and the keys of its grants
+/// whose deadline passed unrenewed, in a task of their own: one `Txn`
+/// per [`MAX_TXN_OPS`] keys. Those the server could not be told to
+/// delete wait for the next keep-alive.
+fn clean_up(core: &Core, session: &Arc<Session>) {
+    let orphans = session.take_orphans();
+    if !orphans.is_empty() {
+        let keys: Vec<String> = orphans.iter().map(|o| shown(&o.key)).collect();
+        tracing::debug!(?keys, "deleting orphaned and expired keys");
+    }
+    for chunk in orphans.chunks(MAX_TXN_OPS) {
+        let (core, session, chunk) = (core.clone(), session.clone(), chunk.to_vec());
+        tokio::spawn(async move {
+            let deletes = chunk.iter().map(|o| (o.key.clone(), o.compare()));
+            if let Err(e) = core.delete_each(deletes.collect()).await {
+                tracing::debug!(error = %e, keys = chunk.len(), "orphaned queue keys are still there");
+                for orphan in chunk {
+                    session.add_orphan(orphan);
+                }
+            }
+        });
+    }
+}
+
+/// Whether a get of one key found it as the contender left it: created at
+/// `created` (its token) and attached to the session lease `lease`. Anything
+/// else — gone, or deleted and created again, or on another session — is
+/// not our entry any more.
+pub(crate) fn still_ours(got: &GetResponse, created: i64, lease: i64) -> bool {
+    got.kvs()
+        .first()
+        .is_some_and(|kv| kv.create_revision() == created && kv.lease() == lease)
 }

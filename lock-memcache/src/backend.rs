@@ -3,11 +3,12 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use lock_core::backend::Family;
 use lock_core::backend::{
     AcquireRequest, Holder, Lease, LockBackend, ReleaseSignals, WaitBudget, Waking, async_trait,
     poll_acquire,
 };
-use lock_core::{Capabilities, Error, Family, Fencing, FencingToken, LockKind, LockName, Result};
+use lock_core::{Capabilities, Error, Fencing, FencingToken, LockKind, LockName, Result};
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 

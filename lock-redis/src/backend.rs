@@ -3,16 +3,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use lock_core::backend::Family;
 use lock_core::backend::{
     AcquireRequest, BackendStats, Holder, Lease, LockBackend, ReleaseSignals, WaitBudget, Waking,
     async_trait, poll_acquire,
 };
-use lock_core::{Capabilities, Error, Family, Fencing, FencingToken, LockKind, LockName, Result};
+use lock_core::{Capabilities, Error, Fencing, FencingToken, LockKind, LockName, Result};
 use redis::Client;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::config::{CommonOptions, RedisConfig, RedisOptions, ReplicaWait};
+use crate::config::sentinel::SentinelConfig;
+use crate::config::{RedisConfig, Topology};
 use crate::confirm::Confirmed;
 use crate::conn::{cluster_client, open_cluster};
 use crate::eviction::Eviction;
@@ -67,61 +69,51 @@ impl RedisBackend {
     /// Connects to the server a `redis://` or `rediss://` URL names and
     /// subscribes to release notices.
     pub async fn connect(url: &str) -> Result<Self> {
-        Self::connect_with(RedisConfig::parse(url)?).await
+        Self::connect_with(RedisConfig::from_url(url)?).await
     }
 
-    /// Connects to the server or cluster `config` names; see
-    /// [`connect`](Self::connect).
+    /// Connects to the server, cluster or master `config` names, once it
+    /// passed its checks; see [`connect`](Self::connect).
     pub async fn connect_with(config: RedisConfig) -> Result<Self> {
-        if config.is_cluster() {
-            return Self::connect_cluster(&config).await;
-        }
-        let keys = Keys::new(config.common.prefix.clone());
-        let node = match &config.sentinel {
-            Some(sentinel) => {
-                let common = &config.common;
+        config.check()?;
+        let keys = Keys::new(config.prefix.clone());
+        let node = match &config.topology {
+            Topology::Cluster(_) => return Self::connect_cluster(&config).await,
+            Topology::Single(server) => Node::connect(server, &config, keys).await?,
+            _ => {
+                let sentinel = SentinelConfig::of(&config)?
+                    .ok_or_else(|| Error::unsupported(crate::NAME, "this topology"))?;
                 Node::connect_sentinel(
-                    sentinel,
-                    common.timeout,
-                    common.connect_timeout,
-                    common.allow_eviction,
+                    &sentinel,
+                    config.timeout,
+                    config.connect_timeout,
+                    config.allow_eviction,
                     keys,
                 )
                 .await?
             }
-            None => Node::connect(&config.node, keys).await?,
         };
-        Self::start(node, &config.common, config.wait).await
+        Self::start(node, &config).await
     }
 
     /// A Redis Cluster through its seed nodes: commands through redis-rs's
     /// cluster client, release notices on shard channels.
     async fn connect_cluster(config: &RedisConfig) -> Result<Self> {
-        let common = &config.common;
-        let label = format!(
-            "cluster {}",
-            config
-                .cluster
-                .iter()
-                .map(|n| n.label.as_str())
-                .collect::<Vec<_>>()
-                .join(",")
-        );
-        let invalid = |e: redis::RedisError| config.node.invalid(e);
-        let builder = || cluster_client(&config.cluster, common.timeout, common.connect_timeout);
-        let keys = Keys::new(common.prefix.clone()).hash_tagged();
-        let client = builder()?.build().map_err(invalid)?;
-        let node = Node::connect_cluster(&client, label.clone(), common, keys.clone()).await?;
+        let label = config.topology.label();
+        let invalid = |e: redis::RedisError| Error::invalid_config(crate::NAME, e.to_string());
+        let keys = Keys::new(config.prefix.clone()).hash_tagged();
+        let client = cluster_client(config)?.build().map_err(invalid)?;
+        let node = Node::connect_cluster(&client, config, keys.clone()).await?;
         let (pushes_in, pushes) = tokio::sync::mpsc::unbounded_channel();
-        let subscriber = builder()?
+        let subscriber = cluster_client(config)?
             .use_protocol(redis::ProtocolVersion::RESP3)
             .push_sender(pushes_in)
             .build()
             .map_err(invalid)?;
-        let tls = common.tls.is_enabled();
-        let conn = open_cluster(&subscriber, &label, common.connect_timeout, tls).await?;
+        let tls = config.tls.is_enabled();
+        let conn = open_cluster(&subscriber, &label, config.connect_timeout, tls).await?;
         let signals = Arc::new(ReleaseSignals::new());
-        let sharded = Sharded::new(conn, pushes, keys, common.timeout, signals.clone());
+        let sharded = Sharded::new(conn, pushes, keys, config.timeout, signals.clone());
         Ok(Self {
             capabilities: Self::capabilities_of(CLUSTER_NAME, &node, false),
             node,
@@ -156,52 +148,54 @@ impl RedisBackend {
     }
 
     /// A backend on the server a `redis::Client` of the application's
-    /// reaches, with `options` in place of a URL's. The backend opens its
-    /// own connections from the client: a connection manager for the
-    /// locks, the pub/sub connection that hears releases, and with
-    /// [`wait_replicas`](RedisOptions::wait_replicas) the connection grants
-    /// are confirmed on. Connections the application opened from the
-    /// client are neither used nor disturbed.
+    /// reaches, with `config`'s prefix, timeouts, eviction choice and
+    /// [`wait_replicas`](RedisConfig::wait_replicas); its topology and TLS
+    /// are the client's business and go unused. The backend opens its own
+    /// connections from the client: a connection manager for the locks,
+    /// the pub/sub connection that hears releases, and with `wait_replicas`
+    /// the connection grants are confirmed on. Connections the application
+    /// opened from the client are neither used nor disturbed.
     ///
     /// ```no_run
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> lock_core::Result<()> {
     /// use lock_core::Locker;
-    /// use lock_redis::RedisBackend;
-    /// use lock_redis::config::RedisOptions;
+    /// use lock_redis::{RedisBackend, RedisConfig};
     ///
     /// let client = redis::Client::open("redis://127.0.0.1:6379/0").unwrap();
-    /// let backend =
-    ///     RedisBackend::from_client(client.clone(), RedisOptions::new().prefix("billing:")).await?;
+    /// let config = RedisConfig::default().prefix("billing:");
+    /// let backend = RedisBackend::from_client(client.clone(), config).await?;
     /// let locker = Locker::new(backend);
     /// let guard = locker.lock("invoice-42").await?;
     /// guard.release().await?;
     /// # Ok(()) }
     /// ```
-    pub async fn from_client(client: Client, options: RedisOptions) -> Result<Self> {
-        let (common, wait) = options.check()?;
+    pub async fn from_client(client: Client, config: RedisConfig) -> Result<Self> {
+        config.check_options()?;
         let label = Node::label_of(&client);
         let node = Node::with_client(
             client,
             label,
-            common.timeout,
-            common.connect_timeout,
-            common.allow_eviction,
-            Keys::new(common.prefix.clone()),
+            config.timeout,
+            config.connect_timeout,
+            config.allow_eviction,
+            Keys::new(config.prefix.clone()),
         )
         .await?;
-        Self::start(node, &common, wait).await
+        Self::start(node, &config).await
     }
 
     /// The backend on a connected `node`: the confirming connection, if
     /// asked for, and the release subscription.
-    async fn start(node: Node, common: &CommonOptions, wait: Option<ReplicaWait>) -> Result<Self> {
-        let confirm = match wait {
+    async fn start(node: Node, config: &RedisConfig) -> Result<Self> {
+        let confirm = match config.wait_replicas {
+            0 => None,
             // Boxed: inline, it nests `from_client`'s future deeper than
             // the compiler looks by default (`recursion_limit`), and an
             // application awaiting `from_client` would not compile.
-            Some(wait) => Some(Box::pin(Confirmed::open(&node, wait)).await?),
-            None => None,
+            replicas => {
+                Some(Box::pin(Confirmed::open(&node, replicas, config.wait_timeout)).await?)
+            }
         };
         let signals = Arc::new(ReleaseSignals::new());
         let to = node
@@ -210,7 +204,7 @@ impl RedisBackend {
         let subscriber = tokio::spawn(notices::forward(
             to,
             node.keys().channel(),
-            common.connect_timeout,
+            config.connect_timeout,
             signals.clone(),
         ));
         Ok(Self {

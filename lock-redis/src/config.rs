@@ -1,168 +1,185 @@
-//! `redis://` and `rediss://` URLs, and their cluster and sentinel forms.
+//! [`RedisConfig`]: where the servers are and how the backend uses them,
+//! from a URL or built in code, checked once when the backend connects.
 
 mod names;
-mod node;
-mod options;
-mod sentinel;
+pub(crate) mod sentinel;
+mod server;
+mod url;
 
+use std::str::FromStr;
 use std::time::Duration;
 
-use lock_core::backend::QueryOptions;
+use lock_core::tls::TlsOptions;
+use lock_core::url::{check_key_prefix, check_positive};
 use lock_core::{Error, Result};
 
 pub use names::{NAME, SCHEMES};
-pub use node::{CommonOptions, NodeConfig, ReplicaWait};
-pub use options::RedisOptions;
-pub use sentinel::SentinelConfig;
+pub use server::{Server, Topology};
 
-/// A parsed `redis://` or `redis+cluster://` URL.
+/// Everything a [`RedisBackend`](crate::RedisBackend) is made from:
+/// [`from_url`](Self::from_url) (or `str::parse`) reads a URL; [`Default`]
+/// (one server on `127.0.0.1:6379`) and the setters build one in code.
+/// Either way it is checked when the backend connects, so a field changed
+/// afterwards is checked too. `Debug` never shows a password.
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_redis::{RedisConfig, Server, Topology};
+///
+/// let config = RedisConfig::default()
+///     .topology(Topology::Single(Server::new("10.0.0.7:6379").db(2)))
+///     .prefix("billing:")
+///     .timeout(Duration::from_millis(500))
+///     .wait_replicas(1, Duration::from_secs(1));
+/// let same: RedisConfig =
+///     "redis://10.0.0.7/2?prefix=billing:&timeout=500ms&wait_replicas=1".parse()?;
+/// assert_eq!(config.topology, same.topology);
+/// # Ok::<(), lock_core::Error>(())
+/// ```
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct RedisConfig {
-    /// The server; for a cluster, the first seed node.
-    pub node: NodeConfig,
-    /// A Redis Cluster's seed nodes, in the URL's order; empty for one
-    /// server.
-    pub cluster: Vec<NodeConfig>,
-    /// The sentinels that name the master, for `redis+sentinel://`.
-    pub sentinel: Option<SentinelConfig>,
-    /// Prefix and timeouts.
-    pub common: CommonOptions,
-    /// Opt-in replication check after each grant.
-    pub wait: Option<ReplicaWait>,
+    /// One server, a cluster or a master named by sentinels (the URL's
+    /// scheme and hosts).
+    pub topology: Topology,
+    /// Prefix of every key and of the release channel (`prefix`, default
+    /// `distlock:`): at most 64 printable ASCII characters, without spaces
+    /// or `#`, and in a cluster without `{` or `}`.
+    pub prefix: String,
+    /// The longest wait for any command's answer (`timeout`, default 2 s).
+    pub timeout: Duration,
+    /// The longest wait for a connection (`connect_timeout`, default 2 s).
+    pub connect_timeout: Duration,
+    /// Whether to use a server whose memory policy may evict lock keys
+    /// (`allow_eviction`, default `false`; see the crate docs).
+    pub allow_eviction: bool,
+    /// TLS to every server, sentinels included (`rediss` schemes, `tls`,
+    /// `tls_ca`, `tls_cert`, `tls_key`).
+    pub tls: TlsOptions,
+    /// How many replicas must have each grant before it is reported
+    /// (`wait_replicas`, default 0: none); not in a cluster.
+    pub wait_replicas: u32,
+    /// How long a grant waits for those replicas (`wait_timeout`, default
+    /// 1 s).
+    pub wait_timeout: Duration,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        Self {
+            topology: Topology::Single(Server::new("127.0.0.1:6379")),
+            prefix: "distlock:".to_owned(),
+            timeout: Self::DEFAULT_TIMEOUT,
+            connect_timeout: Self::DEFAULT_TIMEOUT,
+            allow_eviction: false,
+            tls: TlsOptions::default(),
+            wait_replicas: 0,
+            wait_timeout: Self::DEFAULT_WAIT_TIMEOUT,
+        }
+    }
 }
 
 impl RedisConfig {
-    /// Parses `redis[s]://[user:password@]host[:port][/db][?options]`;
-    /// `redis[s]+cluster://[user:password@]host:port,host:port,…[?options]`
-    /// for a Redis Cluster reached through those seed nodes (any of its
-    /// nodes; the client learns the rest); or
-    /// `redis[s]+sentinel://[user:password@]host:port,host:port,…/MASTER[?options]`
-    /// for the master that those Redis Sentinels name `MASTER`, the user
-    /// and password being the data nodes'. `rediss` schemes use TLS, as
-    /// `tls=true` does (to the sentinels and the data nodes alike).
-    pub fn parse(url: &str) -> Result<Self> {
-        let (kind, rest) = Kind::of(url);
-        let tls_implied = url.starts_with("rediss");
-        let mut q = QueryOptions::parse(url)?;
-        let common = CommonOptions::take(&mut q, url, NodeConfig::DEFAULT_TIMEOUT, tls_implied)?;
-        if kind == Kind::Cluster {
-            return Self::parse_cluster(url, rest, q, common);
-        }
-        let wait = take_wait(&mut q, url)?;
-        q.finish(&[CommonOptions::NAMES, &["wait_replicas", "wait_timeout"]].concat())?;
-        let (node, sentinel) = if kind == Kind::Sentinel {
-            let sentinel =
-                SentinelConfig::parse(url, rest, common.tls.clone(), common.password_file.clone())?;
-            let node = NodeConfig::new(&format!("redis://{}", sentinel.label()), &common)?;
-            (node, Some(sentinel))
-        } else {
-            let base = url.split_once('?').map_or(url, |(b, _)| b);
-            (NodeConfig::new(base, &common)?, None)
-        };
-        Ok(Self {
-            node,
-            cluster: Vec::new(),
-            sentinel,
-            common,
-            wait,
-        })
+    /// The default command and connect timeouts: far below any sensible TTL.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
+    const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(1);
+
+    /// Where the servers are.
+    pub fn topology(mut self, topology: Topology) -> Self {
+        self.topology = topology;
+        self
     }
 
-    /// A cluster URL: `rest` is what follows `redis[s]+cluster://`, `q`
-    /// the options left after `common`.
-    fn parse_cluster(
-        url: &str,
-        rest: &str,
-        q: QueryOptions,
-        common: CommonOptions,
-    ) -> Result<Self> {
-        q.finish(CommonOptions::NAMES).map_err(|e| match e {
-            Error::InvalidUrl { url, reason, .. } if reason.contains("wait_") => {
-                Error::invalid_url(
-                    &url,
-                    format!("{reason} (a cluster has no WAIT for replicas)"),
-                )
-            }
-            e => e,
-        })?;
-        if common.prefix.contains(['{', '}']) {
-            return Err(Error::invalid_url(
-                url,
-                "option \"prefix\" may not contain '{' or '}' in a cluster: the lock name is each key's hash tag",
-            ));
-        }
-        let base = rest.split_once('?').map_or(rest, |(b, _)| b);
-        let (credentials, hosts) = match base.rsplit_once('@') {
-            Some((c, h)) => (format!("{c}@"), h),
-            None => (String::new(), base),
-        };
-        if hosts.contains('/') {
-            return Err(Error::invalid_url(
-                url,
-                "a cluster has only database 0: expected redis+cluster://[USER:PASSWORD@]HOST:PORT,HOST:PORT,…",
-            ));
-        }
-        let cluster = hosts
-            .split(',')
-            .map(|host| NodeConfig::new(&format!("redis://{credentials}{host}"), &common))
-            .collect::<Result<Vec<_>>>()?;
-        let Some(node) = cluster.first().cloned() else {
-            return Err(Error::invalid_url(url, "no seed node"));
-        };
-        Ok(Self {
-            node,
-            cluster,
-            sentinel: None,
-            common,
-            wait: None,
-        })
+    /// Prefix of every key (URL option `prefix`).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
     }
 
-    /// Whether the URL names a Redis Cluster.
+    /// The longest wait for any command's answer (URL option `timeout`);
+    /// more than zero.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The longest wait for a connection (URL option `connect_timeout`);
+    /// more than zero.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Whether to use a server whose memory policy may evict lock keys
+    /// (URL option `allow_eviction`).
+    pub fn allow_eviction(mut self, allow: bool) -> Self {
+        self.allow_eviction = allow;
+        self
+    }
+
+    /// TLS, and what it trusts and presents (URL options `tls`, `tls_ca`,
+    /// `tls_cert`, `tls_key`).
+    pub fn tls(mut self, tls: TlsOptions) -> Self {
+        self.tls = tls;
+        self
+    }
+
+    /// Makes every grant wait until `replicas` replicas have it, for at
+    /// most `timeout` (URL options `wait_replicas` and `wait_timeout`); 0
+    /// replicas turns it off.
+    pub fn wait_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.wait_replicas = replicas;
+        self.wait_timeout = timeout;
+        self
+    }
+
+    /// Whether the topology is a Redis Cluster.
     pub fn is_cluster(&self) -> bool {
-        !self.cluster.is_empty()
+        matches!(self.topology, Topology::Cluster(_))
     }
-}
 
-/// What a URL's scheme names.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Single,
-    Cluster,
-    Sentinel,
-}
-
-impl Kind {
-    /// The kind, and what follows `redis[s]+cluster://` or
-    /// `redis[s]+sentinel://` (the whole URL for one server).
-    fn of(url: &str) -> (Self, &str) {
-        for (kind, schemes) in [
-            (Kind::Cluster, ["redis+cluster://", "rediss+cluster://"]),
-            (Kind::Sentinel, ["redis+sentinel://", "rediss+sentinel://"]),
-        ] {
-            if let Some(rest) = schemes.iter().find_map(|s| url.strip_prefix(s)) {
-                return (kind, rest);
+    /// The one check of every field, whether it came from a URL or from
+    /// code; a mistake is an [`Error::InvalidConfig`] naming the option.
+    pub(crate) fn check(&self) -> Result<()> {
+        self.check_options()?;
+        self.topology.check()?;
+        let invalid = |reason: &str| Err(Error::invalid_config(crate::NAME, reason));
+        if self.is_cluster() {
+            if self.prefix.contains(['{', '}']) {
+                return invalid(
+                    "option \"prefix\" may not contain '{' or '}' in a cluster: the lock name is each key's hash tag",
+                );
+            }
+            if self.wait_replicas > 0 {
+                return invalid("option \"wait_replicas\": a cluster has no WAIT for replicas");
             }
         }
-        (Kind::Single, url)
+        Ok(())
+    }
+
+    /// The checks of the fields that do not concern where the servers are:
+    /// all a backend on the application's own client uses.
+    pub(crate) fn check_options(&self) -> Result<()> {
+        check_key_prefix(crate::NAME, &self.prefix)?;
+        check_positive(
+            crate::NAME,
+            &[
+                ("timeout", self.timeout),
+                ("connect_timeout", self.connect_timeout),
+            ],
+        )?;
+        if self.wait_replicas > 0 {
+            check_positive(crate::NAME, &[("wait_timeout", self.wait_timeout)])?;
+        }
+        Ok(())
     }
 }
 
-/// `wait_replicas` and `wait_timeout`.
-fn take_wait(q: &mut QueryOptions, url: &str) -> Result<Option<ReplicaWait>> {
-    let replicas = q.take_parsed::<u32>("wait_replicas", "a whole number")?;
-    let wait_timeout = q.take_duration("wait_timeout")?;
-    match (replicas, wait_timeout) {
-        (Some(0) | None, None) => Ok(None),
-        (Some(0) | None, Some(_)) => Err(Error::invalid_url(
-            url,
-            "option \"wait_timeout\" needs \"wait_replicas\" of 1 or more",
-        )),
-        (Some(replicas), timeout) => Ok(Some(ReplicaWait {
-            replicas,
-            timeout: timeout.unwrap_or(Duration::from_secs(1)),
-        })),
+impl FromStr for RedisConfig {
+    type Err = Error;
+
+    fn from_str(url: &str) -> Result<Self> {
+        Self::from_url(url)
     }
 }
 

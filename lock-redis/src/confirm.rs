@@ -13,7 +13,6 @@ use std::time::Duration;
 use lock_core::backend::{AcquireRequest, Lease};
 use lock_core::{Error, FencingToken, LockKind, LockName, Result};
 
-use crate::config::ReplicaWait;
 use crate::node::Node;
 
 /// The connections that confirmed writes go out on.
@@ -26,21 +25,26 @@ pub(crate) struct Confirmed {
     /// alive never queues behind waiters' attempts, each of which holds
     /// its connection until the replicas answer.
     renewals: Node,
-    wait: ReplicaWait,
+    /// How many replicas must have each write.
+    replicas: u32,
+    /// How long they have.
+    wait_timeout: Duration,
 }
 
 impl Confirmed {
-    /// Opens the connections, to the server `node` is on.
-    pub(crate) async fn open(node: &Node, wait: ReplicaWait) -> Result<Self> {
+    /// Opens the connections, to the server `node` is on, for grants
+    /// that `replicas` replicas must have within `timeout`.
+    pub(crate) async fn open(node: &Node, replicas: u32, timeout: Duration) -> Result<Self> {
         Ok(Self {
-            grants: node.with_own_connection(wait.timeout).await?,
-            renewals: node.with_own_connection(wait.timeout).await?,
-            wait,
+            grants: node.with_own_connection(timeout).await?,
+            renewals: node.with_own_connection(timeout).await?,
+            replicas,
+            wait_timeout: timeout,
         })
     }
 
     fn args(&self) -> (u32, Duration) {
-        (self.wait.replicas, self.wait.timeout)
+        (self.replicas, self.wait_timeout)
     }
 
     /// Grants `req` and waits for the replicas to have the grant: its
@@ -89,14 +93,14 @@ impl Confirmed {
 
     /// `Error::Unavailable` unless `confirmed` replicas are enough.
     fn check(&self, confirmed: u32, what: &str, name: &LockName, outcome: &str) -> Result<()> {
-        if confirmed >= self.wait.replicas {
+        if confirmed >= self.replicas {
             return Ok(());
         }
         Err(Error::unavailable(
             crate::NAME,
             format!(
                 "the {what} of lock \"{name}\" reached too few replicas within {:?} ({} needed, {confirmed} confirmed); {outcome}",
-                self.wait.timeout, self.wait.replicas
+                self.wait_timeout, self.replicas
             ),
         ))
     }

@@ -18,7 +18,8 @@ use redis::{
     TlsMode, Value,
 };
 
-use crate::config::{NodeConfig, SentinelConfig};
+use crate::config::sentinel::SentinelConfig;
+use crate::config::{RedisConfig, Topology};
 use crate::error::convert;
 use crate::tls::explained;
 
@@ -91,31 +92,37 @@ pub async fn open(
     Ok(Conn::Single(conn))
 }
 
-/// A cluster client of the seed nodes `seeds`, with lock-redis's timeouts
-/// and the seeds' TLS (every node's connection, not only the seeds'):
-/// every command bounded by `timeout`, each connection by
-/// `connect_timeout`, and two retries (a `MOVED` or `ASK` costs one).
-pub fn cluster_client(
-    seeds: &[NodeConfig],
-    timeout: Duration,
-    connect_timeout: Duration,
-) -> Result<ClusterClientBuilder> {
-    let urls: Vec<&str> = seeds.iter().map(NodeConfig::url).collect();
-    let builder = ClusterClient::builder(urls)
-        .connection_timeout(connect_timeout)
-        .response_timeout(timeout)
-        .retries(2);
-    let tls = seeds.first().map(|s| &s.tls).cloned().unwrap_or_default();
-    let builder = match seeds
-        .first()
-        .map(NodeConfig::password)
-        .transpose()?
-        .flatten()
-    {
-        Some(password) => builder.password(password),
-        None => builder,
+/// A cluster client of the seed nodes of `config` (a
+/// [`Topology::Cluster`]), with its timeouts and TLS (every node's
+/// connection, not only the seeds'): every command bounded by `timeout`,
+/// each connection by `connect_timeout`, and two retries (a `MOVED` or
+/// `ASK` costs one).
+pub fn cluster_client(config: &RedisConfig) -> Result<ClusterClientBuilder> {
+    let Topology::Cluster(seeds) = &config.topology else {
+        return Err(Error::invalid_config(crate::NAME, "not a cluster"));
     };
-    Ok(match crate::tls::certificates(&tls)? {
+    let scheme = if config.tls.is_enabled() {
+        "rediss"
+    } else {
+        "redis"
+    };
+    let urls: Vec<String> = seeds
+        .iter()
+        .map(|s| format!("{scheme}://{}", s.addr))
+        .collect();
+    let mut builder = ClusterClient::builder(urls)
+        .connection_timeout(config.connect_timeout)
+        .response_timeout(config.timeout)
+        .retries(2);
+    if let Some(first) = seeds.first() {
+        if let Some(user) = &first.username {
+            builder = builder.username(user);
+        }
+        if let Some(password) = &first.password {
+            builder = builder.password(password.read(crate::NAME)?);
+        }
+    }
+    Ok(match crate::tls::certificates(&config.tls)? {
         Some(certificates) => builder.certs(certificates),
         None => builder,
     })
@@ -172,7 +179,7 @@ impl SentinelConn {
         connect_timeout: Duration,
         timeout: Duration,
     ) -> Result<Arc<Self>> {
-        let invalid = |e: redis::RedisError| Error::invalid_url(&config.redacted, e.to_string());
+        let invalid = |e: redis::RedisError| Error::invalid_config(crate::NAME, e.to_string());
         let certificates = crate::tls::certificates(&config.tls)?;
         let addrs = config
             .sentinels

@@ -118,7 +118,7 @@ pub(crate) fn admit(
             "{server} may evict lock keys (maxmemory {maxmemory} bytes, maxmemory-policy \
                  {policy}): a held lock whose key is evicted is granted again. Set \
                  maxmemory-policy to noeviction on that server, or add allow_eviction=true to \
-                 the URL (RedisOptions::allow_eviction for a client of your own) to accept the \
+                 the URL (RedisConfig::allow_eviction in code) to accept the \
                  risk"
         )));
     }

@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
+use lock_core::backend::Family;
 use lock_core::backend::{AcquireRequest, Lease, millis};
-use lock_core::{Family, FencingToken, LockKind, LockName, Result};
+use lock_core::{FencingToken, LockKind, LockName, Result};
 use redis::ScriptInvocation;
 
 use crate::node::{Keys, Node};
@@ -163,7 +164,7 @@ impl Node {
         &self,
         name: &LockName,
         kind: LockKind,
-        owner: lock_core::OwnerToken,
+        owner: lock_core::backend::OwnerToken,
         token: Option<FencingToken>,
     ) -> Result<bool> {
         let family = kind.family();

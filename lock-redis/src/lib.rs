@@ -4,7 +4,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
-pub mod config;
+mod config;
 mod confirm;
 #[cfg(feature = "raw")]
 #[cfg_attr(docsrs, doc(cfg(feature = "raw")))]
@@ -35,7 +35,7 @@ mod tls;
 
 pub use backend::RedisBackend;
 
-pub use config::{NAME, SCHEMES};
+pub use config::{NAME, RedisConfig, SCHEMES, Server, Topology};
 
 /// The `redis` crate this backend's [`RedisBackend::from_client`] takes a client of, at the version it was built with.
 pub use redis;

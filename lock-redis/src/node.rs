@@ -10,7 +10,7 @@ use std::time::Duration;
 use lock_core::{Error, Result};
 use redis::{Client, RedisError};
 
-use crate::config::SentinelConfig;
+use crate::config::sentinel::SentinelConfig;
 use crate::conn::{Conn, SentinelConn};
 use crate::error::convert;
 use crate::eviction::Eviction;

@@ -1,19 +1,21 @@
 //! [`RedlockBackend`]: the Redlock algorithm over independent Redis masters.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use lock_core::backend::Family;
 use lock_core::backend::{
     AcquireRequest, BackendStats, Holder, Lease, LockBackend, ReleaseSignals, WaitBudget, Waking,
     async_trait, poll_acquire,
 };
-use lock_core::{Capabilities, Error, Family, Fencing, FencingToken, LockKind, LockName, Result};
+use lock_core::{Capabilities, Error, Fencing, FencingToken, LockKind, LockName, Result};
 use tokio::time::Instant;
 
-use lock_redis::config::CommonOptions;
 use lock_redis::node::Node;
 use redis::Client;
 
-use crate::config::{RedlockConfig, RedlockOptions, check_masters};
+use crate::RedlockConfig;
+use crate::config::check_masters;
 use crate::majority::{Answers, Majority, Reach, grant_on, holds_on, renew_on};
 
 /// Redlock over N independent masters (see the crate docs).
@@ -30,74 +32,75 @@ impl RedlockBackend {
     /// long as one attempt may take, and fails unless a majority is then
     /// connected; the masters not connected keep being tried.
     pub async fn connect(url: &str) -> Result<Self> {
-        Self::connect_with(RedlockConfig::parse(url)?).await
+        Self::connect_with(RedlockConfig::from_url(url)?).await
     }
 
-    /// Connects to the masters `config` names; see [`connect`](Self::connect).
+    /// Connects to the masters `config` names, once it passed its checks;
+    /// see [`connect`](Self::connect).
     pub async fn connect_with(config: RedlockConfig) -> Result<Self> {
+        config.check()?;
         // The clients are made here, so that a TLS file that cannot be read
         // fails the connect at once rather than every attempt in the
         // background.
-        let masters = config
-            .nodes
+        let clients = config
+            .masters
             .iter()
-            .map(|node| {
-                let client = node.client().map_err(|e| match e {
+            .map(|master| {
+                let client = master.client(&config.tls).map_err(|e| match e {
                     Error::InvalidConfig { reason, .. } => {
                         Error::invalid_config(crate::NAME, reason)
                     }
                     e => e,
                 })?;
-                let reach = Reach::new(client, config.common.clone());
-                Ok((node.label.clone(), reach))
+                Ok((master.addr.clone(), client))
             })
-            .collect::<Result<_>>()?;
-        Self::start(masters, &config.common, config.retry_delay).await
+            .collect::<Result<Vec<_>>>()?;
+        Self::start(clients, config).await
     }
 
     /// Redlock over the masters that `redis::Client`s of the application's
     /// reach (an odd number, 3 or more, each a different `host:port`), with
-    /// `options` in place of a URL's. The backend opens its own
-    /// connection to each master from its client, in the background, and
-    /// waits for a majority as [`connect`](Self::connect) does.
+    /// `config`'s prefix, timeouts, eviction choice and retry delay; its
+    /// masters and TLS are the clients' business and go unused. The
+    /// backend opens its own connection to each master from its client,
+    /// in the background, and waits for a majority as
+    /// [`connect`](Self::connect) does.
     ///
     /// ```no_run
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> lock_core::Result<()> {
     /// use lock_core::Locker;
-    /// use lock_redlock::RedlockBackend;
-    /// use lock_redlock::config::RedlockOptions;
+    /// use lock_redlock::{RedlockBackend, RedlockConfig};
     ///
     /// let clients = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"]
     ///     .map(|url| redis::Client::open(url).unwrap());
-    /// let backend = RedlockBackend::from_clients(clients, RedlockOptions::new().prefix("jobs:")).await?;
+    /// let backend = RedlockBackend::from_clients(clients, RedlockConfig::default().prefix("jobs:")).await?;
     /// let locker = Locker::new(backend);
     /// # Ok(()) }
     /// ```
     pub async fn from_clients(
         clients: impl IntoIterator<Item = Client>,
-        options: RedlockOptions,
+        config: RedlockConfig,
     ) -> Result<Self> {
-        let (common, retry_delay) = options.check()?;
-        let masters: Vec<(String, Reach)> = clients
+        config.check_options()?;
+        let clients: Vec<(String, Client)> = clients
             .into_iter()
-            .map(|client| (Node::label_of(&client), Reach::new(client, common.clone())))
+            .map(|client| (Node::label_of(&client), client))
             .collect();
-        check_masters(
-            masters.iter().map(|(label, _)| label.as_str()),
-            "RedlockBackend::from_clients",
-        )?;
-        Self::start(masters, &common, retry_delay).await
+        check_masters(clients.iter().map(|(label, _)| label.as_str()))?;
+        Self::start(clients, config).await
     }
 
     /// Connects to each master in the background (see [`Majority::start`]).
-    async fn start(
-        masters: Vec<(String, Reach)>,
-        common: &CommonOptions,
-        retry_delay: Duration,
-    ) -> Result<Self> {
+    async fn start(clients: Vec<(String, Client)>, config: RedlockConfig) -> Result<Self> {
+        let retry_delay = config.retry_delay;
+        let config = Arc::new(config);
+        let masters = clients
+            .into_iter()
+            .map(|(label, client)| (label, Reach::new(client, config.clone())))
+            .collect();
         Ok(Self {
-            majority: Majority::start(masters, common).await?,
+            majority: Majority::start(masters, &config).await?,
             retry_delay,
             signals: ReleaseSignals::new(),
         })

@@ -4,12 +4,12 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
-pub mod config;
+mod config;
 mod majority;
 
 pub use backend::RedlockBackend;
 
-pub use config::{NAME, SCHEMES};
+pub use config::{NAME, RedlockConfig, SCHEMES};
 
 /// The `redis` crate whose clients [`RedlockBackend::from_clients`] takes, at the version it was built with.
 pub use redis;

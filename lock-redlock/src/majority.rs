@@ -6,10 +6,11 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
+use crate::RedlockConfig;
 use futures_util::future::join_all;
+use lock_core::backend::OwnerToken;
 use lock_core::backend::{AcquireRequest, Backoff, Lease};
-use lock_core::{Error, FencingToken, LockKind, LockName, OwnerToken, Result};
-use lock_redis::config::CommonOptions;
+use lock_core::{Error, FencingToken, LockKind, LockName, Result};
 use lock_redis::node::{Keys, Node};
 use redis::Client;
 use tokio::sync::watch;
@@ -59,15 +60,16 @@ impl Member {
     }
 }
 
-/// How a member reaches its master: a `redis::Client` (made from a node of
-/// a `redlock://` URL, or the application's), with the options.
+/// How a member reaches its master: a `redis::Client` (made from a master
+/// of a [`RedlockConfig`], or the application's), with the config's
+/// timeouts and eviction choice.
 #[derive(Clone)]
-pub(crate) struct Reach(Box<(Client, CommonOptions)>);
+pub(crate) struct Reach(Box<(Client, Arc<RedlockConfig>)>);
 
 impl Reach {
-    /// A master reached through `client` with `common`'s options.
-    pub(crate) fn new(client: Client, common: CommonOptions) -> Self {
-        Self(Box::new((client, common)))
+    /// A master reached through `client` with `config`'s options.
+    pub(crate) fn new(client: Client, config: Arc<RedlockConfig>) -> Self {
+        Self(Box::new((client, config)))
     }
 
     async fn connect(&self, label: &str, keys: Keys) -> Result<Node> {
@@ -178,7 +180,7 @@ impl Majority {
     /// fails unless a majority is then connected.
     pub(crate) async fn start(
         masters: Vec<(String, Reach)>,
-        common: &CommonOptions,
+        common: &RedlockConfig,
     ) -> Result<Self> {
         let quorum = masters.len() / 2 + 1;
         let keys = Keys::new(common.prefix.clone()).without_waiting_mark();

@@ -174,7 +174,7 @@ impl Admission {
                 Outcome::Queue => {
                     // Marked for at least `WRITER_MARK`, longer than the
                     // writer's naps between attempts.
-                    let mark_ms = ttl_ms.max(crate::backend::ttl_ms(AcquireRequest::WRITER_MARK));
+                    let mark_ms = ttl_ms.max(crate::client::ttl_ms(AcquireRequest::WRITER_MARK));
                     put(WAITING, 0, mark_ms).execute(&mut *tx).await?;
                     None
                 }

@@ -1,4 +1,5 @@
-//! [`SqlBackend`]: the lock protocol over any [`Driver`].
+//! [`SqlBackend`]: its constructors (`connect`, `connect_with`,
+//! `from_pool`) and the lock protocol over any [`Driver`].
 
 use std::future::Future;
 use std::time::Duration;
@@ -7,16 +8,19 @@ use std::sync::Arc;
 
 use lock_core::backend::{
     AcquireRequest, BackendStats, Holder, Lease, LockBackend, WaitBudget, Waking, async_trait,
-    millis, poll_acquire,
+    poll_acquire,
 };
-use lock_core::{Capabilities, Error, Family, LockKind, LockName, OwnerToken, Result};
+use lock_core::backend::{Family, OwnerToken};
+use lock_core::{Capabilities, Error, LockKind, LockName, Result};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::config::SqlConfig;
-use crate::driver::{Driver, Released, Row};
+use crate::client::{client_limit, ttl_ms, within};
+use crate::config::{Connection, SqlConfig};
+use crate::driver::{Driver, Opened, Released, Row};
 use crate::groups::{GroupKey, Want};
 use crate::orphans::{Attempt, Orphans, Statement, Undo};
+use crate::pool::SqlPool;
 use crate::signals::Signals;
 
 /// A lock backend on a SQL database: one row per lock name with an owner, a
@@ -52,47 +56,21 @@ impl SqlBackend {
     /// Waiters re-check at least this often when nothing wakes them.
     const POLL_CAP: Duration = Duration::from_millis(100);
 
-    /// How much longer than the server's own limit the client waits for a
-    /// statement, so that the server's definite answer ("stopped, nothing
-    /// changed") normally comes first.
-    const CLIENT_MARGIN: Duration = Duration::from_secs(1);
-
-    /// A backend on `driver`, whose database stops a statement after
-    /// `statement_timeout` (PostgreSQL's `statement_timeout`, MySQL's lock
-    /// wait and statement limits, SQLite's busy timeout).
-    pub(crate) fn new(driver: impl Driver, statement_timeout: Duration) -> Self {
+    /// A backend on what a dialect opened.
+    fn new(opened: Opened) -> Self {
+        let (listener, poll_cap) = match opened.listener {
+            Some((task, poll_cap)) => (Some(task), poll_cap),
+            None => (None, Self::POLL_CAP),
+        };
         Self {
-            driver: Arc::new(driver),
-            signals: Arc::new(Signals::default()),
+            driver: opened.driver,
+            signals: opened.signals,
             orphans: Arc::new(Orphans::default()),
-            op_timeout: Self::client_limit(statement_timeout),
-            max_name_len: LockName::MAX_LEN,
-            poll_cap: Self::POLL_CAP,
-            listener: None,
+            op_timeout: client_limit(opened.statement_timeout),
+            max_name_len: opened.max_name_len,
+            poll_cap,
+            listener,
         }
-    }
-
-    /// Limits names to what the table's `name` column holds, when a table
-    /// made by somebody else has a narrower column than ours.
-    #[cfg(any(feature = "postgres", feature = "mysql"))]
-    pub(crate) fn with_name_limit(mut self, max_len: usize) -> Self {
-        self.max_name_len = max_len.min(LockName::MAX_LEN);
-        self
-    }
-
-    /// The registry a server-side notification listener feeds.
-    #[cfg(feature = "postgres")]
-    pub(crate) fn signals(&self) -> Arc<Signals> {
-        self.signals.clone()
-    }
-
-    /// Keeps `listener` (a task feeding [`Self::signals`]) alive as long as
-    /// the backend, and lets waiters poll rarely, as a safety net only.
-    #[cfg(feature = "postgres")]
-    pub(crate) fn with_listener(mut self, listener: JoinHandle<()>, poll_cap: Duration) -> Self {
-        self.listener = Some(listener);
-        self.poll_cap = poll_cap;
-        self
     }
 
     fn check_name(&self, name: &LockName) -> Result<()> {
@@ -113,18 +91,69 @@ impl SqlBackend {
     /// `postgres://` and `postgresql://` (feature `postgres`), `mysql://` and
     /// `mariadb://` (feature `mysql`).
     pub async fn connect(url: &str) -> Result<Self> {
-        Self::connect_with(SqlConfig::parse(url)?).await
+        Self::connect_with(SqlConfig::from_url(url)?).await
     }
 
-    /// Connects to the database `config` names; see [`connect`](Self::connect).
+    /// Connects to the database `config` names (see [`connect`](Self::connect)),
+    /// after checking its fields: a mistake, or a config that names no
+    /// database ([`SqlConfig::default`]), is an [`Error::InvalidConfig`].
     pub async fn connect_with(config: SqlConfig) -> Result<Self> {
-        config.connect().await
+        let (connection, checked) = config.into_parts()?;
+        let opened = match connection {
+            Connection::None => unreachable!("into_parts() refused it"),
+            #[cfg(feature = "sqlite")]
+            Connection::Sqlite(c) => crate::sqlite::connect(c, checked).await?,
+            #[cfg(feature = "postgres")]
+            Connection::Postgres(c) => crate::postgres::connect(*c, checked).await?,
+            #[cfg(feature = "mysql")]
+            Connection::MySql(c) => crate::mysql::connect(*c, checked).await?,
+        };
+        Ok(Self::new(opened))
     }
 
-    /// How long the client waits for a statement the server stops after
-    /// `statement_timeout`.
-    pub(crate) fn client_limit(statement_timeout: Duration) -> Duration {
-        statement_timeout + Self::CLIENT_MARGIN
+    /// A backend on a pool the application already has, creating the
+    /// locks table if it is missing. The pool is used as it is; see the
+    /// crate docs ("Bring your own pool") for what a pool should set and
+    /// what the backend still opens itself (PostgreSQL's `LISTEN`
+    /// connection).
+    ///
+    /// Of `config` it uses [`table`](SqlConfig::table),
+    /// [`schema`](SqlConfig::schema) (PostgreSQL only),
+    /// [`timeout`](SqlConfig::timeout) and
+    /// [`create_tables`](SqlConfig::create_tables), checked as a URL's are
+    /// (a mistake is an `Error::InvalidConfig` naming the option); the
+    /// connection is the pool's business, so `pool_size`, `connect_timeout`
+    /// and any database a URL named (its credentials, TLS, SQLite's
+    /// `synchronous`) are ignored. [`SqlConfig::default()`] is the usual
+    /// start.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> lock_core::Result<()> {
+    /// use lock_core::Locker;
+    /// use lock_sql::{SqlBackend, SqlConfig};
+    /// use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool};
+    ///
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let path = dir.path().join("app.db");
+    /// let pool = SqlitePool::connect_with(
+    ///     SqliteConnectOptions::new()
+    ///         .filename(path)
+    ///         .create_if_missing(true)
+    ///         .journal_mode(SqliteJournalMode::Wal),
+    /// )
+    /// .await
+    /// .unwrap();
+    /// let config = SqlConfig::default().table("job_locks");
+    /// let backend = SqlBackend::from_pool(pool.clone(), config).await?;
+    /// let locker = Locker::new(backend);
+    /// let guard = locker.lock("nightly-report").await?;
+    /// println!("fencing token {}", guard.token());
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn from_pool<P: SqlPool>(pool: P, config: SqlConfig) -> Result<Self> {
+        Ok(Self::new(pool.open(config).await?))
     }
 
     /// Runs one statement within the operation timeout.
@@ -137,29 +166,12 @@ impl SqlBackend {
     }
 }
 
-/// Runs `statement` for at most `limit`.
-pub(crate) async fn within<T>(
-    limit: Duration,
-    operation: &'static str,
-    statement: impl Future<Output = Result<T>>,
-) -> Result<T> {
-    tokio::time::timeout(limit, statement)
-        .await
-        .unwrap_or(Err(Error::timeout(operation, limit)))
-}
-
 /// The semaphore or read-write lock `lease` is of; `None` for the mutex.
 fn group_of(lease: &Lease) -> Option<GroupKey> {
     match lease.kind().family() {
         Family::Mutex => None,
         family => Some(GroupKey::new(family, lease.name().as_str())),
     }
-}
-
-/// `ttl` in whole milliseconds as the `BIGINT` the statements bind.
-pub(crate) fn ttl_ms(ttl: Duration) -> i64 {
-    // TTLs are bounded by the capabilities long before this could saturate.
-    i64::try_from(millis(ttl)).unwrap_or(i64::MAX)
 }
 
 #[async_trait]

@@ -1,13 +1,18 @@
-//! What one SQL dialect provides: the statements, run on its own pool. All
-//! lease bookkeeping, timeouts and waiting live in [`crate::SqlBackend`].
+//! What one SQL dialect provides: the statements, run on its own pool, and
+//! what the backend is made from once a dialect has connected ([`Opened`]).
+//! All lease bookkeeping, timeouts and waiting live in [`crate::SqlBackend`].
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
+use lock_core::backend::Family;
 use lock_core::backend::async_trait;
-use lock_core::{Capabilities, Family, FencingToken, Result};
+use lock_core::{Capabilities, FencingToken, LockName, Result};
+use tokio::task::JoinHandle;
 
 use crate::groups::{GroupKey, Want};
+use crate::signals::Signals;
 
 /// The state of a lock row, as the holder query returns it.
 #[derive(Debug)]
@@ -73,8 +78,9 @@ impl Member {
 }
 
 /// What a compare-owner-and-version release found.
+#[cfg_attr(not(feature = "raw"), allow(unreachable_pub))]
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Released {
+pub enum Released {
     /// The row was ours and its lease still ran.
     InTime,
     /// The row was ours but its lease had run out (nobody took it over).
@@ -157,5 +163,54 @@ pub(crate) trait Driver: Send + Sync + fmt::Debug + 'static {
             Family::Mutex => self.abandon(name, owner).await,
             other => self.leave_all(&GroupKey::new(other, name), owner).await,
         }
+    }
+}
+
+/// What a dialect hands the backend once connected, so that no dialect
+/// needs the backend's own fields: its driver, the server's limit on a
+/// statement, the longest name the table holds, and how local waiters
+/// learn of releases.
+///
+/// `pub` only because the sealed `SqlPool`'s method returns it; its module
+/// is private, so no user can name it.
+#[derive(Debug)]
+pub struct Opened {
+    pub(crate) driver: Arc<dyn Driver>,
+    /// The database stops a statement after this (PostgreSQL's
+    /// `statement_timeout`, MySQL's lock wait and statement limits,
+    /// SQLite's busy timeout).
+    pub(crate) statement_timeout: Duration,
+    pub(crate) max_name_len: usize,
+    pub(crate) signals: Arc<Signals>,
+    /// A task feeding `signals` from the server's release notices, and how
+    /// often waiters still re-check beside it, as a safety net only.
+    pub(crate) listener: Option<(JoinHandle<()>, Duration)>,
+}
+
+impl Opened {
+    pub(crate) fn new(driver: impl Driver, statement_timeout: Duration) -> Self {
+        Self {
+            driver: Arc::new(driver),
+            statement_timeout,
+            max_name_len: LockName::MAX_LEN,
+            signals: Arc::default(),
+            listener: None,
+        }
+    }
+
+    /// Limits names to what the table's `name` column holds, when a table
+    /// made by somebody else has a narrower column than ours.
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    pub(crate) fn with_name_limit(mut self, max_len: usize) -> Self {
+        self.max_name_len = max_len.min(LockName::MAX_LEN);
+        self
+    }
+
+    /// Keeps `listener`, a task feeding [`Self::signals`], alive as long as
+    /// the backend, and lets waiters poll only every `poll_cap`.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn with_listener(mut self, listener: JoinHandle<()>, poll_cap: Duration) -> Self {
+        self.listener = Some((listener, poll_cap));
+        self
     }
 }

@@ -30,23 +30,58 @@ pub fn is_transient(e: &sqlx::Error) -> bool {
 fn transient_database_error(db: &dyn DatabaseError) -> bool {
     #[cfg(feature = "sqlite")]
     if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
-        return crate::sqlite::transient(db);
+        return sqlite_transient(db);
     }
     #[cfg(feature = "postgres")]
     if db
         .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
         .is_some()
     {
-        return crate::postgres::transient(db);
+        return postgres_transient(db);
     }
     #[cfg(feature = "mysql")]
     if db
         .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
         .is_some()
     {
-        return crate::mysql::transient(db);
+        return mysql_transient(db);
     }
     false
+}
+
+/// SQLite's busy and locked, whatever their extended code.
+#[cfg(feature = "sqlite")]
+pub(crate) fn sqlite_transient(e: &dyn DatabaseError) -> bool {
+    const BUSY: i64 = 5;
+    const LOCKED: i64 = 6;
+    let primary = e
+        .code()
+        .and_then(|c| c.parse::<i64>().ok())
+        .map(|c| c & 0xff);
+    matches!(primary, Some(BUSY | LOCKED))
+}
+
+#[cfg(feature = "postgres")]
+fn postgres_transient(e: &dyn DatabaseError) -> bool {
+    // Class 08 (connection), 40 (serialization/deadlock), 53 (resources),
+    // 57 (operator intervention: shutdown, statement timeout).
+    e.code().is_some_and(|c| {
+        ["08", "40", "53", "57"]
+            .iter()
+            .any(|class| c.starts_with(class))
+    })
+}
+
+#[cfg(feature = "mysql")]
+fn mysql_transient(e: &dyn DatabaseError) -> bool {
+    // 1205 lock wait timeout, 1969 statement time exceeded (MariaDB),
+    // 1213 deadlock, 1040 too many connections, 1053 server shutdown,
+    // 2006/2013 server gone / lost connection.
+    const CODES: &[&str] = &["1205", "1969", "1213", "1040", "1053", "2006", "2013"];
+    let code = e
+        .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+        .map(|m| m.number().to_string());
+    code.is_some_and(|c| CODES.contains(&c.as_str()))
 }
 
 /// How one dialect reads `sqlx` errors.
@@ -59,6 +94,18 @@ pub(crate) struct ErrorMap {
 }
 
 impl ErrorMap {
+    /// The error map for a pool the application made: its own wait for a
+    /// free connection.
+    pub(crate) fn of_pool<DB: sqlx::Database>(
+        backend: &'static str,
+        pool: &sqlx::Pool<DB>,
+    ) -> Self {
+        Self {
+            backend,
+            pool_timeout: pool.options().get_acquire_timeout(),
+        }
+    }
+
     /// Converts an error from `operation`.
     pub(crate) fn convert(&self, operation: &'static str, e: sqlx::Error) -> Error {
         match e {

@@ -9,7 +9,8 @@
 //! token handed out, and the row every attempt locks first, so that
 //! attempts on one lock are admitted one at a time.
 
-use lock_core::{Family, LockKind};
+use lock_core::LockKind;
+use lock_core::backend::Family;
 
 /// One semaphore or read-write lock: its family's tag and its name.
 #[derive(Clone, Debug)]

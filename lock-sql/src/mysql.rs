@@ -8,84 +8,49 @@
 //! mechanism to wake them.
 //!
 //! Every pooled session gets the configured timeout as its own server-side
-//! limit ([`SessionLimits`](limits::SessionLimits)), so a statement stuck behind a row lock is
+//! limit ([`SessionLimits`]), so a statement stuck behind a row lock is
 //! stopped by the server instead of running, and perhaps taking the row,
 //! after the client gave up on it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::backend::async_trait;
-use lock_core::secret::read_password_file;
 use lock_core::{Capabilities, Fencing, FencingToken, LockName, Result};
-use sqlx::AssertSqlSafe;
-use sqlx::error::DatabaseError;
-use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
+use sqlx::mysql::{MySql, MySqlPool, MySqlQueryResult};
 
-use crate::backend::{SqlBackend, within};
-use crate::config::ServerOptions;
-use crate::driver::{Driver, Member, Released, Row};
+use crate::client::{client_limit, within};
+use crate::config::Checked;
+use crate::config::mysql::Config;
+use crate::driver::{Opened, Released};
 use crate::error::ErrorMap;
-use crate::groups::{GroupKey, Want};
-use crate::pool::Checked;
+use crate::names::MYSQL_NAME;
+use crate::runner::{Bound, Dialect, SqlDriver};
 use crate::table::TableName;
 
-mod config;
 mod limits;
 mod schema;
 mod statements;
-pub(crate) use config::Config;
 use limits::SessionLimits;
-use statements::Statements;
 
-const CAPABILITIES: Capabilities = Capabilities::new(crate::MYSQL_NAME, Fencing::Strict)
+const CAPABILITIES: Capabilities = Capabilities::new(MYSQL_NAME, Fencing::Strict)
     .with_semaphores(true)
     .with_read_write(true);
 
-pub(crate) fn transient(e: &dyn DatabaseError) -> bool {
-    // 1205 lock wait timeout, 1969 statement time exceeded (MariaDB),
-    // 1213 deadlock, 1040 too many connections, 1053 server shutdown,
-    // 2006/2013 server gone / lost connection.
-    const CODES: &[&str] = &["1205", "1969", "1213", "1040", "1053", "2006", "2013"];
-    let code = e
-        .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-        .map(|m| m.number().to_string());
-    code.is_some_and(|c| CODES.contains(&c.as_str()))
-}
-
-/// Connects to the database `config` names, creating the table if it is
-/// missing.
-pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
-    let Config {
-        server,
-        mut options,
-        ..
-    } = config;
-    let ServerOptions {
-        common,
-        password_file,
-        tls,
-        ..
-    } = server;
-    options = crate::tls::mysql(&tls, options)?;
-    if let Some(path) = password_file {
-        options = options.password(&read_password_file(crate::MYSQL_NAME, &path)?);
-    }
+/// Connects to the database `config` names, with the common options
+/// `common`, creating the table if it is missing.
+pub(crate) async fn connect(config: Config, common: Checked) -> Result<Opened> {
+    let options = config.connect_options()?;
     let errors = ErrorMap {
-        backend: crate::MYSQL_NAME,
+        backend: MYSQL_NAME,
         pool_timeout: common.connect_timeout,
     };
     let limits = Arc::new(SessionLimits::new(common.timeout));
-    let pool = MySqlPoolOptions::new()
-        .max_connections(common.pool_size)
+    let pool = common
+        .pool_options::<MySql>()
         .after_connect(move |conn, _| {
             let limits = limits.clone();
             Box::pin(async move { limits.apply(conn).await })
         })
-        // One round trip per operation: no ping before each statement. A
-        // dead connection surfaces as a retryable error instead.
-        .test_before_acquire(false)
-        .acquire_timeout(common.connect_timeout)
         .connect_with(options)
         .await
         .map_err(|e| errors.convert("connect", e))?;
@@ -103,8 +68,8 @@ pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
 /// sessions keep whatever server-side limits the application gave them:
 /// every statement is still bounded on the client, and an acquire that
 /// lands late is undone.
-pub(crate) async fn from_pool(pool: MySqlPool, options: Checked) -> Result<SqlBackend> {
-    let errors = crate::pool::errors(crate::MYSQL_NAME, &pool);
+pub(crate) async fn from_pool(pool: MySqlPool, options: Checked) -> Result<Opened> {
+    let errors = ErrorMap::of_pool(MYSQL_NAME, &pool);
     start(
         pool,
         &options.table,
@@ -123,10 +88,10 @@ async fn start(
     timeout: Duration,
     create_tables: bool,
     errors: ErrorMap,
-) -> Result<SqlBackend> {
+) -> Result<Opened> {
     let t = table.as_str();
     let (h, g) = (table.companion("holders"), table.companion("groups"));
-    let limit = SqlBackend::client_limit(timeout);
+    let limit = client_limit(timeout);
     within(
         limit,
         "create table",
@@ -148,180 +113,40 @@ async fn start(
     let name_limit = size
         .and_then(|s| usize::try_from(s).ok())
         .unwrap_or(LockName::MAX_LEN);
-    let driver = MySql {
+    let driver = SqlDriver {
         pool,
-        sql: Statements::new(t, &h, &g),
+        sql: statements::statements(t, &h, &g),
         errors,
+        capabilities: CAPABILITIES,
     };
-    Ok(SqlBackend::new(driver, timeout).with_name_limit(name_limit))
+    Ok(Opened::new(driver, timeout).with_name_limit(name_limit))
 }
 
-struct MySql {
-    pool: MySqlPool,
-    sql: Statements,
-    errors: ErrorMap,
-}
+/// Without `RETURNING`, the two statements that answer with a value answer
+/// through the OK packet: `last_insert_id` and the rows matched.
+impl Dialect for MySql {
+    const TTL_FIRST: bool = true;
 
-impl std::fmt::Debug for MySql {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The pool's options hold the password: never print them.
-        f.debug_struct("MySql")
-            .field("pool_size", &self.pool.size())
-            .finish_non_exhaustive()
-    }
-}
-
-#[async_trait]
-impl Driver for MySql {
-    fn capabilities(&self) -> Capabilities {
-        CAPABILITIES
+    fn rows_affected(done: &MySqlQueryResult) -> u64 {
+        done.rows_affected()
     }
 
-    async fn acquire(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<Option<FencingToken>> {
-        let done = sqlx::query(AssertSqlSafe(self.sql.acquire.as_str()))
-            .bind(name)
-            .bind(owner)
-            .bind(ttl_ms)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| self.errors.convert("acquire", e))?;
+    async fn taken(
+        pool: &MySqlPool,
+        acquire: Bound<MySql>,
+    ) -> Result<Option<FencingToken>, sqlx::Error> {
+        let done = acquire.execute(pool).await?;
         Ok(Some(done.last_insert_id())
             .filter(|v| *v > 0)
             .map(FencingToken::new))
     }
 
-    async fn renew(
-        &self,
-        name: &str,
-        owner: &str,
-        version: FencingToken,
-        ttl_ms: i64,
-    ) -> Result<bool> {
-        let done = sqlx::query(AssertSqlSafe(self.sql.renew.as_str()))
-            .bind(ttl_ms)
-            .bind(name)
-            .bind(owner)
-            .bind(version.to_i64())
-            .execute(&self.pool)
-            .await
-            .map_err(|e| self.errors.convert("renew", e))?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    async fn release(&self, name: &str, owner: &str, version: FencingToken) -> Result<Released> {
-        let done = sqlx::query(AssertSqlSafe(self.sql.release.as_str()))
-            .bind(name)
-            .bind(owner)
-            .bind(version.to_i64())
-            .execute(&self.pool)
-            .await
-            .map_err(|e| self.errors.convert("release", e))?;
+    async fn released(pool: &MySqlPool, release: Bound<MySql>) -> Result<Released, sqlx::Error> {
+        let done = release.execute(pool).await?;
         Ok(match (done.rows_affected(), done.last_insert_id()) {
             (0, _) => Released::NotOurs,
             (_, 2) => Released::InTime,
             _ => Released::Late,
         })
-    }
-
-    async fn abandon(&self, name: &str, owner: &str) -> Result<()> {
-        sqlx::query(AssertSqlSafe(self.sql.abandon.as_str()))
-            .bind(name)
-            .bind(owner)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| self.errors.convert("abandon", e))?;
-        Ok(())
-    }
-
-    async fn holder(&self, name: &str) -> Result<Option<Row>> {
-        let row = sqlx::query(AssertSqlSafe(self.sql.holder.as_str()))
-            .bind(name)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(|e| self.errors.convert("holder", e))?;
-        row.as_ref()
-            .map(Row::from_row)
-            .transpose()
-            .map_err(|e| self.errors.convert("holder", e))
-    }
-
-    async fn join(
-        &self,
-        group: &GroupKey,
-        owner: &str,
-        want: Want,
-        ttl_ms: i64,
-    ) -> Result<Option<FencingToken>> {
-        self.sql
-            .admission
-            .run(&self.pool, &self.errors, group, owner, want, ttl_ms)
-            .await
-    }
-
-    async fn renew_member(
-        &self,
-        group: &GroupKey,
-        owner: &str,
-        token: FencingToken,
-        ttl_ms: i64,
-    ) -> Result<bool> {
-        let done = sqlx::query(AssertSqlSafe(self.sql.renew_member.as_str()))
-            .bind(ttl_ms)
-            .bind(group.family)
-            .bind(group.name.as_str())
-            .bind(owner)
-            .bind(token.to_i64())
-            .execute(&self.pool)
-            .await
-            .map_err(|e| self.errors.convert("renew", e))?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    async fn leave(&self, group: &GroupKey, owner: &str, token: FencingToken) -> Result<bool> {
-        let done = sqlx::query(AssertSqlSafe(self.sql.leave.as_str()))
-            .bind(group.family)
-            .bind(group.name.as_str())
-            .bind(owner)
-            .bind(token.to_i64())
-            .execute(&self.pool)
-            .await
-            .map_err(|e| self.errors.convert("release", e))?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    async fn leave_all(&self, group: &GroupKey, owner: &str) -> Result<()> {
-        sqlx::query(AssertSqlSafe(self.sql.leave_all.as_str()))
-            .bind(group.family)
-            .bind(group.name.as_str())
-            .bind(owner)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| self.errors.convert("abandon", e))?;
-        Ok(())
-    }
-
-    async fn members(&self, group: &GroupKey) -> Result<Vec<Member>> {
-        let rows = sqlx::query(AssertSqlSafe(self.sql.members.as_str()))
-            .bind(group.family)
-            .bind(group.name.as_str())
-            .fetch_all(&self.pool)
-            .await
-            .map_err(|e| self.errors.convert("holders", e))?;
-        rows.iter()
-            .map(Member::from_row)
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(|e| self.errors.convert("holders", e))
-    }
-
-    async fn is_member(&self, group: &GroupKey, owner: &str, token: FencingToken) -> Result<bool> {
-        let count: i64 = sqlx::query_scalar(AssertSqlSafe(self.sql.is_member.as_str()))
-            .bind(group.family)
-            .bind(group.name.as_str())
-            .bind(owner)
-            .bind(token.to_i64())
-            .fetch_one(&self.pool)
-            .await
-            .map_err(|e| self.errors.convert("check the owner", e))?;
-        Ok(count > 0)
     }
 }

@@ -22,8 +22,9 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use lock_core::backend::Family;
 use lock_core::backend::{AcquireRequest, Backoff};
-use lock_core::{Error, Family, FencingToken, LockName, Result};
+use lock_core::{Error, FencingToken, LockName, Result};
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep, timeout};
 

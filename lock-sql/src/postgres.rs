@@ -9,98 +9,59 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::secret::read_password_file;
 use lock_core::{Capabilities, Fencing, LockName, Result};
-use sqlx::error::DatabaseError;
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+use sqlx::postgres::{
+    PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgQueryResult, Postgres,
+};
 
-use crate::backend::{SqlBackend, within};
-use crate::config::ServerOptions;
+use crate::client::{client_limit, within};
+use crate::config::Checked;
+use crate::config::postgres::Config;
+use crate::driver::Opened;
 use crate::error::ErrorMap;
-use crate::pool::Checked;
-use crate::returning::{Join, ReturningDriver, Statements};
+use crate::names::POSTGRES_NAME;
+use crate::runner::{Dialect, SqlDriver};
 use crate::signals::Signals;
+use crate::statements::{Join, Statements};
 use crate::table::TableName;
 
-mod config;
 mod location;
 mod schema;
-pub(crate) use config::Config;
 use location::Location;
 
 /// With notifications, polling is only a safety net.
 const POLL_CAP: Duration = Duration::from_millis(500);
 
-const CAPABILITIES: Capabilities = Capabilities::new(crate::POSTGRES_NAME, Fencing::Strict)
+const CAPABILITIES: Capabilities = Capabilities::new(POSTGRES_NAME, Fencing::Strict)
     .with_server_side_wait(true)
     .with_semaphores(true)
     .with_read_write(true);
 
-pub(crate) fn transient(e: &dyn DatabaseError) -> bool {
-    // Class 08 (connection), 40 (serialization/deadlock), 53 (resources),
-    // 57 (operator intervention: shutdown, statement timeout).
-    e.code().is_some_and(|c| {
-        ["08", "40", "53", "57"]
-            .iter()
-            .any(|class| c.starts_with(class))
-    })
-}
-
-/// Connects to the database `config` names, creating the table if it is
-/// missing, and starts listening for releases.
-pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
-    let Config {
-        server,
-        location,
-        mut options,
-    } = config;
-    let ServerOptions {
-        common,
-        password_file,
-        tls,
-        ..
-    } = server;
-    options = crate::tls::postgres(&tls, options)?;
-    if let Some(path) = password_file {
-        options = options.password(&read_password_file(crate::POSTGRES_NAME, &path)?);
-    }
+/// Connects to the database `config` names, with the common options
+/// `common`, creating the table if it is missing, and starts listening for
+/// releases.
+pub(crate) async fn connect(config: Config, common: Checked) -> Result<Opened> {
+    let options = config.connect_options(common.timeout)?;
     let errors = ErrorMap {
-        backend: crate::POSTGRES_NAME,
+        backend: POSTGRES_NAME,
         pool_timeout: common.connect_timeout,
     };
-    let pool = PgPoolOptions::new()
-        .max_connections(common.pool_size)
-        // One round trip per operation: no ping before each statement. A
-        // dead connection surfaces as a retryable error instead.
-        .test_before_acquire(false)
-        .acquire_timeout(common.connect_timeout)
+    let pool = common
+        .pool_options::<Postgres>()
         .connect_with(options.clone())
         .await
         .map_err(|e| errors.convert("connect", e))?;
-    let setup = Setup {
-        location,
-        timeout: common.timeout,
-        create_tables: common.create_tables,
-    };
-    start(pool, setup, errors, options).await
+    start(pool, Setup::from(common), errors, options).await
 }
 
 /// A backend on a pool the application made (see the crate docs). The
 /// listener gets a connection of its own, opened with the pool's options:
 /// one taken from the pool for good would leave a pool of one connection
 /// none for the statements.
-pub(crate) async fn from_pool(pool: PgPool, options: Checked) -> Result<SqlBackend> {
-    let errors = crate::pool::errors(crate::POSTGRES_NAME, &pool);
-    let setup = Setup {
-        location: Location {
-            schema: options.schema,
-            table: options.table,
-        },
-        timeout: options.timeout,
-        create_tables: options.create_tables,
-    };
+pub(crate) async fn from_pool(pool: PgPool, options: Checked) -> Result<Opened> {
+    let errors = ErrorMap::of_pool(POSTGRES_NAME, &pool);
     let listen_with = PgConnectOptions::clone(&pool.connect_options());
-    start(pool, setup, errors, listen_with).await
+    start(pool, Setup::from(options), errors, listen_with).await
 }
 
 /// What [`start`] needs beside the pool, whichever way it was made.
@@ -108,6 +69,19 @@ struct Setup {
     location: Location,
     timeout: Duration,
     create_tables: bool,
+}
+
+impl From<Checked> for Setup {
+    fn from(options: Checked) -> Self {
+        Self {
+            location: Location {
+                schema: options.schema,
+                table: options.table,
+            },
+            timeout: options.timeout,
+            create_tables: options.create_tables,
+        }
+    }
 }
 
 /// Creates the tables if they are missing (or checks they are there),
@@ -118,13 +92,13 @@ async fn start(
     setup: Setup,
     errors: ErrorMap,
     listen_with: PgConnectOptions,
-) -> Result<SqlBackend> {
+) -> Result<Opened> {
     let Setup {
         location,
         timeout,
         create_tables,
     } = setup;
-    let limit = SqlBackend::client_limit(timeout);
+    let limit = client_limit(timeout);
     within(
         limit,
         "create table",
@@ -145,20 +119,26 @@ async fn start(
         tracing::warn!(error = %e, "cannot LISTEN for releases; waiters will poll");
         None
     });
-    let driver = ReturningDriver {
+    let driver = SqlDriver {
         pool,
         sql: statements(&location),
         errors,
         capabilities: CAPABILITIES,
     };
-    let backend = SqlBackend::new(driver, timeout).with_name_limit(name_limit);
+    let opened = Opened::new(driver, timeout).with_name_limit(name_limit);
     Ok(match listener {
         Some(listener) => {
-            let task = tokio::spawn(forward_notices(listener, backend.signals()));
-            backend.with_listener(task, POLL_CAP)
+            let task = tokio::spawn(forward_notices(listener, opened.signals.clone()));
+            opened.with_listener(task, POLL_CAP)
         }
-        None => backend,
+        None => opened,
     })
+}
+
+impl Dialect for Postgres {
+    fn rows_affected(done: &PgQueryResult) -> u64 {
+        done.rows_affected()
+    }
 }
 
 /// How long a name the table's `name` column takes (a table made by somebody

@@ -2,8 +2,9 @@
 //! `jobs` must not spend its one wake-up on a waiter for the semaphore
 //! `jobs`, which would then sleep until its next poll.
 
+use lock_core::LockName;
+use lock_core::backend::Family;
 use lock_core::backend::{BackendStats, ReleaseSignals};
-use lock_core::{Family, LockName};
 
 /// One [`ReleaseSignals`] per family.
 #[derive(Debug, Default)]

@@ -8,23 +8,25 @@
 //! the last grants before a power cut may vanish and their versions be
 //! handed out again, and the backend says its fencing is best effort.
 
-use std::path::{Path, PathBuf};
-use std::str::FromStr;
+use std::path::Path;
 use std::time::Duration;
 
-use lock_core::backend::{Backoff, QueryOptions};
+use lock_core::backend::Backoff;
 use lock_core::{Capabilities, Error, Fencing, Result};
-use sqlx::error::DatabaseError;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+    Sqlite, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteQueryResult, SqliteSynchronous,
 };
 
 use crate::admission::Admission;
-use crate::backend::{SqlBackend, within};
-use crate::config::{COMMON, CommonOptions};
-use crate::error::ErrorMap;
-use crate::pool::Checked;
-use crate::returning::{Join, ReturningDriver, Statements};
+use crate::client::{client_limit, within};
+use crate::config::Checked;
+use crate::config::sqlite::Config;
+use crate::driver::Opened;
+use crate::error::{ErrorMap, sqlite_transient as transient};
+use crate::names::SQLITE_NAME;
+use crate::runner::{Dialect, SqlDriver};
+use crate::statements::{Join, Statements};
 use crate::table::TableName;
 
 mod schema;
@@ -34,14 +36,6 @@ use schema::{Tables, prepare};
 /// `'now'` fixed for the length of one statement.
 const NOW_MS: &str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
 
-/// The parts of a `sqlite://` URL.
-#[derive(Debug)]
-pub(crate) struct Config {
-    path: PathBuf,
-    common: CommonOptions,
-    synchronous: SqliteSynchronous,
-}
-
 /// Strict fencing only when every grant is synced before it is reported.
 fn capabilities(synced: bool) -> Capabilities {
     let fencing = if synced {
@@ -49,67 +43,10 @@ fn capabilities(synced: bool) -> Capabilities {
     } else {
         Fencing::BestEffort
     };
-    Capabilities::new(crate::SQLITE_NAME, fencing)
+    Capabilities::new(SQLITE_NAME, fencing)
         .with_serial_writes(true)
         .with_semaphores(true)
         .with_read_write(true)
-}
-
-impl Config {
-    pub(crate) fn parse(url: &str) -> Result<Self> {
-        let rest = url
-            .strip_prefix("sqlite://")
-            .or_else(|| url.strip_prefix("sqlite:"))
-            .ok_or_else(|| Error::invalid_url(url, "expected sqlite://PATH"))?;
-        let raw_path = rest.split_once('?').map_or(rest, |(p, _)| p);
-        let path: String = percent_decode(raw_path);
-        if path.is_empty() {
-            return Err(Error::invalid_url(
-                url,
-                "no database file; write sqlite://relative/path.db or sqlite:///absolute/path.db",
-            ));
-        }
-        let mut q = QueryOptions::parse(url)?;
-        let common = CommonOptions::take(&mut q, url)?;
-        let synchronous = match q.take("synchronous").as_deref() {
-            None | Some("full") => SqliteSynchronous::Full,
-            Some("normal") => SqliteSynchronous::Normal,
-            Some(other) => {
-                return Err(Error::invalid_url(
-                    url,
-                    format!("option \"synchronous\" must be full or normal, got \"{other}\""),
-                ));
-            }
-        };
-        q.finish(&[COMMON, &["synchronous"]].concat())?;
-        Ok(Self {
-            path: PathBuf::from(path),
-            common,
-            synchronous,
-        })
-    }
-}
-
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok());
-        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
-            (b'%', Some(byte)) => {
-                out.push(byte);
-                i += 3;
-            }
-            (b, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Says plainly why a database file cannot be opened, before SQLite's terse
@@ -121,7 +58,7 @@ fn check_directory(path: &Path) -> Result<()> {
     };
     let unusable = |why: &str| {
         Error::unavailable(
-            crate::SQLITE_NAME,
+            SQLITE_NAME,
             format!(
                 "cannot open database {}: directory {} {why}",
                 path.display(),
@@ -137,27 +74,17 @@ fn check_directory(path: &Path) -> Result<()> {
     }
 }
 
-pub(crate) fn transient(e: &dyn DatabaseError) -> bool {
-    const BUSY: i64 = 5;
-    const LOCKED: i64 = 6;
-    let primary = e
-        .code()
-        .and_then(|c| i64::from_str(&c).ok())
-        .map(|c| c & 0xff);
-    matches!(primary, Some(BUSY | LOCKED))
-}
-
-/// Opens (creating if needed) the database `config` names.
-pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
+/// Opens (creating if needed) the database `config` names, with the
+/// common options `common`.
+pub(crate) async fn connect(config: Config, common: Checked) -> Result<Opened> {
     check_directory(&config.path)?;
-    let common = &config.common;
     let errors = ErrorMap {
-        backend: crate::SQLITE_NAME,
+        backend: SQLITE_NAME,
         pool_timeout: common.connect_timeout,
     };
     if !common.create_tables && !config.path.exists() {
         return Err(Error::invalid_config(
-            crate::SQLITE_NAME,
+            SQLITE_NAME,
             format!(
                 "{}: no such database file, and create_tables=false creates none",
                 config.path.display()
@@ -170,12 +97,7 @@ pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(config.synchronous)
         .busy_timeout(common.timeout);
-    let pool_options = SqlitePoolOptions::new()
-        .max_connections(common.pool_size)
-        // One round trip per operation: no ping before each statement. A
-        // dead connection surfaces as a retryable error instead.
-        .test_before_acquire(false)
-        .acquire_timeout(common.connect_timeout);
+    let pool_options: SqlitePoolOptions = common.pool_options();
     // Processes that open a new file at the same moment (cron jobs of one
     // minute) race to switch it to WAL, and SQLite answers the losers
     // "database is locked" at once, without its busy handler: they try
@@ -194,7 +116,7 @@ pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
     };
     let pool = opened.map_err(|e| match e {
         sqlx::Error::Database(db) if !transient(&*db) => Error::unavailable(
-            crate::SQLITE_NAME,
+            SQLITE_NAME,
             format!("cannot open database {}: {db}", config.path.display()),
         )
         .with_source(db),
@@ -210,9 +132,9 @@ pub(crate) async fn connect(config: Config) -> Result<SqlBackend> {
 /// connections' `synchronous` setting decides the fencing, as the URL's
 /// does; a pool without a busy timeout works, but every statement that
 /// meets another writer fails at once, so that gets a warning.
-pub(crate) async fn from_pool(pool: SqlitePool, options: Checked) -> Result<SqlBackend> {
-    let errors = crate::pool::errors(crate::SQLITE_NAME, &pool);
-    let limit = SqlBackend::client_limit(options.timeout);
+pub(crate) async fn from_pool(pool: SqlitePool, options: Checked) -> Result<Opened> {
+    let errors = ErrorMap::of_pool(SQLITE_NAME, &pool);
+    let limit = client_limit(options.timeout);
     let read = async {
         let mut conn = pool.acquire().await?;
         let synchronous: i64 = sqlx::query_scalar("PRAGMA synchronous")
@@ -250,27 +172,33 @@ async fn start(
     create_tables: bool,
     errors: ErrorMap,
     synced: bool,
-) -> Result<SqlBackend> {
+) -> Result<Opened> {
     let t = table.as_str();
     let tables = Tables {
         locks: t,
         holders: &table.companion("holders"),
         groups: &table.companion("groups"),
     };
-    let limit = SqlBackend::client_limit(timeout);
+    let limit = client_limit(timeout);
     within(
         limit,
         "create table",
         prepare(&pool, &tables, create_tables, &errors),
     )
     .await?;
-    let driver = ReturningDriver {
+    let driver = SqlDriver {
         pool,
         sql: statements(&tables),
         errors,
         capabilities: capabilities(synced),
     };
-    Ok(SqlBackend::new(driver, timeout))
+    Ok(Opened::new(driver, timeout))
+}
+
+impl Dialect for Sqlite {
+    fn rows_affected(done: &SqliteQueryResult) -> u64 {
+        done.rows_affected()
+    }
 }
 
 fn statements(tables: &Tables<'_>) -> Statements {
@@ -349,125 +277,4 @@ fn statements(tables: &Tables<'_>) -> Statements {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use super::*;
-
-    #[test]
-    fn urls_name_a_file_and_known_options() {
-        let c = Config::parse("sqlite://dir/x.db?table=t1&timeout=2s&synchronous=normal").unwrap();
-        assert_eq!(c.path, PathBuf::from("dir/x.db"));
-        assert_eq!(c.common.table.as_str(), "t1");
-        assert_eq!(c.common.timeout, Duration::from_secs(2));
-        assert_eq!(
-            Config::parse("sqlite:///tmp/a%20b.db").unwrap().path,
-            PathBuf::from("/tmp/a b.db")
-        );
-        assert_eq!(
-            Config::parse("sqlite:x.db").unwrap().path,
-            PathBuf::from("x.db")
-        );
-    }
-
-    #[test]
-    fn bad_urls_say_what_is_accepted() {
-        let cases = [
-            ("sqlite://", "no database file"),
-            ("sqlite://x.db?tabel=t", "accepted options: table"),
-            ("sqlite://x.db?table=a;b", "table name"),
-            ("sqlite://x.db?timeout=0s", "more than zero"),
-            ("sqlite://x.db?timeout=5", "no unit"),
-            ("sqlite://x.db?synchronous=off", "full or normal"),
-            ("sqlite://x.db?pool_size=0", "from 1 to 64"),
-            ("sqlite://x.db?create_tables=no", "true or false"),
-        ];
-        lock_core::url::assert_refused(Config::parse, &cases);
-    }
-
-    #[tokio::test]
-    async fn fencing_is_strict_only_when_every_grant_is_synced() {
-        let dir = tempfile::tempdir().unwrap();
-        let cases = [
-            ("", Fencing::Strict),
-            ("?synchronous=full", Fencing::Strict),
-            ("?synchronous=normal", Fencing::BestEffort),
-            (
-                "?table=t2&synchronous=normal&timeout=2s",
-                Fencing::BestEffort,
-            ),
-        ];
-        for (query, fencing) in cases {
-            let url = format!("sqlite://{}/locks.db{query}", dir.path().display());
-            let backend = SqlBackend::connect(&url).await.unwrap();
-            let capabilities = lock_core::LockBackend::capabilities(&backend);
-            assert_eq!(capabilities.fencing, fencing, "{url}");
-        }
-    }
-
-    #[tokio::test]
-    async fn a_missing_directory_is_named() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}/missing/x.db", dir.path().display());
-        let err = SqlBackend::connect(&url).await.unwrap_err().to_string();
-        assert!(
-            err.contains("does not exist") && err.contains("missing"),
-            "{err}"
-        );
-        let file = dir.path().join("plain");
-        std::fs::write(&file, "").unwrap();
-        let err = SqlBackend::connect(&format!("sqlite://{}/x.db", file.display()))
-            .await
-            .unwrap_err();
-        assert!(err.to_string().contains("is not a directory"), "{err}");
-    }
-
-    #[tokio::test]
-    async fn without_create_tables_missing_tables_are_named_and_not_made() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}/x.db?table=t3", dir.path().display());
-        // An empty file is an empty database.
-        std::fs::write(dir.path().join("x.db"), "").unwrap();
-        let err = SqlBackend::connect(&format!("{url}&create_tables=false"))
-            .await
-            .unwrap_err();
-        let text = err.to_string();
-        assert!(
-            matches!(err, lock_core::Error::InvalidConfig { .. }),
-            "{text}"
-        );
-        for expected in [
-            "table t3,",
-            "t3_holders",
-            "CREATE TABLE IF NOT EXISTS t3_groups",
-        ] {
-            assert!(text.contains(expected), "{expected:?} not in {text}");
-        }
-        let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}/x.db", dir.path().display()))
-            .await
-            .unwrap();
-        let options = crate::SqlOptions::new().table("t3").create_tables(false);
-        let err = SqlBackend::from_pool(pool.clone(), options)
-            .await
-            .unwrap_err();
-        assert!(err.to_string().contains("table t3,"), "{err}");
-        let tables: i64 = sqlx::query_scalar("SELECT count(*) FROM sqlite_master")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-        assert_eq!(tables, 0, "create_tables=false made a table");
-        SqlBackend::connect(&url)
-            .await
-            .expect("made with create_tables=true");
-        SqlBackend::connect(&format!("{url}&create_tables=false"))
-            .await
-            .expect("found once made");
-        let missing = format!(
-            "sqlite://{}/none.db?create_tables=false",
-            dir.path().display()
-        );
-        let err = SqlBackend::connect(&missing).await.unwrap_err();
-        assert!(err.to_string().contains("no such database file"), "{err}");
-        assert!(!dir.path().join("none.db").exists(), "a file was made");
-    }
-}
+mod tests;

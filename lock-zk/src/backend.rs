@@ -1,27 +1,31 @@
-//! [`LockBackend`] for [`ZkBackend`]: a grant is our node admitted by its
-//! family's rule (first in the mutex's queue, no writer before a reader,
-//! a lease among the first permits), fenced by its czxid (see the crate
-//! docs).
+//! [`ZkBackend`]: its constructors, and the [`LockBackend`] impl over the
+//! session's [`Core`]: a grant is our node admitted by its family's rule
+//! (first in the mutex's queue, no writer before a reader, a lease among
+//! the first permits), fenced by its czxid (see the crate docs).
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use lock_core::backend::Family;
 use lock_core::backend::{
     AcquireRequest, BackendStats, Backoff, Holder, Lease, LockBackend, Retry, WaitBudget,
     async_trait,
 };
-use lock_core::{Capabilities, Error, Family, LockKind, LockName, Result};
+use lock_core::{Capabilities, Error, LockKind, LockName, Result};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
+use lock_core::tls::TlsOptions;
+
+use crate::ZkConfig;
 use crate::cleanup::RETRY_CAP;
 use crate::error::convert;
-use crate::expiry::Kept;
+use crate::expiry::{Kept, czxid_of};
 use crate::handover;
 use crate::layout::{Queue, Rule};
 use crate::recipe::Node;
-use crate::session::{Inner, connected, lease_ttl};
+use crate::session::{Core, connected, lease_ttl, session_ended};
 
 /// A lock backend on a ZooKeeper ensemble (see the crate docs).
 ///
@@ -29,13 +33,128 @@ use crate::session::{Inner, connected, lease_ttl};
 /// to clone; clones share the session.
 #[derive(Clone)]
 pub struct ZkBackend {
-    pub(crate) inner: Arc<Inner>,
+    core: Arc<Core>,
+}
+
+impl ZkBackend {
+    /// Connects to the ensemble a `zk://` URL names.
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(ZkConfig::from_url(url)?).await
+    }
+
+    /// Connects with a configuration built or adjusted by hand. `config` is
+    /// checked first: a mistake is an [`Error::InvalidConfig`] naming the
+    /// option.
+    pub async fn connect_with(config: ZkConfig) -> Result<Self> {
+        let backend = Self::unconnected(config.check()?);
+        backend.core.client().await?;
+        Ok(backend)
+    }
+
+    /// A backend on the session of a `zookeeper_client::Client` the
+    /// application made. Of `config` it uses the
+    /// [`chroot`](ZkConfig::chroot), [`timeout`](ZkConfig::timeout),
+    /// [`creator_only`](ZkConfig::creator_only) and
+    /// [`container_parents`](ZkConfig::container_parents) only: the hosts,
+    /// session timeout, digest credentials, connect timeout and TLS are the
+    /// client's own, and those fields are ignored (though checked, as every
+    /// field is). Set `creator_only` for a client that authenticated, to
+    /// give the nodes the creator-only ACL a URL with `auth` gives them.
+    ///
+    /// The session stays the application's: locks are ephemeral nodes of
+    /// it, it is watched as the backend's own would be (a lease is at risk
+    /// while it is disconnected, and lost when it expires), and closing it
+    /// ends them. Requests go through clones of the client, each bounded by
+    /// the timeout. The client may have a chroot: the config's chroot is
+    /// below it.
+    ///
+    /// The backend cannot replace the session when it expires, as a
+    /// backend made from a URL does (the client cannot say how to reach
+    /// the ensemble again, nor with which credentials): every lock of the
+    /// backend is then lost, and every later call fails with an error that
+    /// says so. Make a new client and a new backend then. A session that
+    /// has ended already is refused.
+    ///
+    /// [`config`](Self::config) then holds the fields used, no hosts, no
+    /// credentials, and the session's timeout.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> lock_core::Result<()> {
+    /// use lock_core::Locker;
+    /// use lock_zk::{ZkBackend, ZkConfig};
+    ///
+    /// let client = zookeeper_client::Client::connect("127.0.0.1:2181").await.unwrap();
+    /// let backend = ZkBackend::from_client(client.clone(), ZkConfig::default().chroot("/app")).await?;
+    /// let locker = Locker::new(backend);
+    /// let guard = locker.lock("schema-migration").await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn from_client(client: zk::Client, config: ZkConfig) -> Result<Self> {
+        let checked = config.check()?;
+        let state = client.state();
+        if state.is_terminated() {
+            return Err(session_ended(state));
+        }
+        let config = ZkConfig {
+            hosts: Vec::new(),
+            chroot: checked.chroot,
+            session_timeout: client.session_timeout(),
+            digest: None,
+            creator_only: checked.creator_only,
+            container_parents: checked.container_parents,
+            timeout: checked.timeout,
+            connect_timeout: checked.timeout,
+            tls: TlsOptions::default(),
+        };
+        let backend = Self::with_session_rule(config, false);
+        let client = backend.core.enter_chroot(client).await?;
+        backend.core.set_session(client);
+        Ok(backend)
+    }
+
+    /// A backend that makes its session on first use, from a checked
+    /// `config`.
+    fn unconnected(config: ZkConfig) -> Self {
+        Self::with_session_rule(config, true)
+    }
+
+    fn with_session_rule(config: ZkConfig, own_sessions: bool) -> Self {
+        Self {
+            core: Arc::new(Core::new(config, own_sessions)),
+        }
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &ZkConfig {
+        &self.core.config
+    }
+
+    /// The current session's id, if there is a live one.
+    pub fn session_id(&self) -> Option<i64> {
+        self.core.live_client().map(|c| c.session_id().0)
+    }
+
+    /// The session timeout the server granted to the current session.
+    pub fn session_timeout(&self) -> Option<Duration> {
+        self.core.live_client().map(|c| c.session_timeout())
+    }
+
+    /// The longest a lease lasts without a renewal on the current session:
+    /// `min(ttl, 2/3 of the session timeout)`. See the crate docs.
+    pub fn lease_ttl(&self, ttl: Duration) -> Duration {
+        match self.core.live_client() {
+            Some(c) => lease_ttl(ttl, &c),
+            None => ttl,
+        }
+    }
 }
 
 impl std::fmt::Debug for ZkBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ZkBackend")
-            .field("config", &self.inner.config)
+            .field("config", &self.core.config)
             .field("session", &self.session_id().map(|id| format!("{id:#x}")))
             .finish_non_exhaustive()
     }
@@ -60,11 +179,8 @@ impl LockBackend for ZkBackend {
     /// watches only the node in its way), or a change of a semaphore's
     /// leases seen by the one acquirer that counts them.
     fn stats(&self) -> BackendStats {
-        BackendStats::default().with_wakeups(
-            self.inner
-                .wakeups
-                .load(std::sync::atomic::Ordering::Relaxed),
-        )
+        BackendStats::default()
+            .with_wakeups(self.core.wakeups.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {
@@ -82,11 +198,11 @@ impl LockBackend for ZkBackend {
     }
 
     async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
-        if let Some(lease) = self.granted_before(req) {
+        if let Some(lease) = self.core.granted_before(req) {
             return Ok(lease);
         }
         if let LockKind::Permit { permits } = req.kind {
-            return self.acquire_permit(req, permits, budget).await;
+            return self.core.acquire_permit(req, permits, budget).await;
         }
         let queue = Queue::of_lease(&req.name, req.kind);
         let mut retry = Retry::new(crate::NAME, budget, Backoff::with_cap(RETRY_CAP));
@@ -94,9 +210,10 @@ impl LockBackend for ZkBackend {
         let mut queued: Option<(i64, Node)> = None;
         let outcome = loop {
             let attempt = async {
-                let client = self.session_for(req, budget).await?;
+                let client = self.core.session_for(req, budget).await?;
                 let look_first = retry.attempts() > 0;
                 let (node, sent) = self
+                    .core
                     .take_turn(&client, &queue, req, &mut queued, look_first, budget)
                     .await?;
                 Ok::<_, Error>((client, node, sent))
@@ -114,9 +231,9 @@ impl LockBackend for ZkBackend {
             }
         };
         match outcome {
-            Ok((client, node, sent)) => Ok(self.grant(req, &client, &queue, &node, sent)),
+            Ok((client, node, sent)) => Ok(self.core.grant(req, &client, &queue, &node, sent)),
             Err(e) => {
-                self.give_up(req, &[(&queue, &queued)]).await;
+                self.core.give_up(req, &[(&queue, &queued)]).await;
                 Err(e)
             }
         }
@@ -125,25 +242,25 @@ impl LockBackend for ZkBackend {
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         let owner = lease.owner().to_u128();
         let czxid = czxid_of(lease);
-        let Some((path, session)) = self.in_force(owner, czxid) else {
+        let Some((path, session)) = self.core.in_force(owner, czxid) else {
             return Err(Error::not_held(lease.name()));
         };
         // Renewing never starts a new session: a lease lives and dies with
         // the session that took it.
-        let client = match self.inner.live_client() {
+        let client = match self.core.live_client() {
             Some(c) if c.session_id().0 == session => c,
             _ => return Err(Error::not_held(lease.name())),
         };
         connected(&client)?;
         // The lease runs from before the leader confirmed it.
         let sent = Instant::now();
-        let mine = match self.confirm(&client, &path, czxid).await? {
+        let mine = match self.core.confirm(&client, &path, czxid).await? {
             Ok(mine) => mine,
             Err(zk::Error::SessionExpired) => false,
             Err(e) => return Err(convert("renew", e)),
         };
         let ttl = lease_ttl(ttl, &client);
-        if mine && self.extend(owner, czxid, ttl, sent) {
+        if mine && self.core.extend(owner, czxid, ttl, sent) {
             Ok(lease.renewed(ttl, sent))
         } else {
             Err(Error::not_held(lease.name()))
@@ -153,15 +270,15 @@ impl LockBackend for ZkBackend {
     async fn release(&self, lease: &Lease) -> Result<()> {
         let owner = lease.owner().to_u128();
         let czxid = czxid_of(lease);
-        let forget = || self.forget_lease(owner, czxid);
-        let kept = self.kept(owner, czxid);
+        let forget = || self.core.forget_lease(owner, czxid);
+        let kept = self.core.kept(owner, czxid);
         if let Some(Kept::Expired) = kept {
             return Err(Error::not_held(lease.name()));
         }
-        let client = self.client().await?;
+        let client = self.core.client().await?;
         connected(&client)?;
         let queue = Queue::of_lease(lease.name(), lease.kind());
-        let Some((path, _)) = self.node_of(&client, &queue, lease, kept).await? else {
+        let Some((path, _)) = self.core.node_of(&client, &queue, lease, kept).await? else {
             forget();
             return Err(Error::not_held(lease.name()));
         };
@@ -172,16 +289,16 @@ impl LockBackend for ZkBackend {
         let delete = async {
             match queue.rule {
                 Rule::First => {
-                    handover::delete_and_hand_over(&self.inner.handovers, &client, &path).await
+                    handover::delete_and_hand_over(&self.core.handovers, &client, &path).await
                 }
                 _ => client.delete(&path, None).await,
             }
         };
-        match self.call("release", delete).await? {
+        match self.core.call("release", delete).await? {
             Ok(()) => {
                 forget();
                 if let Some((parent, _)) = path.rsplit_once('/') {
-                    self.tidy_parent(&client, parent).await;
+                    self.core.tidy_parent(&client, parent).await;
                 }
                 Ok(())
             }
@@ -195,14 +312,14 @@ impl LockBackend for ZkBackend {
 
     async fn is_held(&self, lease: &Lease) -> Result<bool> {
         let czxid = czxid_of(lease);
-        let kept = self.kept(lease.owner().to_u128(), czxid);
+        let kept = self.core.kept(lease.owner().to_u128(), czxid);
         if let Some(Kept::Expired) = kept {
             return Ok(false);
         }
-        let client = self.client().await?;
+        let client = self.core.client().await?;
         connected(&client)?;
         let queue = Queue::of_lease(lease.name(), lease.kind());
-        match self.node_of(&client, &queue, lease, kept).await? {
+        match self.core.node_of(&client, &queue, lease, kept).await? {
             None => Ok(false),
             // Found by a listing after a `sync`: it is there, whatever
             // session holds it, and a granted node that is still there
@@ -210,7 +327,7 @@ impl LockBackend for ZkBackend {
             // never taken back).
             Some((_, false)) => Ok(true),
             // Ours on this session: confirmed by a write the leader commits.
-            Some((path, true)) => match self.confirm(&client, &path, czxid).await? {
+            Some((path, true)) => match self.core.confirm(&client, &path, czxid).await? {
                 Ok(mine) => Ok(mine),
                 Err(zk::Error::SessionExpired) => Ok(false),
                 Err(e) => Err(convert("check our node", e)),
@@ -222,78 +339,16 @@ impl LockBackend for ZkBackend {
     /// family: the mutex node, a semaphore's lease and mutex nodes, a
     /// read-write lock's node.
     async fn abandon(&self, req: &AcquireRequest) -> Result<()> {
-        self.forget(req.owner.to_u128());
-        self.leave(&req.name, req.kind.family(), req.owner).await
+        self.core.forget(req.owner.to_u128());
+        self.core
+            .leave(&req.name, req.kind.family(), req.owner)
+            .await
     }
 
     async fn holders(&self, name: &LockName, kind: LockKind) -> Result<Vec<Holder>> {
         if kind.family() != Family::Mutex {
-            return self.group_holders(name, kind).await;
+            return self.core.group_holders(name, kind).await;
         }
-        Ok(self.mutex_holder(name).await?.into_iter().collect())
+        Ok(self.core.mutex_holder(name).await?.into_iter().collect())
     }
-}
-
-impl ZkBackend {
-    /// The live session, or a new one; making one is bounded by the
-    /// connect timeout, but a bounded wait must not outlast its budget for
-    /// it.
-    pub(crate) async fn session_for(
-        &self,
-        req: &AcquireRequest,
-        budget: &WaitBudget,
-    ) -> Result<zk::Client> {
-        let client = match self.inner.live_client() {
-            Some(c) => c,
-            None if budget.is_over() => self.client().await?,
-            None => match budget.race(self.client()).await {
-                Some(c) => c?,
-                None => return Err(budget.exhausted(&req.name)),
-            },
-        };
-        connected(&client)?;
-        Ok(client)
-    }
-
-    /// The path of `lease`'s node in `queue`, and whether it is this backend's own
-    /// grant on its live session; `None` if the node is gone.
-    ///
-    /// Our own grant is not read first: its path names the owner (a
-    /// digest of its token) and a sequence number unique under the parent, so whatever
-    /// node is there is this owner's; and while the lease is kept, not
-    /// expired, on this live session, the node there is the lease's own:
-    /// nothing else deletes it but the expiry task (which marks the lease
-    /// expired first) or this owner's own acquire or release. A lease this
-    /// backend did not grant, or granted on a session that has ended since,
-    /// is found by owner and czxid, whatever session holds it.
-    async fn node_of(
-        &self,
-        client: &zk::Client,
-        queue: &Queue,
-        lease: &Lease,
-        kept: Option<Kept>,
-    ) -> Result<Option<(String, bool)>> {
-        if let Some(Kept::Live { path, session }) = kept
-            && session == client.session_id().0
-        {
-            return Ok(Some((path, true)));
-        }
-        let parent = &queue.parent;
-        // The lease may have been granted through another member moments
-        // ago; ours may not have seen its node yet.
-        self.catch_up(client, parent).await;
-        let children = self.children(client, parent).await?.unwrap_or_default();
-        let czxid = czxid_of(lease);
-        Ok(self
-            .nodes_of(client, queue, lease.owner(), &children)
-            .await?
-            .into_iter()
-            .find(|(_, stat)| stat.czxid == czxid)
-            .map(|(name, _)| (format!("{parent}/{name}"), false)))
-    }
-}
-
-/// The czxid a lease's fencing token stands for.
-fn czxid_of(lease: &Lease) -> i64 {
-    lease.token().to_i64()
 }

@@ -1,26 +1,27 @@
 //! Giving up a place in a lock's queue: deleting our nodes when a wait ends
-//! without a grant (now, or in the background while the session lives),
-//! remembering owners whose create may have been applied unseen, and
+//! without a grant (now, or in the background while the session lives;
+//! every node of an owner whose create may have been applied unseen), and
 //! deleting lock parents a release left empty where the server does not.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use lock_core::backend::{AcquireRequest, Backoff};
-use lock_core::{Family, LockName, OwnerToken, Result};
+use lock_core::backend::{Family, OwnerToken};
+use lock_core::{LockName, Result};
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
-use crate::backend::ZkBackend;
 use crate::error::{convert, no_data_change};
 use crate::layout::{Queue, is_root, owner_prefix};
 use crate::recipe::Node;
-use crate::session::connected;
+use crate::session::{Core, connected};
 
 /// Longest pause between retries of a failed wait or cleanup.
 pub(crate) const RETRY_CAP: Duration = Duration::from_millis(500);
 
-impl ZkBackend {
+impl Core {
     /// Deletes every node `owner` has in `family`'s parents of `name`; `Ok`
     /// when none is left.
     async fn remove_nodes(
@@ -58,7 +59,7 @@ impl ZkBackend {
     /// Deletes an empty lock parent where the server does not do it, and
     /// the parents above it that this leaves empty, up to the family's root.
     pub(crate) async fn tidy_parent(&self, client: &zk::Client, parent: &str) {
-        if self.inner.containers.load(Ordering::Relaxed) {
+        if self.containers.load(Ordering::Relaxed) {
             return;
         }
         let mut parent = parent;
@@ -85,7 +86,7 @@ impl ZkBackend {
     /// Deletes our queued node in `queue` by its path, if its session is
     /// still the live one; `false` if that could not be done.
     pub(crate) async fn delete_queued(&self, session: i64, queue: &Queue, node: &Node) -> bool {
-        let Some(client) = self.inner.live_client() else {
+        let Some(client) = self.live_client() else {
             return true; // the session is gone, and its nodes with it
         };
         if client.session_id().0 != session {
@@ -112,7 +113,7 @@ impl ZkBackend {
     /// that fails or a create may have been applied unseen, every node of
     /// the owner in the family.
     pub(crate) async fn give_up(
-        &self,
+        self: &Arc<Self>,
         req: &AcquireRequest,
         queued: &[(&Queue, &Option<(i64, Node)>)],
     ) {
@@ -136,12 +137,12 @@ impl ZkBackend {
     /// trying in the background for as long as the session that owns them
     /// lives.
     pub(crate) async fn leave(
-        &self,
+        self: &Arc<Self>,
         name: &LockName,
         family: Family,
         owner: OwnerToken,
     ) -> Result<()> {
-        let Some(client) = self.inner.live_client() else {
+        let Some(client) = self.live_client() else {
             // The session is gone, and its ephemeral nodes with it.
             return Ok(());
         };
@@ -202,7 +203,7 @@ impl ZkBackend {
     pub(crate) async fn keep_deleting(&self, session: i64, path: &str, stop: &CancellationToken) {
         let mut backoff = Backoff::with_cap(RETRY_CAP);
         loop {
-            let Some(client) = self.inner.live_client() else {
+            let Some(client) = self.live_client() else {
                 return;
             };
             if client.session_id().0 != session {
@@ -230,27 +231,6 @@ impl ZkBackend {
                 return;
             }
             tokio::time::sleep(backoff.next_nap()).await;
-        }
-    }
-
-    pub(crate) fn is_uncertain(&self, owner: OwnerToken) -> bool {
-        self.inner
-            .uncertain
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(&owner.to_u128())
-    }
-
-    pub(crate) fn set_uncertain(&self, owner: OwnerToken, yes: bool) {
-        let mut set = self
-            .inner
-            .uncertain
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if yes {
-            set.insert(owner.to_u128());
-        } else {
-            set.remove(&owner.to_u128());
         }
     }
 }

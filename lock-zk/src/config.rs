@@ -1,41 +1,89 @@
-//! `zk://h1:p1,h2:p2[/chroot][?options]` URLs.
+//! `zk://h1:p1,h2:p2[/chroot][?options]` URLs → [`ZkConfig`].
 
 use std::fmt;
+use std::str::FromStr;
 use std::time::Duration;
 
 use lock_core::backend::{HostList, QueryOptions};
 use lock_core::secret::{PASSWORD_FILE, Password};
 use lock_core::tls::TlsOptions;
+use lock_core::url::check_positive;
 use lock_core::{Error, Result};
 
-/// A parsed `zk://` URL. `Debug` never shows the password.
+/// Everything a [`ZkBackend`](crate::ZkBackend) is made from:
+/// [`from_url`](Self::from_url) (or `str::parse`) reads a
+/// `zk://host:port,host:port[/chroot][?options]` URL; [`Default`] and the
+/// setters build one in code. Either way it is checked when the backend is
+/// made, so a field changed afterwards is checked too. `Debug` never shows
+/// the password.
+///
+/// [`ZkBackend::from_client`](crate::ZkBackend::from_client) takes one too,
+/// and uses only its [`chroot`](Self::chroot), [`timeout`](Self::timeout),
+/// [`creator_only`](Self::creator_only) and
+/// [`container_parents`](Self::container_parents).
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_core::secret::Password;
+/// use lock_zk::ZkConfig;
+///
+/// let config = ZkConfig::default()
+///     .hosts(["10.0.0.1:2181", "10.0.0.2:2181"])
+///     .chroot("/app/locks")
+///     .digest("app", Password::File("/run/secrets/zk".into()))
+///     .timeout(Duration::from_secs(1));
+/// let same: ZkConfig =
+///     "zk://10.0.0.1,10.0.0.2/app/locks?auth=digest:app&password_file=/run/secrets/zk&timeout=1s"
+///         .parse()?;
+/// assert_eq!(format!("{config:?}"), format!("{same:?}"));
+/// assert!(config.creator_only, "digest credentials make nodes creator-only");
+/// # Ok::<(), lock_core::Error>(())
+/// ```
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct ZkConfig {
-    /// `host:port` of each server.
+    /// `host:port` of each server (the URL's hosts; default
+    /// `127.0.0.1:2181`); port 2181 where none is given.
     pub hosts: Vec<String>,
-    /// The ZooKeeper chroot every path lives under: empty, or `/a/b`.
-    /// Created (persistent) if missing.
+    /// The ZooKeeper chroot every path lives under (the URL's path; default
+    /// none): empty, or `/a/b` (a missing leading `/` is added, a trailing
+    /// one dropped). Created (persistent) if missing; not under
+    /// `/zookeeper`.
     pub chroot: String,
-    /// The session timeout to ask for; the server clamps it to its
+    /// The session timeout to ask for (URL option `session_timeout`,
+    /// default 10 s); the server clamps it to its
     /// `minSessionTimeout`..`maxSessionTimeout`.
     pub session_timeout: Duration,
-    /// `digest` user name and password (given, or a file read at each new
-    /// session: `password_file`): the session authenticates with them and
-    /// every node distlock creates gets the creator-only ACL.
+    /// `digest` user name and password (URL option `auth=digest:USER:PASSWORD`,
+    /// or `auth=digest:USER` with `password_file` for a file read at each
+    /// new session; default none): the session authenticates with them.
+    /// A URL with `auth`, and the [`digest`](Self::digest) setter, also turn
+    /// [`creator_only`](Self::creator_only) on.
     pub digest: Option<(String, Password)>,
+    /// Give every node distlock creates the creator-only ACL
+    /// (`Acls::creator_all`): only sessions authenticated as the same
+    /// identity may see or touch them (default off: `Acls::anyone_all`).
+    /// No URL option of its own: a URL with `auth` turns it on, one without
+    /// leaves it off, as does the [`digest`](Self::digest) setter; set it
+    /// after those to change that. The session must be authenticated
+    /// (digest, or a client certificate the servers map to an identity; for
+    /// [`from_client`](crate::ZkBackend::from_client), the client's own
+    /// authentication).
+    pub creator_only: bool,
     /// Create lock parents as container nodes, which the server deletes once
-    /// they are empty (ZooKeeper 3.5 and later). When this is off, or the
-    /// server does not know container nodes, parents are ordinary persistent
-    /// nodes that distlock deletes itself after a release leaves them empty.
+    /// they are empty (ZooKeeper 3.5 and later; default on, no URL option).
+    /// When this is off, or the server does not know container nodes,
+    /// parents are ordinary persistent nodes that distlock deletes itself
+    /// after a release leaves them empty.
     pub container_parents: bool,
-    /// Bounds each request (option `timeout`, default 3 s).
+    /// Bounds each request (URL option `timeout`, default 3 s).
     pub timeout: Duration,
-    /// Bounds the making of a session (option `connect_timeout`, default
-    /// 5 s).
+    /// Bounds the making of a session (URL option `connect_timeout`,
+    /// default 5 s).
     pub connect_timeout: Duration,
-    /// TLS to servers with a `secureClientPort` (`tls`, `tls_ca`,
-    /// `tls_cert`, `tls_key`). `tls=true` trusts the system's store.
+    /// TLS to servers with a `secureClientPort` (URL options `tls`,
+    /// `tls_ca`, `tls_cert`, `tls_key`; default off). `tls=true` trusts the
+    /// system's store.
     pub tls: TlsOptions,
 }
 
@@ -46,11 +94,28 @@ impl fmt::Debug for ZkConfig {
             .field("chroot", &self.chroot)
             .field("session_timeout", &self.session_timeout)
             .field("user", &self.digest.as_ref().map(|(u, _)| u))
+            .field("creator_only", &self.creator_only)
             .field("timeout", &self.timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("container_parents", &self.container_parents)
             .field("tls", &self.tls)
             .finish()
+    }
+}
+
+impl Default for ZkConfig {
+    fn default() -> Self {
+        Self {
+            hosts: vec![format!("127.0.0.1:{}", Self::DEFAULT_PORT)],
+            chroot: String::new(),
+            session_timeout: Self::DEFAULT_SESSION_TIMEOUT,
+            digest: None,
+            creator_only: false,
+            container_parents: true,
+            timeout: Self::DEFAULT_TIMEOUT,
+            connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
+            tls: TlsOptions::default(),
+        }
     }
 }
 
@@ -72,11 +137,15 @@ impl ZkConfig {
     const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
     const DEFAULT_PORT: u16 = 2181;
 
-    /// Parses `zk://host:port,host:port[/chroot][?session_timeout=…&auth=digest:user:password&timeout=…&connect_timeout=…]`;
-    /// `auth=digest:user&password_file=PATH` reads the password from a file.
-    pub fn parse(url: &str) -> Result<Self> {
+    /// Reads `zk://host:port,host:port[/chroot][?session_timeout=…&auth=digest:user:password&timeout=…&connect_timeout=…]`
+    /// (`auth=digest:user&password_file=PATH` reads the password from a
+    /// file), with the same checks as
+    /// [`ZkBackend::connect_with`](crate::ZkBackend::connect_with) makes; a
+    /// mistake is an [`Error::InvalidUrl`]. `auth` also turns
+    /// [`creator_only`](Self::creator_only) on.
+    pub fn from_url(url: &str) -> Result<Self> {
         let HostList { hosts, path, .. } = HostList::parse(url, crate::SCHEMES[0])?;
-        let path = if path.is_empty() {
+        let chroot = if path.is_empty() {
             String::new()
         } else {
             format!("/{path}")
@@ -84,11 +153,14 @@ impl ZkConfig {
         let mut q = QueryOptions::parse(url)?;
         let auth = q.take("auth");
         let from_file = q.contains(PASSWORD_FILE);
-        let session_timeout =
-            q.take_positive_duration("session_timeout", Self::DEFAULT_SESSION_TIMEOUT)?;
-        let timeout = q.take_positive_duration("timeout", Self::DEFAULT_TIMEOUT)?;
-        let connect_timeout =
-            q.take_positive_duration("connect_timeout", Self::DEFAULT_CONNECT_TIMEOUT)?;
+        let defaults = Self::default();
+        let session_timeout = q
+            .take_duration("session_timeout")?
+            .unwrap_or(defaults.session_timeout);
+        let timeout = q.take_duration("timeout")?.unwrap_or(defaults.timeout);
+        let connect_timeout = q
+            .take_duration("connect_timeout")?
+            .unwrap_or(defaults.connect_timeout);
         let digest = match auth.map(|a| parse_auth(url, &a, from_file)).transpose()? {
             Some((user, given)) => {
                 Password::from_query(&mut q, given)?.map(|password| (user, password))
@@ -103,70 +175,74 @@ impl ZkConfig {
         };
         let tls = TlsOptions::from_query(&mut q, false)?;
         q.finish(Self::OPTIONS)?;
-        let hosts = hosts
-            .iter()
-            .map(|h| parse_host(url, h))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Self {
-            hosts,
-            chroot: parse_chroot(url, &path)?,
+        if hosts.iter().any(|h| h.contains('@')) {
+            return Err(Error::invalid_url(
+                url,
+                "give credentials as ?auth=digest:USER:PASSWORD",
+            ));
+        }
+        let config = Self {
+            hosts: hosts.iter().map(|h| (*h).to_owned()).collect(),
+            chroot,
             session_timeout,
+            creator_only: digest.is_some(),
             digest,
-            container_parents: true,
+            container_parents: defaults.container_parents,
             timeout,
             connect_timeout,
             tls,
-        })
+        };
+        config.check().map_err(|e| e.into_url(url))
     }
 
-    /// The hosts as a ZooKeeper connect string, without the chroot.
-    pub fn connect_string(&self) -> String {
-        self.hosts.join(",")
-    }
-}
-
-/// The options of a backend made with
-/// [`ZkBackend::from_client`](crate::ZkBackend::from_client): those of a
-/// `zk://` URL that do not concern the session, with the same defaults and
-/// checks.
-///
-/// ```
-/// use std::time::Duration;
-/// use lock_zk::config::ZkOptions;
-///
-/// let options = ZkOptions::new().chroot("/app/locks").timeout(Duration::from_secs(1));
-/// ```
-#[derive(Clone, Debug)]
-pub struct ZkOptions {
-    pub(crate) chroot: String,
-    pub(crate) timeout: Duration,
-    pub(crate) creator_only: bool,
-    pub(crate) container_parents: bool,
-}
-
-impl Default for ZkOptions {
-    fn default() -> Self {
-        Self {
-            chroot: String::new(),
-            timeout: ZkConfig::DEFAULT_TIMEOUT,
-            creator_only: false,
-            container_parents: true,
-        }
-    }
-}
-
-impl ZkOptions {
-    /// The defaults: no chroot, a 3 s timeout, open ACLs, container
-    /// parents.
-    pub fn new() -> Self {
-        Self::default()
+    /// The servers, each `host[:port]` (the URL's hosts).
+    pub fn hosts<I, S>(mut self, hosts: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.hosts = hosts.into_iter().map(Into::into).collect();
+        self
     }
 
-    /// A path every lock lives under, below the client's own chroot if it
-    /// has one, as a URL's path is (`/app/locks`); created (persistent) if
-    /// missing.
+    /// A path every lock lives under, as a URL's path is (`/app/locks`);
+    /// created (persistent) if missing. With
+    /// [`from_client`](crate::ZkBackend::from_client), below the client's
+    /// own chroot if it has one.
     pub fn chroot(mut self, chroot: impl Into<String>) -> Self {
         self.chroot = chroot.into();
+        self
+    }
+
+    /// The session timeout to ask for (URL option `session_timeout`); more
+    /// than zero.
+    pub fn session_timeout(mut self, timeout: Duration) -> Self {
+        self.session_timeout = timeout;
+        self
+    }
+
+    /// Authenticates the session as `user` with the `digest` scheme (URL
+    /// option `auth=digest:USER:PASSWORD`, or `password_file`), and, as a
+    /// URL's `auth` does, turns [`creator_only`](Self::creator_only) on;
+    /// call `.creator_only(false)` after it to leave the nodes open.
+    pub fn digest(mut self, user: impl Into<String>, password: Password) -> Self {
+        self.digest = Some((user.into(), password));
+        self.creator_only = true;
+        self
+    }
+
+    /// Gives every node distlock creates the creator-only ACL, as a URL
+    /// with `auth` does: only sessions authenticated as the same identity
+    /// may touch them (see [`creator_only`](Self::creator_only)).
+    pub fn creator_only(mut self, on: bool) -> Self {
+        self.creator_only = on;
+        self
+    }
+
+    /// Lock parents as container nodes (see
+    /// [`container_parents`](Self::container_parents)).
+    pub fn container_parents(mut self, on: bool) -> Self {
+        self.container_parents = on;
         self
     }
 
@@ -177,61 +253,94 @@ impl ZkOptions {
         self
     }
 
-    /// Gives every node distlock creates the creator-only ACL
-    /// (`Acls::creator_all`), as a URL with `auth` does: only sessions
-    /// authenticated as the same identity may touch them. The client must
-    /// have authenticated (digest, SASL). Off by default: the nodes are
-    /// open to anyone (`Acls::anyone_all`).
-    pub fn creator_only(mut self, on: bool) -> Self {
-        self.creator_only = on;
+    /// The longest wait for a session (URL option `connect_timeout`); more
+    /// than zero.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
         self
     }
 
-    /// As [`ZkConfig::container_parents`].
-    pub fn container_parents(mut self, on: bool) -> Self {
-        self.container_parents = on;
+    /// TLS, and what it trusts and presents (URL options `tls`, `tls_ca`,
+    /// `tls_cert`, `tls_key`).
+    pub fn tls(mut self, tls: TlsOptions) -> Self {
+        self.tls = tls;
         self
     }
 
-    /// The options, checked as a URL's are (the chroot normalised as a
-    /// URL's path is); a mistake is an [`Error::InvalidConfig`] naming the
-    /// option.
-    pub(crate) fn check(self) -> Result<Self> {
-        let path = format!("/{}", self.chroot.trim_start_matches('/'));
-        let chroot = parse_chroot(&format!("zk://…{path}"), &path)
-            .map_err(|e| e.into_config(crate::NAME))?;
-        if self.timeout.is_zero() {
+    /// The hosts as a ZooKeeper connect string, without the chroot.
+    pub fn connect_string(&self) -> String {
+        self.hosts.join(",")
+    }
+
+    /// The one check of every field, whether it came from a URL or from
+    /// code; a mistake is an [`Error::InvalidConfig`] naming the option.
+    /// Gives the config normalised: each host with its port, the chroot
+    /// `/a/b` or empty.
+    pub(crate) fn check(&self) -> Result<Self> {
+        if self.hosts.is_empty() {
             return Err(Error::invalid_config(
                 crate::NAME,
-                "option \"timeout\" must be more than zero",
+                "option \"hosts\" must name at least one server",
             ));
         }
-        Ok(Self { chroot, ..self })
+        let hosts = self
+            .hosts
+            .iter()
+            .map(|h| check_host(h))
+            .collect::<Result<Vec<_>>>()?;
+        let chroot = check_chroot(&self.chroot)?;
+        check_positive(
+            crate::NAME,
+            &[
+                ("session_timeout", self.session_timeout),
+                ("timeout", self.timeout),
+                ("connect_timeout", self.connect_timeout),
+            ],
+        )?;
+        if let Some((user, _)) = &self.digest
+            && user.is_empty()
+        {
+            return Err(Error::invalid_config(
+                crate::NAME,
+                "option \"auth\": the digest user must not be empty",
+            ));
+        }
+        Ok(Self {
+            hosts,
+            chroot,
+            ..self.clone()
+        })
     }
 }
 
-fn parse_host(url: &str, host: &str) -> Result<String> {
-    if host.is_empty() {
-        return Err(Error::invalid_url(url, "an empty host in the server list"));
+impl FromStr for ZkConfig {
+    type Err = Error;
+
+    fn from_str(url: &str) -> Result<Self> {
+        Self::from_url(url)
     }
-    if host.contains('@') {
-        return Err(Error::invalid_url(
-            url,
-            "give credentials as ?auth=digest:USER:PASSWORD",
-        ));
+}
+
+/// `host` with its port (2181 where it names none), or an
+/// [`Error::InvalidConfig`] naming the option `hosts`.
+fn check_host(host: &str) -> Result<String> {
+    let bad =
+        |reason: String| Error::invalid_config(crate::NAME, format!("option \"hosts\": {reason}"));
+    if host.is_empty() {
+        return Err(bad("an empty host in the server list".to_owned()));
     }
     let (name, port) = match host.rsplit_once(':') {
         Some((name, _)) if !name.ends_with(']') && name.contains(':') => {
-            return Err(Error::invalid_url(
-                url,
-                format!("write the IPv6 address {host} in brackets: [addr]:port"),
-            ));
+            return Err(bad(format!(
+                "write the IPv6 address {host} in brackets: [addr]:port"
+            )));
         }
         Some((name, port)) => (name, port),
         None => (host, ""),
     };
-    if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(Error::invalid_url(url, format!("bad host \"{host}\"")));
+    let odd = |c: char| c.is_whitespace() || c.is_control() || c == '@' || c == '/' || c == ',';
+    if name.is_empty() || name.chars().any(odd) {
+        return Err(bad(format!("bad host \"{host}\"")));
     }
     let port = if port.is_empty() {
         ZkConfig::DEFAULT_PORT
@@ -239,13 +348,21 @@ fn parse_host(url: &str, host: &str) -> Result<String> {
         port.parse::<u16>()
             .ok()
             .filter(|p| *p != 0)
-            .ok_or_else(|| Error::invalid_url(url, format!("bad port in \"{host}\"")))?
+            .ok_or_else(|| bad(format!("bad port in \"{host}\"")))?
     };
     Ok(format!("{name}:{port}"))
 }
 
-fn parse_chroot(url: &str, path: &str) -> Result<String> {
-    let trimmed = path.trim_end_matches('/');
+/// `chroot` as `/a/b` (a leading `/` added if missing, a trailing one
+/// dropped) or empty, or an [`Error::InvalidConfig`] naming the option
+/// `chroot`.
+fn check_chroot(chroot: &str) -> Result<String> {
+    let rooted = if chroot.starts_with('/') {
+        chroot.to_owned()
+    } else {
+        format!("/{chroot}")
+    };
+    let trimmed = rooted.trim_end_matches('/');
     if trimmed.is_empty() {
         return Ok(String::new());
     }
@@ -255,19 +372,19 @@ fn parse_chroot(url: &str, path: &str) -> Result<String> {
             || segment == ".."
             || segment.chars().any(|c| c.is_whitespace() || c.is_control());
         if bad {
-            return Err(Error::invalid_url(
-                url,
+            return Err(Error::invalid_config(
+                crate::NAME,
                 format!(
-                    "bad chroot \"{trimmed}\": segments must be non-empty, not . or .., \
-                     without spaces or control characters"
+                    "option \"chroot\" (a URL's path): bad chroot \"{trimmed}\": segments must be \
+                     non-empty, not . or .., without spaces or control characters"
                 ),
             ));
         }
     }
     if trimmed == "/zookeeper" || trimmed.starts_with("/zookeeper/") {
-        return Err(Error::invalid_url(
-            url,
-            "the chroot must not be under /zookeeper, which ZooKeeper reserves",
+        return Err(Error::invalid_config(
+            crate::NAME,
+            "option \"chroot\" (a URL's path) must not be under /zookeeper, which ZooKeeper reserves",
         ));
     }
     Ok(trimmed.to_owned())
@@ -293,114 +410,5 @@ fn parse_auth(url: &str, auth: &str, from_file: bool) -> Result<(String, Option<
     Ok((user.to_owned(), password))
 }
 
-/// The backend's name, as [`Capabilities::backend`](lock_core::Capabilities::backend) and
-/// error messages give it.
-pub const NAME: &str = "zookeeper";
-
-/// The URL schemes this backend accepts.
-pub const SCHEMES: &[&str] = &["zk"];
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn options_are_checked_as_a_url_is() {
-        let chroot = |c: &str| ZkOptions::new().chroot(c).check().map(|o| o.chroot);
-        assert_eq!(chroot("app/locks/").unwrap(), "/app/locks");
-        assert_eq!(chroot("/app").unwrap(), "/app");
-        assert_eq!(chroot("").unwrap(), "");
-        for (bad, expected) in [("/a//b", "segments"), ("/zookeeper/x", "reserves")] {
-            let err = chroot(bad).unwrap_err();
-            assert!(
-                err.is_invalid_input() && err.to_string().contains(expected),
-                "{err}"
-            );
-        }
-        let err = ZkOptions::new()
-            .timeout(Duration::ZERO)
-            .check()
-            .unwrap_err();
-        assert!(err.to_string().contains("more than zero"), "{err}");
-    }
-
-    #[test]
-    fn parses_hosts_chroot_and_options() {
-        let c = ZkConfig::parse(
-            "zk://127.0.0.1:2181,127.0.0.2/app/locks/?session_timeout=4s&auth=digest:bob:hun:ter2&timeout=1s",
-        )
-        .unwrap();
-        assert_eq!(c.hosts, ["127.0.0.1:2181", "127.0.0.2:2181"]);
-        assert_eq!(c.chroot, "/app/locks");
-        assert_eq!(c.session_timeout, Duration::from_secs(4));
-        assert_eq!(c.timeout, Duration::from_secs(1));
-        assert_eq!(
-            c.digest,
-            Some(("bob".to_owned(), Password::Given("hun:ter2".to_owned()))),
-            "the password is everything after the user"
-        );
-        let from_file = ZkConfig::parse("zk://h:1?auth=digest:bob&password_file=/run/zk").unwrap();
-        assert_eq!(
-            from_file.digest,
-            Some(("bob".to_owned(), Password::File("/run/zk".into())))
-        );
-        for (url, expected) in [
-            (
-                "zk://h:1?password_file=/run/zk",
-                "needs \"auth=digest:USER\"",
-            ),
-            ("zk://h:1?auth=digest:bob:pw&password_file=/run/zk", "both"),
-            ("zk://h:1?auth=digest:bob", "digest:USER:PASSWORD"),
-        ] {
-            let err = ZkConfig::parse(url).unwrap_err().to_string();
-            assert!(err.contains(expected), "{url}: {err}");
-        }
-        assert_eq!(c.connect_string(), "127.0.0.1:2181,127.0.0.2:2181");
-        let plain = ZkConfig::parse("zk://h:1").unwrap();
-        assert_eq!(plain.chroot, "");
-        assert_eq!(plain.session_timeout, ZkConfig::DEFAULT_SESSION_TIMEOUT);
-        assert!(plain.container_parents);
-        assert_eq!(
-            ZkConfig::parse("zk://[::1]:2181/").unwrap().hosts,
-            ["[::1]:2181"]
-        );
-    }
-
-    #[test]
-    fn debug_never_shows_the_password() {
-        let c = ZkConfig::parse("zk://h:1?auth=digest:bob:hunter2").unwrap();
-        let shown = format!("{c:?}");
-        assert!(
-            !shown.contains("hunter2") && shown.contains("bob"),
-            "{shown}"
-        );
-    }
-
-    #[test]
-    fn bad_urls_say_what_is_wrong() {
-        for (url, why) in [
-            ("zk://h:1?auth=sasl:x", "digest:USER:PASSWORD"),
-            ("zk://h:1?auth=digest:nopassword", "digest:USER:PASSWORD"),
-            ("zk://u:p@h:1", "?auth=digest"),
-            ("zk://h:1,,h:2", "empty host"),
-            ("zk://h:port", "bad port"),
-            ("zk://h:1//x", "bad chroot"),
-            ("zk://h:1/a/../b", "bad chroot"),
-            ("zk://h:1/zookeeper/x", "reserves"),
-            ("zk://h:1?session_timeout=0s", "more than zero"),
-            ("zk://h:1?session_timeout=10", "no unit"),
-            ("zk://h:1?bogus=1", "accepted options"),
-            ("etcd://h:1", "expected zk://"),
-        ] {
-            let err = ZkConfig::parse(url).unwrap_err();
-            let text = err.to_string();
-            assert!(text.contains(why), "{url}: {text}");
-        }
-    }
-
-    #[test]
-    fn errors_never_show_the_password() {
-        let err = ZkConfig::parse("zk://h:1?auth=digest:bob:hunter2&bogus=1").unwrap_err();
-        assert!(!format!("{err} {err:?}").contains("hunter2"), "{err}");
-    }
-}
+mod tests;

@@ -1,42 +1,28 @@
 //! The leases this backend granted, and for each the task that deletes its
 //! node when it is not renewed by its deadline: a holder that stops renewing
-//! frees the lock after its TTL although its session lives on.
+//! frees the lock after its TTL although its session lives on. Also where a
+//! lease's node is (`node_of`), for a release or a check.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use lock_core::backend::{AcquireRequest, Lease};
-use lock_core::{FencingToken, LockKind};
+use lock_core::{FencingToken, Result};
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
-use crate::backend::ZkBackend;
+use crate::held::Held;
 use crate::layout::Queue;
 use crate::recipe::Node;
-use crate::session::{Inner, lease_ttl};
+use crate::session::{Core, lease_ttl};
 
-/// One lease this backend granted and keeps.
-pub(crate) struct Held {
-    kind: LockKind,
-    path: String,
-    session: i64,
-    czxid: i64,
-    /// The lease TTL last granted.
-    ttl: Duration,
-    /// When the node is deleted unless renewed.
-    until: watch::Sender<Instant>,
-    /// Set by the expiry task before it deletes the node.
-    expired: bool,
-    stop: CancellationToken,
-}
-
-impl ZkBackend {
+impl Core {
     /// Records the grant of our `node` in `queue` and starts the task that
     /// deletes it if it is not renewed by `sent + lease TTL`.
     pub(crate) fn grant(
-        &self,
+        self: &Arc<Self>,
         req: &AcquireRequest,
         client: &zk::Client,
         queue: &Queue,
@@ -57,11 +43,11 @@ impl ZkBackend {
             expired: false,
             stop: stop.clone(),
         };
-        if let Some(old) = self.inner.held().insert(req.owner.to_u128(), held) {
+        if let Some(old) = self.held().insert(req.owner.to_u128(), held) {
             old.stop.cancel();
         }
         tokio::spawn(expire_when_due(
-            Arc::downgrade(&self.inner),
+            Arc::downgrade(self),
             req.owner.to_u128(),
             deadline,
             stop,
@@ -72,8 +58,8 @@ impl ZkBackend {
     /// The lease this backend already granted to `req`, if it still holds
     /// it: acquiring again with the same request is idempotent.
     pub(crate) fn granted_before(&self, req: &AcquireRequest) -> Option<Lease> {
-        let session = self.session_id()?;
-        let held = self.inner.held();
+        let session = self.live_client()?.session_id().0;
+        let held = self.held();
         let h = held.get(&req.owner.to_u128())?;
         let until = *h.until.borrow();
         if h.expired || h.kind != req.kind || h.session != session || Instant::now() >= until {
@@ -86,7 +72,7 @@ impl ZkBackend {
     /// The node path and session of `owner`'s lease with node `czxid`, while
     /// it is in force.
     pub(crate) fn in_force(&self, owner: u128, czxid: i64) -> Option<(String, i64)> {
-        let held = self.inner.held();
+        let held = self.held();
         held.get(&owner)
             .filter(|h| !h.expired && h.czxid == czxid && Instant::now() < *h.until.borrow())
             .map(|h| (h.path.clone(), h.session))
@@ -97,7 +83,7 @@ impl ZkBackend {
     /// lease is no longer kept, or either deadline has passed. Past its
     /// deadline a lease is over even before the expiry task has run.
     pub(crate) fn extend(&self, owner: u128, czxid: i64, ttl: Duration, sent: Instant) -> bool {
-        let mut held = self.inner.held();
+        let mut held = self.held();
         let now = Instant::now();
         match held.get_mut(&owner) {
             Some(h)
@@ -117,8 +103,7 @@ impl ZkBackend {
     /// What this backend keeps of `owner`'s lease with node `czxid`; `None`
     /// if it keeps no lease of `owner`, or another one.
     pub(crate) fn kept(&self, owner: u128, czxid: i64) -> Option<Kept> {
-        self.inner
-            .held()
+        self.held()
             .get(&owner)
             .filter(|h| h.czxid == czxid)
             .map(|h| match h.expired {
@@ -132,14 +117,14 @@ impl ZkBackend {
 
     /// Stops keeping `owner`'s lease.
     pub(crate) fn forget(&self, owner: u128) {
-        if let Some(h) = self.inner.held().remove(&owner) {
+        if let Some(h) = self.held().remove(&owner) {
             h.stop.cancel();
         }
     }
 
     /// Stops keeping `owner`'s lease with node `czxid`, and no other.
     pub(crate) fn forget_lease(&self, owner: u128, czxid: i64) {
-        let mut held = self.inner.held();
+        let mut held = self.held();
         if held.get(&owner).is_some_and(|h| h.czxid == czxid)
             && let Some(h) = held.remove(&owner)
         {
@@ -166,7 +151,7 @@ pub(crate) fn token(czxid: i64) -> FencingToken {
 /// stopped renewing frees the lock after its TTL even though its session
 /// lives on.
 async fn expire_when_due(
-    inner: Weak<Inner>,
+    core: Weak<Core>,
     owner: u128,
     mut until: watch::Receiver<Instant>,
     stop: CancellationToken,
@@ -181,7 +166,7 @@ async fn expire_when_due(
                 Err(_) => return,
             },
         }
-        let Some(strong) = inner.upgrade() else {
+        let Some(strong) = core.upgrade() else {
             return;
         };
         // The sleep may have ended as a renewal moved the deadline: only
@@ -196,27 +181,74 @@ async fn expire_when_due(
         h.expired = true;
         let (path, session) = (h.path.clone(), h.session);
         drop(held);
-        break (ZkBackend { inner: strong }, path, session);
+        break (strong, path, session);
     };
     tracing::debug!(node = %crate::layout::shown(&path), "lease not renewed in time; deleting its node");
     backend.keep_deleting(session, &path, &stop).await;
     if stop.is_cancelled() {
         return;
     }
-    let mut held = backend.inner.held();
+    let mut held = backend.held();
     if held.get(&owner).is_some_and(|h| h.expired) {
         held.remove(&owner);
     }
 }
 
+impl Core {
+    /// The path of `lease`'s node in `queue`, and whether it is this backend's own
+    /// grant on its live session; `None` if the node is gone.
+    ///
+    /// Our own grant is not read first: its path names the owner (a
+    /// digest of its token) and a sequence number unique under the parent, so whatever
+    /// node is there is this owner's; and while the lease is kept, not
+    /// expired, on this live session, the node there is the lease's own:
+    /// nothing else deletes it but the expiry task (which marks the lease
+    /// expired first) or this owner's own acquire or release. A lease this
+    /// backend did not grant, or granted on a session that has ended since,
+    /// is found by owner and czxid, whatever session holds it.
+    pub(crate) async fn node_of(
+        &self,
+        client: &zk::Client,
+        queue: &Queue,
+        lease: &Lease,
+        kept: Option<Kept>,
+    ) -> Result<Option<(String, bool)>> {
+        if let Some(Kept::Live { path, session }) = kept
+            && session == client.session_id().0
+        {
+            return Ok(Some((path, true)));
+        }
+        let parent = &queue.parent;
+        // The lease may have been granted through another member moments
+        // ago; ours may not have seen its node yet.
+        self.catch_up(client, parent).await;
+        let children = self.children(client, parent).await?.unwrap_or_default();
+        let czxid = czxid_of(lease);
+        Ok(self
+            .nodes_of(client, queue, lease.owner(), &children)
+            .await?
+            .into_iter()
+            .find(|(_, stat)| stat.czxid == czxid)
+            .map(|(name, _)| (format!("{parent}/{name}"), false)))
+    }
+}
+
+/// The czxid a lease's fencing token stands for.
+pub(crate) fn czxid_of(lease: &Lease) -> i64 {
+    lease.token().to_i64()
+}
+
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::config::ZkConfig;
+    use lock_core::LockKind;
 
-    /// A backend with one kept lease, and its expiry task running.
-    fn keeping(ttl: Duration) -> (ZkBackend, u128, i64) {
-        let backend = ZkBackend::unconnected(ZkConfig::parse("zk://127.0.0.1:1").unwrap());
+    use super::*;
+    use crate::ZkConfig;
+
+    /// A backend's core with one kept lease, and its expiry task running.
+    fn keeping(ttl: Duration) -> (Arc<Core>, u128, i64) {
+        let config = ZkConfig::from_url("zk://127.0.0.1:1").unwrap();
+        let backend = Arc::new(Core::new(config, true));
         let (owner, czxid) = (7, 42);
         let (until, deadline) = watch::channel(Instant::now() + ttl);
         let stop = CancellationToken::new();
@@ -230,9 +262,9 @@ mod tests {
             expired: false,
             stop: stop.clone(),
         };
-        backend.inner.held().insert(owner, held);
+        backend.held().insert(owner, held);
         tokio::spawn(expire_when_due(
-            Arc::downgrade(&backend.inner),
+            Arc::downgrade(&backend),
             owner,
             deadline,
             stop,

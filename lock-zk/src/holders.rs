@@ -2,19 +2,21 @@
 //! rules that admit them (Curator's): the `N` oldest of a semaphore's
 //! leases; a read-write lock's nodes that `Queue::blocker` lets through.
 
+use std::sync::Arc;
+
 use lock_core::backend::Holder;
 use lock_core::{LockKind, LockName, Result};
 
-use crate::backend::ZkBackend;
 use crate::error::{convert, unavailable};
 use crate::expiry::token;
 use crate::layout::{PROTECTED, Queue};
+use crate::session::Core;
 use zookeeper_client as zk;
 
-impl ZkBackend {
+impl Core {
     /// Every holder of `kind`'s semaphore or read-write lock of `name`.
     pub(crate) async fn group_holders(
-        &self,
+        self: &Arc<Self>,
         name: &LockName,
         kind: LockKind,
     ) -> Result<Vec<Holder>> {
@@ -49,7 +51,7 @@ impl ZkBackend {
 
     /// The mutex's holder: its first node, looked up again if that node is
     /// released between the listing and the read.
-    pub(crate) async fn mutex_holder(&self, name: &LockName) -> Result<Option<Holder>> {
+    pub(crate) async fn mutex_holder(self: &Arc<Self>, name: &LockName) -> Result<Option<Holder>> {
         let client = self.client().await?;
         let queue = Queue::mutex(name);
         let parent = &queue.parent;

@@ -3,7 +3,8 @@
 //! `InterProcessReadWriteLock`), each family under its own root so that a
 //! mutex, a semaphore and a read-write lock of one name never meet.
 
-use lock_core::{Family, LockKind, LockName, OwnerToken};
+use lock_core::backend::{Family, OwnerToken};
+use lock_core::{LockKind, LockName};
 
 /// Lock parents live under this node, below the chroot: `/locks/<name>`.
 pub const ROOT: &str = "/locks";

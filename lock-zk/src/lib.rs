@@ -5,12 +5,14 @@
 
 mod backend;
 mod cleanup;
-pub mod config;
+mod config;
 mod error;
 mod expiry;
 mod handover;
+mod held;
 mod holders;
 mod layout;
+mod names;
 mod recipe;
 mod semaphore;
 mod session;
@@ -19,4 +21,5 @@ pub use backend::MIN_TTL;
 pub use backend::ZkBackend;
 pub use layout::ROOT;
 
-pub use config::{NAME, SCHEMES};
+pub use config::ZkConfig;
+pub use names::{NAME, SCHEMES};

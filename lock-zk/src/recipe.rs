@@ -6,16 +6,16 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 
+use lock_core::backend::OwnerToken;
 use lock_core::backend::{AcquireRequest, WaitBudget};
-use lock_core::{Error, LockName, OwnerToken, Result};
+use lock_core::{Error, LockName, Result};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use crate::backend::ZkBackend;
 use crate::error::{convert, no_data_change, unavailable};
 use crate::handover::Waiter;
 use crate::layout::{Queue, is_root, owner_prefix};
-use crate::session::connected;
+use crate::session::{Core, connected};
 
 /// The version a check or write accepts whatever the node's version.
 const ANY_VERSION: i32 = -1;
@@ -50,7 +50,7 @@ type Listing<'a> = Pin<
     >,
 >;
 
-impl ZkBackend {
+impl Core {
     /// Our node in `queue` for `req` (the one `slot` holds from an earlier
     /// attempt on this session, else a new one, or the one an earlier
     /// attempt created unseen when `look_first`), and the wait for its
@@ -170,7 +170,7 @@ impl ZkBackend {
     async fn make_parent(&self, client: &zk::Client, parent: &str) -> Result<()> {
         let acls = self.acls();
         for _ in 0..3 {
-            let containers = self.inner.containers.load(Ordering::Relaxed);
+            let containers = self.containers.load(Ordering::Relaxed);
             let root = is_root(parent);
             let mode = if containers && !root {
                 zk::CreateMode::Container
@@ -194,7 +194,7 @@ impl ZkBackend {
                     tracing::info!(
                         "the ZooKeeper server has no container nodes; lock parents are deleted by distlock when empty"
                     );
-                    self.inner.containers.store(false, Ordering::Relaxed);
+                    self.containers.store(false, Ordering::Relaxed);
                 }
                 Err(e) => return Err(convert("create the lock parent", e)),
             }
@@ -455,7 +455,7 @@ impl ZkBackend {
                 path: format!("{parent}/{}", node.name),
                 czxid: node.czxid,
             };
-            let registration = self.inner.handovers.register(&before, waiter, budget);
+            let registration = self.handovers.register(&before, waiter, budget);
             let watcher = match self
                 .call("watch the predecessor", client.get_and_watch_data(&before))
                 .await?
@@ -469,7 +469,7 @@ impl ZkBackend {
             };
             match event.event_type {
                 zk::EventType::NodeDeleted => {
-                    self.inner.wakeups.fetch_add(1, Ordering::Relaxed);
+                    self.wakeups.fetch_add(1, Ordering::Relaxed);
                     if let Some(Some(sent)) = budget.race(registration.handed_over()).await {
                         return Ok(sent);
                     }

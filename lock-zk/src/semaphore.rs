@@ -7,23 +7,24 @@
 //! change. Only that one acquirer watches the leases, so a release wakes it
 //! alone, and its grant (the mutex let go) wakes the next in line.
 
+use std::sync::Arc;
+
 use lock_core::backend::{AcquireRequest, Backoff, Lease, Retry, WaitBudget};
 use lock_core::{Error, Result};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
-use crate::backend::ZkBackend;
 use crate::cleanup::RETRY_CAP;
 use crate::handover;
 use crate::layout::{Queue, owner_prefix};
 use crate::recipe::{Node, Vouched, session_ended_while_waiting};
-use crate::session::connected;
+use crate::session::{Core, connected};
 
-impl ZkBackend {
+impl Core {
     /// One of `permits` permits of the semaphore `req.name`.
     pub(crate) async fn acquire_permit(
-        &self,
+        self: &Arc<Self>,
         req: &AcquireRequest,
         permits: u32,
         budget: &WaitBudget,
@@ -133,8 +134,7 @@ impl ZkBackend {
             };
             match event.event_type {
                 zk::EventType::NodeChildrenChanged | zk::EventType::NodeDeleted => {
-                    self.inner
-                        .wakeups
+                    self.wakeups
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
                 zk::EventType::Session if event.session_state.is_terminated() => {
@@ -150,7 +150,7 @@ impl ZkBackend {
     /// delete is retried in the background while the session lives, since
     /// the node keeps every other acquirer out.
     async fn let_go_of_mutex(
-        &self,
+        self: &Arc<Self>,
         client: &zk::Client,
         mutex: &Queue,
         turn: &Option<(i64, Node)>,
@@ -159,7 +159,7 @@ impl ZkBackend {
             return;
         };
         let path = format!("{}/{}", mutex.parent, node.name);
-        let delete = handover::delete_and_hand_over(&self.inner.handovers, client, &path);
+        let delete = handover::delete_and_hand_over(&self.handovers, client, &path);
         match self.call("let go of the semaphore's mutex", delete).await {
             Ok(Ok(()) | Err(zk::Error::NoNode)) => {
                 self.tidy_parent(client, &mutex.parent).await;

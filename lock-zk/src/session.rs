@@ -1,6 +1,6 @@
-//! The ZooKeeper session of a [`ZkBackend`]: one per backend, shared by every
-//! lock it takes, replaced when it expires; every request bounded by the
-//! configured timeout. Calls that find the session ended share the making
+//! The ZooKeeper session of a backend ([`Core`]): one per backend, shared by
+//! every lock it takes, replaced when it expires; every request bounded by
+//! the configured timeout. Calls that find the session ended share the making
 //! of the next one, and its failure: none waits for more than one attempt
 //! (the connect timeout, then the timeout of creating the chroot).
 
@@ -11,26 +11,28 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use lock_core::backend::SingleFlight;
-use lock_core::tls::{TlsMaterial, TlsOptions};
+use lock_core::tls::TlsMaterial;
 use lock_core::{Error, Result};
 use zookeeper_client as zk;
 
-use crate::backend::ZkBackend;
-use crate::config::{ZkConfig, ZkOptions};
-use crate::error::{convert, unavailable};
-use crate::expiry::Held;
-use crate::handover::ZkHandovers;
+use lock_core::backend::OwnerToken;
+use lock_core::backend::{AcquireRequest, WaitBudget};
 
-pub(crate) struct Inner {
+use crate::ZkConfig;
+use crate::error::{convert, unavailable};
+use crate::handover::ZkHandovers;
+use crate::held::Held;
+
+/// What the protocol modules share of one backend: its session and how to
+/// make the next one, and the state its locks keep beside it.
+pub(crate) struct Core {
     pub(crate) config: ZkConfig,
     /// The current session; replaced when it expires, if the backend makes
     /// its own sessions.
     session: Mutex<Option<zk::Client>>,
     /// Whether the backend makes its sessions (from a URL), or was given
-    /// one it cannot replace ([`ZkBackend::from_client`]).
+    /// one it cannot replace (`ZkBackend::from_client`).
     own_sessions: bool,
-    /// Whether nodes get the creator-only ACL.
-    creator_only: bool,
     /// The making of a new session, which every call that finds none
     /// joins, so that only one is made.
     connecting: SingleFlight<zk::Client>,
@@ -40,164 +42,65 @@ pub(crate) struct Inner {
     /// that deletes its node when it is not renewed in time.
     held: Mutex<HashMap<u128, Held>>,
     /// Owners whose create may have been applied without a reply.
-    pub(crate) uncertain: Mutex<HashSet<u128>>,
+    uncertain: Mutex<HashSet<u128>>,
     pub(crate) wakeups: AtomicU64,
     /// Waiters a release of this backend can grant directly.
     pub(crate) handovers: Arc<ZkHandovers>,
 }
 
-impl ZkBackend {
-    /// Connects to the ensemble a `zk://` URL names.
-    pub async fn connect(url: &str) -> Result<Self> {
-        Self::connect_with(ZkConfig::parse(url)?).await
-    }
-
-    /// Connects with a configuration built or adjusted by hand.
-    pub async fn connect_with(config: ZkConfig) -> Result<Self> {
-        let backend = Self::unconnected(config);
-        backend.client().await?;
-        Ok(backend)
-    }
-
-    /// A backend on the session of a `zookeeper_client::Client` the
-    /// application made, with `options` in place of a URL's. The session
-    /// stays the application's: locks are ephemeral nodes of it, it is
-    /// watched as the backend's own would be (a lease is at risk while it
-    /// is disconnected, and lost when it expires), and closing it ends
-    /// them. Requests go through clones of the client, each bounded by the
-    /// options' timeout. The client may have a chroot: the options' chroot
-    /// is below it.
-    ///
-    /// The backend cannot replace the session when it expires, as a
-    /// backend made from a URL does (the client cannot say how to reach
-    /// the ensemble again, nor with which credentials): every lock of the
-    /// backend is then lost, and every later call fails with an error that
-    /// says so. Make a new client and a new backend then. A session that
-    /// has ended already is refused.
-    ///
-    /// [`config`](Self::config) then holds the options, no hosts, and the
-    /// session's timeout.
-    ///
-    /// ```no_run
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> lock_core::Result<()> {
-    /// use lock_core::Locker;
-    /// use lock_zk::ZkBackend;
-    /// use lock_zk::config::ZkOptions;
-    ///
-    /// let client = zookeeper_client::Client::connect("127.0.0.1:2181").await.unwrap();
-    /// let backend = ZkBackend::from_client(client.clone(), ZkOptions::new().chroot("/app")).await?;
-    /// let locker = Locker::new(backend);
-    /// let guard = locker.lock("schema-migration").await?;
-    /// guard.release().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn from_client(client: zk::Client, options: ZkOptions) -> Result<Self> {
-        let options = options.check()?;
-        let state = client.state();
-        if state.is_terminated() {
-            return Err(session_ended(state));
-        }
-        let config = ZkConfig {
-            hosts: Vec::new(),
-            chroot: options.chroot,
-            session_timeout: client.session_timeout(),
-            digest: None,
-            container_parents: options.container_parents,
-            timeout: options.timeout,
-            connect_timeout: options.timeout,
-            tls: TlsOptions::default(),
-        };
-        let backend = Self::with_session_rule(config, false, options.creator_only);
-        let client = backend.enter_chroot(client).await?;
-        *backend
-            .inner
-            .session
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(client);
-        Ok(backend)
-    }
-
-    /// A backend that makes its session on first use.
-    pub(crate) fn unconnected(config: ZkConfig) -> Self {
-        let creator_only = config.digest.is_some();
-        Self::with_session_rule(config, true, creator_only)
-    }
-
-    fn with_session_rule(config: ZkConfig, own_sessions: bool, creator_only: bool) -> Self {
+impl Core {
+    /// The core of a backend that makes its own sessions (from a URL), or
+    /// is given one it cannot replace; `config` is checked.
+    pub(crate) fn new(config: ZkConfig, own_sessions: bool) -> Self {
         Self {
-            inner: Arc::new(Inner {
-                containers: AtomicBool::new(config.container_parents),
-                config,
-                session: Mutex::new(None),
-                own_sessions,
-                creator_only,
-                connecting: SingleFlight::new(),
-                held: Mutex::new(HashMap::new()),
-                uncertain: Mutex::new(HashSet::new()),
-                wakeups: AtomicU64::new(0),
-                handovers: Arc::default(),
-            }),
+            containers: AtomicBool::new(config.container_parents),
+            config,
+            session: Mutex::new(None),
+            own_sessions,
+            connecting: SingleFlight::new(),
+            held: Mutex::new(HashMap::new()),
+            uncertain: Mutex::new(HashSet::new()),
+            wakeups: AtomicU64::new(0),
+            handovers: Arc::default(),
         }
     }
 
-    /// The configuration in use.
-    pub fn config(&self) -> &ZkConfig {
-        &self.inner.config
-    }
-
-    /// The current session's id, if there is a live one.
-    pub fn session_id(&self) -> Option<i64> {
-        self.inner.live_client().map(|c| c.session_id().0)
-    }
-
-    /// The session timeout the server granted to the current session.
-    pub fn session_timeout(&self) -> Option<Duration> {
-        self.inner.live_client().map(|c| c.session_timeout())
-    }
-
-    /// The longest a lease lasts without a renewal on the current session:
-    /// `min(ttl, 2/3 of the session timeout)`. See the crate docs.
-    pub fn lease_ttl(&self, ttl: Duration) -> Duration {
-        match self.inner.live_client() {
-            Some(c) => lease_ttl(ttl, &c),
-            None => ttl,
-        }
+    /// Makes `client` the current session.
+    pub(crate) fn set_session(&self, client: zk::Client) {
+        *self.session.lock().unwrap_or_else(|p| p.into_inner()) = Some(client);
     }
 
     /// The live session, or a new one if it expired (the one being made,
     /// if another call is making it).
-    pub(crate) async fn client(&self) -> Result<zk::Client> {
-        if let Some(c) = self.inner.live_client() {
+    pub(crate) async fn client(self: &Arc<Self>) -> Result<zk::Client> {
+        if let Some(c) = self.live_client() {
             return Ok(c);
         }
-        if !self.inner.own_sessions {
-            let given = self.inner.session.lock().unwrap_or_else(|p| p.into_inner());
+        if !self.own_sessions {
+            let given = self.session.lock().unwrap_or_else(|p| p.into_inner());
             let state = given
                 .as_ref()
                 .map_or(zk::SessionState::Closed, |c| c.state());
             return Err(session_ended(state));
         }
-        let backend = self.clone();
-        let within = self.inner.config.connect_timeout + self.inner.config.timeout;
-        self.inner
-            .connecting
+        let core = self.clone();
+        let within = self.config.connect_timeout + self.config.timeout;
+        self.connecting
             .run("making a ZooKeeper session", within, move || async move {
                 // Made while this call looked for the attempt.
-                if let Some(c) = backend.inner.live_client() {
+                if let Some(c) = core.live_client() {
                     return Ok(c);
                 }
-                let client = backend.new_session().await?;
+                let client = core.new_session().await?;
                 tracing::debug!(session = %client.session_id(), timeout = ?client.session_timeout(), "new ZooKeeper session");
-                *backend.inner.session.lock().unwrap_or_else(|p| p.into_inner()) =
-                    Some(client.clone());
+                core.set_session(client.clone());
                 Ok(client)
             })
             .await
     }
 
     async fn new_session(&self) -> Result<zk::Client> {
-        let config = &self.inner.config;
+        let config = &self.config;
         let mut connector = zk::Client::connector()
             .with_session_timeout(config.session_timeout)
             .with_fail_eagerly();
@@ -238,8 +141,8 @@ impl ZkBackend {
 
     /// `client` moved into the configured chroot (below its own, if it has
     /// one), which is created if missing.
-    async fn enter_chroot(&self, client: zk::Client) -> Result<zk::Client> {
-        let chroot = &self.inner.config.chroot;
+    pub(crate) async fn enter_chroot(&self, client: zk::Client) -> Result<zk::Client> {
+        let chroot = &self.config.chroot;
         if chroot.is_empty() {
             return Ok(client);
         }
@@ -255,7 +158,7 @@ impl ZkBackend {
 
     /// The ACL of every node distlock creates.
     pub(crate) fn acls(&self) -> zk::Acls<'static> {
-        if self.inner.creator_only {
+        if self.config.creator_only {
             zk::Acls::creator_all()
         } else {
             zk::Acls::anyone_all()
@@ -279,13 +182,11 @@ impl ZkBackend {
         operation: &'static str,
         request: impl Future<Output = std::result::Result<T, zk::Error>>,
     ) -> Result<std::result::Result<T, zk::Error>> {
-        tokio::time::timeout(self.inner.config.timeout, request)
+        tokio::time::timeout(self.config.timeout, request)
             .await
-            .map_err(|_| Error::timeout(operation, self.inner.config.timeout))
+            .map_err(|_| Error::timeout(operation, self.config.timeout))
     }
-}
 
-impl Inner {
     /// The current session, unless it has ended.
     pub(crate) fn live_client(&self) -> Option<zk::Client> {
         self.session
@@ -299,11 +200,50 @@ impl Inner {
     pub(crate) fn held(&self) -> MutexGuard<'_, HashMap<u128, Held>> {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// The live session, or a new one; making one is bounded by the
+    /// connect timeout, but a bounded wait must not outlast its budget for
+    /// it.
+    pub(crate) async fn session_for(
+        self: &Arc<Self>,
+        req: &AcquireRequest,
+        budget: &WaitBudget,
+    ) -> Result<zk::Client> {
+        let client = match self.live_client() {
+            Some(c) => c,
+            None if budget.is_over() => self.client().await?,
+            None => match budget.race(self.client()).await {
+                Some(c) => c?,
+                None => return Err(budget.exhausted(&req.name)),
+            },
+        };
+        connected(&client)?;
+        Ok(client)
+    }
+
+    /// Whether a create of `owner`'s may have been applied without a reply.
+    pub(crate) fn is_uncertain(&self, owner: OwnerToken) -> bool {
+        self.uncertain
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&owner.to_u128())
+    }
+
+    /// Records whether a create of `owner`'s may have been applied
+    /// without a reply.
+    pub(crate) fn set_uncertain(&self, owner: OwnerToken, yes: bool) {
+        let mut set = self.uncertain.lock().unwrap_or_else(|p| p.into_inner());
+        if yes {
+            set.insert(owner.to_u128());
+        } else {
+            set.remove(&owner.to_u128());
+        }
+    }
 }
 
 /// The error of a backend whose given session has ended: not transient, as
 /// no retry of this backend can get past it.
-fn session_ended(state: zk::SessionState) -> Error {
+pub(crate) fn session_ended(state: zk::SessionState) -> Error {
     Error::backend(format!(
         "the ZooKeeper session given to ZkBackend::from_client is {state}; the backend cannot \
              open another: make a new client and a new backend"

@@ -1,95 +1,57 @@
-//! Where `redis+sentinel://` URLs say to ask for the master.
+//! What asking Redis Sentinel for the master takes, from a
+//! [`Topology::Sentinel`](super::Topology::Sentinel).
 
 use std::fmt;
-use std::path::PathBuf;
 
+use lock_core::Result;
 use lock_core::secret::Password;
 use lock_core::tls::TlsOptions;
-use lock_core::url::{host_with_port, redact};
-use lock_core::{Error, Result};
+
+use super::server::split_addr;
+use super::{RedisConfig, Topology};
 
 /// Where Redis Sentinel is asked for the master. `Debug` never shows the
 /// password.
 #[derive(Clone)]
-#[non_exhaustive]
-pub struct SentinelConfig {
+pub(crate) struct SentinelConfig {
     /// The sentinels, `(host, port)`.
-    pub sentinels: Vec<(String, u16)>,
+    pub(crate) sentinels: Vec<(String, u16)>,
     /// The name the sentinels know the master by.
-    pub master: String,
+    pub(crate) master: String,
     /// The data nodes' user, if any.
-    pub username: Option<String>,
+    pub(crate) username: Option<String>,
     pub(crate) password: Option<Password>,
-    /// TLS to the sentinels and to the data nodes (`rediss+sentinel://`
-    /// or `tls=true`): the same CA and client certificate for both.
-    pub tls: TlsOptions,
-    /// The URL without its password, for messages.
-    pub(crate) redacted: String,
+    /// TLS to the sentinels and to the data nodes: the same CA and client
+    /// certificate for both.
+    pub(crate) tls: TlsOptions,
 }
 
 impl SentinelConfig {
-    /// `rest` is what follows `redis[s]+sentinel://`; `password_file`
-    /// holds the data nodes' password if the URL does not.
-    pub(super) fn parse(
-        url: &str,
-        rest: &str,
-        tls: TlsOptions,
-        password_file: Option<PathBuf>,
-    ) -> Result<Self> {
-        let shape = "expected redis+sentinel://[USER:PASSWORD@]HOST:PORT,HOST:PORT,…/MASTER_NAME";
-        let base = rest.split_once('?').map_or(rest, |(b, _)| b);
-        let (authority, master) = base
-            .split_once('/')
-            .filter(|(_, m)| !m.is_empty() && !m.contains('/'))
-            .ok_or_else(|| Error::invalid_url(url, format!("no master name: {shape}")))?;
-        let (credentials, hosts) = match authority.rsplit_once('@') {
-            Some((c, h)) => (Some(c), h),
-            None => (None, authority),
-        };
-        let decode = |s: &str| {
-            percent_encoding::percent_decode_str(s)
-                .decode_utf8()
-                .map(|d| d.into_owned())
-                .map_err(|_| Error::invalid_url(url, "credentials are not UTF-8"))
-        };
-        let (username, password) = match credentials {
-            None => (None, None),
-            Some(c) => match c.split_once(':') {
-                Some((u, p)) => (
-                    (!u.is_empty()).then(|| decode(u)).transpose()?,
-                    Some(decode(p)?),
-                ),
-                None => (Some(decode(c)?), None),
-            },
-        };
-        let sentinels = hosts
-            .split(',')
-            .map(|h| {
-                let label = host_with_port(url, h, 26379, shape)?;
-                let (host, port) = label.rsplit_once(':').unwrap_or((&label, "26379"));
-                let port = port.parse().map_err(|_| {
-                    Error::invalid_url(url, format!("bad port in \"{h}\": {shape}"))
-                })?;
-                Ok((host.trim_matches(['[', ']']).to_owned(), port))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let password = match (password, password_file) {
-            (Some(_), Some(_)) => return Err(lock_core::secret::given_twice(url)),
-            (Some(p), None) => Some(Password::Given(p)),
-            (None, file) => file.map(Password::File),
-        };
-        Ok(Self {
+    /// The sentinels of `config`, if its topology names some.
+    pub(crate) fn of(config: &RedisConfig) -> Result<Option<Self>> {
+        let Topology::Sentinel {
             sentinels,
-            master: decode(master)?,
+            master,
             username,
             password,
-            tls,
-            redacted: redact(url),
-        })
+        } = &config.topology
+        else {
+            return Ok(None);
+        };
+        Ok(Some(Self {
+            sentinels: sentinels
+                .iter()
+                .map(|s| split_addr(s))
+                .collect::<Result<_>>()?,
+            master: master.clone(),
+            username: username.clone(),
+            password: password.clone(),
+            tls: config.tls.clone(),
+        }))
     }
 
     /// `master@host:port,…`, for messages.
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         let hosts: Vec<String> = self
             .sentinels
             .iter()

@@ -9,19 +9,21 @@ use redis::cluster::ClusterClient;
 use redis::{Client, Value};
 
 use super::{Node, Source};
-use crate::config::{CommonOptions, NodeConfig, SentinelConfig};
+use crate::config::sentinel::SentinelConfig;
+use crate::config::{RedisConfig, Server};
 use crate::conn::{Conn, SentinelConn, open, open_cluster};
 use crate::error::unanswered;
 use crate::eviction::{self, Eviction, MemoryPolicy};
 use crate::keys::Keys;
 
 impl Node {
-    /// Connects to the server `config` names.
-    pub async fn connect(config: &NodeConfig, keys: Keys) -> Result<Self> {
-        let client = config.client()?;
+    /// Connects to `server` with the timeouts, eviction choice and TLS of
+    /// `config`.
+    pub async fn connect(server: &Server, config: &RedisConfig, keys: Keys) -> Result<Self> {
+        let client = server.client(&config.tls)?;
         Self::with_client(
             client,
-            config.label.clone(),
+            server.addr.clone(),
             config.timeout,
             config.connect_timeout,
             config.allow_eviction,
@@ -129,15 +131,15 @@ impl Node {
     /// the most evicting one decides).
     pub async fn connect_cluster(
         client: &ClusterClient,
-        label: String,
-        common: &CommonOptions,
+        config: &RedisConfig,
         keys: Keys,
     ) -> Result<Self> {
-        let tls = common.tls.is_enabled();
-        let conn = open_cluster(client, &label, common.connect_timeout, tls).await?;
-        let times = (common.timeout, common.connect_timeout);
+        let label = config.topology.label();
+        let tls = config.tls.is_enabled();
+        let conn = open_cluster(client, &label, config.connect_timeout, tls).await?;
+        let times = (config.timeout, config.connect_timeout);
         Self::unchecked(Conn::Cluster(conn), Source::Cluster, keys, label, times)
-            .checked(common.allow_eviction)
+            .checked(config.allow_eviction)
             .await
     }
 

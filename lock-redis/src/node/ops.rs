@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
+use lock_core::backend::OwnerToken;
 use lock_core::backend::{AcquireRequest, millis};
-use lock_core::{FencingToken, LockKind, LockName, OwnerToken, Result};
+use lock_core::{FencingToken, LockKind, LockName, Result};
 use redis::{ErrorKind, ScriptInvocation, ServerErrorKind};
 
 use super::{Node, NodeHolder};

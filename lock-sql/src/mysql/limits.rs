@@ -7,7 +7,7 @@ use sqlx::AssertSqlSafe;
 use sqlx::mysql::MySqlConnection;
 use tokio::sync::OnceCell;
 
-use crate::config::server_limit;
+use crate::config::server::server_limit;
 
 /// Which server a `mysql://` or `mariadb://` URL reached: their statement
 /// limits differ.

@@ -2,126 +2,100 @@
 //! answers through `LAST_INSERT_ID(expr)` (see `mysql.rs`).
 
 use crate::admission::Admission;
+use crate::statements::{Join, Statements};
 
 /// The database's clock in milliseconds; `NOW(3)` is fixed for the length of
 /// one statement.
 const NOW_MS: &str = "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)";
 
 /// "The row may be taken": free, expired, or already ours. Evaluated against
-/// the row as it is when the expression runs (see [`Statements::acquire`]).
+/// the row as it is when the expression runs (see `acquire` below).
 const TAKEABLE: &str = "(owner IS NULL OR expires_at <= NOW_MS OR owner = VALUES(owner))";
 
-/// The statements for one table; `?` parameters are bound in the order each
-/// field's doc gives.
-#[derive(Debug)]
-pub(super) struct Statements {
-    /// `(name, owner, ttl_ms)`; `last_insert_id` is the version when taken,
-    /// 0 when not.
-    ///
-    /// MySQL evaluates `SET` assignments left to right, each seeing the
-    /// columns already assigned. So `version` goes first (it needs the old
-    /// owner), then `owner` (still the old expiry), then `expires_at`, whose
-    /// test now sees our owner exactly when the row was takeable. A fresh
-    /// insert reports 1 from the `VALUES` row; on a duplicate, the update
-    /// always overrides it, with the new version or with 0.
-    pub(super) acquire: String,
-    /// `(ttl_ms, name, owner, version)`; one row matched when extended.
-    pub(super) renew: String,
-    /// `(name, owner, version)`; no row matched when not ours, else
-    /// `last_insert_id` 2 if the lease still ran, 1 if it had run out.
-    pub(super) release: String,
-    /// `(name, owner)`.
-    pub(super) abandon: String,
-    /// `(name)` → `(owner, version, remaining_ms)`.
-    pub(super) holder: String,
-    /// Joining a semaphore or read-write lock: a short transaction.
-    pub(super) admission: Admission,
-    /// `(ttl_ms, family, name, owner, token)`; one row matched when
-    /// extended.
-    pub(super) renew_member: String,
-    /// `(family, name, owner, token)`; one row deleted when the holder's
-    /// lease still ran.
-    pub(super) leave: String,
-    /// `(family, name, owner)`.
-    pub(super) leave_all: String,
-    /// `(family, name, owner, token)` → `(count)` of such live holders.
-    pub(super) is_member: String,
-    /// `(family, name)` → `(owner, kind, token, remaining_ms)` of every
-    /// live holder, by token.
-    pub(super) members: String,
-}
-
-impl Statements {
-    pub(super) fn new(t: &str, h: &str, g: &str) -> Self {
-        let takeable = TAKEABLE.replace("NOW_MS", NOW_MS);
-        let member = "family = ? AND name = ? AND owner = ? AND token = ? AND kind <> 'wait'";
-        Self {
-            acquire: format!(
-                "INSERT INTO {t} (name, owner, version, expires_at) VALUES (?, ?, LAST_INSERT_ID(1), {NOW_MS} + ?)
+/// The statements for one table. Each answers as `mysql.rs`'s `Dialect`
+/// reads it, and binds its `?` in the order they stand, so the TTL comes
+/// first in `renew` and `renew_member`: `(ttl_ms, name, owner, version)`
+/// and `(ttl_ms, family, name, owner, token)`.
+pub(super) fn statements(t: &str, h: &str, g: &str) -> Statements {
+    let takeable = TAKEABLE.replace("NOW_MS", NOW_MS);
+    let member = "family = ? AND name = ? AND owner = ? AND token = ? AND kind <> 'wait'";
+    Statements {
+        // `last_insert_id` is the version when taken, 0 when not.
+        //
+        // MySQL evaluates `SET` assignments left to right, each seeing
+        // the columns already assigned. So `version` goes first (it
+        // needs the old owner), then `owner` (still the old expiry),
+        // then `expires_at`, whose test now sees our owner exactly when
+        // the row was takeable. A fresh insert reports 1 from the
+        // `VALUES` row; on a duplicate, the update always overrides it,
+        // with the new version or with 0.
+        acquire: format!(
+            "INSERT INTO {t} (name, owner, version, expires_at) VALUES (?, ?, LAST_INSERT_ID(1), {NOW_MS} + ?)
                  ON DUPLICATE KEY UPDATE
                     version = IF({takeable},
                                  LAST_INSERT_ID(IF(owner <=> VALUES(owner), version, version + 1)),
                                  version + LAST_INSERT_ID(0)),
                     owner = IF({takeable}, VALUES(owner), owner),
                     expires_at = IF({takeable}, VALUES(expires_at), expires_at)"
-            ),
-            renew: format!(
-                "UPDATE {t} SET expires_at = {NOW_MS} + ?
+        ),
+        renew: format!(
+            "UPDATE {t} SET expires_at = {NOW_MS} + ?
                  WHERE name = ? AND owner = ? AND version = ? AND expires_at > {NOW_MS}"
-            ),
-            release: format!(
-                "UPDATE {t} SET expires_at = expires_at + 0 * LAST_INSERT_ID(1 + (expires_at > {NOW_MS})), owner = NULL
+        ),
+        // No row matched when not ours, else `last_insert_id` 2 if the
+        // lease still ran, 1 if it had run out.
+        release: format!(
+            "UPDATE {t} SET expires_at = expires_at + 0 * LAST_INSERT_ID(1 + (expires_at > {NOW_MS})), owner = NULL
                  WHERE name = ? AND owner = ? AND version = ?"
-            ),
-            abandon: format!("UPDATE {t} SET owner = NULL WHERE name = ? AND owner = ?"),
-            holder: format!(
-                "SELECT owner, version, expires_at - {NOW_MS} FROM {t}
+        ),
+        abandon: format!("UPDATE {t} SET owner = NULL WHERE name = ? AND owner = ?"),
+        holder: format!(
+            "SELECT owner, version, expires_at - {NOW_MS} FROM {t}
                  WHERE name = ? AND owner IS NOT NULL AND expires_at > {NOW_MS}"
-            ),
-            // READ COMMITTED for this one transaction: its locking reads
-            // take record locks only, no gap locks, so admissions to two
-            // different locks never block, nor deadlock, each other. The
-            // reads that count are locking reads either way (see
-            // `admission.rs`), which see the newest committed rows.
-            admission: Admission {
-                begin: "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION",
-                lock: format!(
-                    "INSERT INTO {g} (family, name, last_token) VALUES (?, ?, 0)
+        ),
+        // READ COMMITTED for this one transaction: its locking reads
+        // take record locks only, no gap locks, so admissions to two
+        // different locks never block, nor deadlock, each other. The
+        // reads that count are locking reads either way (see
+        // `admission.rs`), which see the newest committed rows.
+        join: Join::Transaction(Admission {
+            begin: "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION",
+            lock: format!(
+                "INSERT INTO {g} (family, name, last_token) VALUES (?, ?, 0)
                      ON DUPLICATE KEY UPDATE last_token = last_token"
-                ),
-                read: format!(
-                    "SELECT g.last_token, h.owner, h.kind, h.token, h.expires_at - {NOW_MS}
+            ),
+            read: format!(
+                "SELECT g.last_token, h.owner, h.kind, h.token, h.expires_at - {NOW_MS}
                      FROM {g} AS g LEFT JOIN {h} AS h ON h.family = g.family AND h.name = g.name
                      WHERE g.family = ? AND g.name = ?
                      FOR UPDATE"
-                ),
-                prune: format!(
-                    "DELETE FROM {h} WHERE family = ? AND name = ? AND expires_at <= {NOW_MS}"
-                ),
-                extend: format!(
-                    "UPDATE {h} SET expires_at = {NOW_MS} + ? WHERE family = ? AND name = ? AND owner = ?"
-                ),
-                advance: format!("UPDATE {g} SET last_token = ? WHERE family = ? AND name = ?"),
-                put: format!(
-                    "INSERT INTO {h} (family, name, owner, kind, token, expires_at)
+            ),
+            prune: format!(
+                "DELETE FROM {h} WHERE family = ? AND name = ? AND expires_at <= {NOW_MS}"
+            ),
+            extend: format!(
+                "UPDATE {h} SET expires_at = {NOW_MS} + ? WHERE family = ? AND name = ? AND owner = ?"
+            ),
+            advance: format!("UPDATE {g} SET last_token = ? WHERE family = ? AND name = ?"),
+            put: format!(
+                "INSERT INTO {h} (family, name, owner, kind, token, expires_at)
                      VALUES (?, ?, ?, ?, ?, {NOW_MS} + ?)
                      ON DUPLICATE KEY UPDATE
                         kind = VALUES(kind), token = VALUES(token), expires_at = VALUES(expires_at)"
-                ),
-            },
-            renew_member: format!(
-                "UPDATE {h} SET expires_at = {NOW_MS} + ? WHERE {member} AND expires_at > {NOW_MS}"
             ),
-            leave: format!("DELETE FROM {h} WHERE {member} AND expires_at > {NOW_MS}"),
-            leave_all: format!("DELETE FROM {h} WHERE family = ? AND name = ? AND owner = ?"),
-            is_member: format!(
-                "SELECT COUNT(*) FROM {h} WHERE {member} AND expires_at > {NOW_MS}"
-            ),
-            members: format!(
-                "SELECT owner, kind, token, expires_at - {NOW_MS} FROM {h}
+        }),
+        renew_member: format!(
+            "UPDATE {h} SET expires_at = {NOW_MS} + ? WHERE {member} AND expires_at > {NOW_MS}"
+        ),
+        leave: format!("DELETE FROM {h} WHERE {member} AND expires_at > {NOW_MS}"),
+        leave_all: format!("DELETE FROM {h} WHERE family = ? AND name = ? AND owner = ?"),
+        is_member: format!(
+            "SELECT COUNT(*) FROM {h} WHERE {member} AND expires_at > {NOW_MS}"
+        ),
+        members: format!(
+            "SELECT owner, kind, token, expires_at - {NOW_MS} FROM {h}
                  WHERE family = ? AND name = ? AND kind <> 'wait' AND expires_at > {NOW_MS}
                  ORDER BY token"
-            ),
-        }
+        ),
     }
 }

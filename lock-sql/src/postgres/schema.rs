@@ -208,7 +208,7 @@ impl Objects {
 /// fail with a serialization error, which is retried: never a wrong count.
 fn admission(h: &str, g: &str) -> String {
     let same_group = "family = p_family AND name = p_name";
-    let mark_ms = crate::backend::ttl_ms(AcquireRequest::WRITER_MARK);
+    let mark_ms = crate::client::ttl_ms(AcquireRequest::WRITER_MARK);
     format!(
         "
             DECLARE

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use distlock::backend::OwnerToken;
 use distlock::backend::async_trait;
-use distlock::backends::etcd::config::EtcdConfig;
+use distlock::backends::etcd::EtcdConfig;
 use distlock::{Error, Result};
 use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
 
@@ -28,7 +28,7 @@ pub(super) struct EtcdGrant {
 
 /// The client lock-etcd's `EtcdBackend::connect` makes for the same URL.
 pub(crate) async fn client(url: &str) -> Result<Client> {
-    let config = EtcdConfig::parse(&distlock::backend_url(url)?)?;
+    let config = EtcdConfig::from_url(&distlock::backend_url(url)?)?;
     distlock::backends::etcd::client::connect(&config).await
 }
 

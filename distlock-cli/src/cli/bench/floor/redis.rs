@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use distlock::backend::OwnerToken;
 use distlock::backend::async_trait;
-use distlock::backends::redis::config::RedisConfig;
+use distlock::backends::redis::{RedisConfig, Topology};
 use distlock::{Error, Result};
 
 use super::primitive::Floor;
@@ -28,17 +28,19 @@ pub(super) struct RedisGrant {
 impl RedisFloor {
     /// Connects as lock-redis connects for the same URL (its timeouts).
     pub(super) async fn open(url: &str) -> Result<Self> {
-        let config = RedisConfig::parse(&distlock::backend_url(url)?)?;
-        if config.sentinel.is_some() {
-            return Err(Error::unsupported(
-                "redis",
-                "a benchmark floor through Sentinel (measure the master with redis://HOST:PORT)",
-            ));
-        }
-        let node = if config.is_cluster() {
-            RawNode::connect_cluster(&config.cluster, &config.node.label).await?
-        } else {
-            RawNode::connect(&config.node).await?
+        let config = RedisConfig::from_url(&distlock::backend_url(url)?)?;
+        let node = match &config.topology {
+            Topology::Single(server) => RawNode::connect(server, &config).await?,
+            Topology::Cluster(seeds) => {
+                let label = seeds.first().map_or("cluster", |s| s.addr.as_str());
+                RawNode::connect_cluster(&config, label).await?
+            }
+            _ => {
+                return Err(Error::unsupported(
+                    "redis",
+                    "a benchmark floor through Sentinel (measure the master with redis://HOST:PORT)",
+                ));
+            }
         };
         Ok(Self { node })
     }

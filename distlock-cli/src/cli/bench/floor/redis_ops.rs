@@ -6,8 +6,8 @@ use super::primitive::floor_error;
 use std::time::Duration;
 
 use distlock::{Error, Result};
-use lock_redis::config::NodeConfig;
 use lock_redis::conn::{Conn, cluster_client, open, open_cluster};
+use lock_redis::{RedisConfig, Server};
 
 /// The smallest safe release: delete the key only if it still holds our
 /// value.
@@ -22,26 +22,24 @@ pub(super) struct RawNode {
 }
 
 impl RawNode {
-    /// Connects to the server `node` names (TLS included) with lock-redis's
-    /// connection-manager settings.
-    pub(super) async fn connect(node: &NodeConfig) -> Result<Self> {
-        let client = node.client()?;
-        let conn = open(&client, &node.label, node.connect_timeout, node.timeout).await?;
-        Ok(Self::on(conn, &node.label))
+    /// Connects to `server` with the TLS and timeouts of `config`, as
+    /// lock-redis connects (its connection-manager settings).
+    pub(super) async fn connect(server: &Server, config: &RedisConfig) -> Result<Self> {
+        let client = server.client(&config.tls)?;
+        let label = &server.addr;
+        let conn = open(&client, label, config.connect_timeout, config.timeout).await?;
+        Ok(Self::on(conn, label))
     }
 
-    /// A Redis Cluster through its seed nodes, with lock-redis's timeouts
-    /// and TLS: each command goes to the master of its key's slot.
-    pub(super) async fn connect_cluster(seeds: &[NodeConfig], label: &str) -> Result<Self> {
-        let Some(first) = seeds.first() else {
-            return Err(Error::invalid_url(label, "no seed node"));
-        };
-        let (timeout, connect_timeout) = (first.timeout, first.connect_timeout);
-        let client = cluster_client(seeds, timeout, connect_timeout)?
+    /// The Redis Cluster `config` names through its seed nodes, with
+    /// lock-redis's timeouts and TLS: each command goes to the master of
+    /// its key's slot.
+    pub(super) async fn connect_cluster(config: &RedisConfig, label: &str) -> Result<Self> {
+        let client = cluster_client(config)?
             .build()
             .map_err(|e| convert(label, "connect", e))?;
-        let tls = first.tls.is_enabled();
-        let conn = open_cluster(&client, label, connect_timeout, tls).await?;
+        let tls = config.tls.is_enabled();
+        let conn = open_cluster(&client, label, config.connect_timeout, tls).await?;
         Ok(Self::on(Conn::Cluster(conn), label))
     }
 

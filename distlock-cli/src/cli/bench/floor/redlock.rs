@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use distlock::backend::OwnerToken;
 use distlock::backend::async_trait;
-use distlock::backends::redlock::config::RedlockConfig;
+use distlock::backends::redis::RedisConfig;
+use distlock::backends::redlock::RedlockConfig;
 use distlock::{Error, Result};
 use futures_util::future::join_all;
 
@@ -30,10 +31,16 @@ impl RedlockFloor {
     /// Connects to every master the URL names, with lock-redlock's per-node
     /// timeouts.
     pub(super) async fn open(url: &str) -> Result<Self> {
-        let config = RedlockConfig::parse(&distlock::backend_url(url)?)?;
+        let config = RedlockConfig::from_url(&distlock::backend_url(url)?)?;
+        // Each master as lock-redlock reaches it: its TLS and per-node
+        // timeouts.
+        let options = RedisConfig::default()
+            .tls(config.tls.clone())
+            .timeout(config.timeout)
+            .connect_timeout(config.connect_timeout);
         let mut nodes = Vec::new();
-        for node in &config.nodes {
-            nodes.push(RawNode::connect(node).await?);
+        for master in &config.masters {
+            nodes.push(RawNode::connect(master, &options).await?);
         }
         Ok(Self {
             nodes,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use distlock::backend::OwnerToken;
 use distlock::backend::async_trait;
-use distlock::backends::zk::config::ZkConfig;
+use distlock::backends::zk::ZkConfig;
 use distlock::{Error, Result};
 use zookeeper_client as zk;
 
@@ -32,7 +32,7 @@ pub(super) struct ZkGrant {
 /// timeout, fail eagerly, digest auth), with its per-request timeout. The
 /// chroot is ignored: the bench's nodes have their own root.
 pub(crate) async fn session(url: &str) -> Result<(zk::Client, Duration)> {
-    let config = ZkConfig::parse(&distlock::backend_url(url)?)?;
+    let config = ZkConfig::from_url(&distlock::backend_url(url)?)?;
     let mut connector = zk::Client::connector()
         .with_session_timeout(config.session_timeout)
         .with_fail_eagerly();

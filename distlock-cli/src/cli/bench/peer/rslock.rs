@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use distlock::Result;
 use distlock::backend::OwnerToken;
 use distlock::backend::async_trait;
-use distlock::backends::redlock::config::RedlockConfig;
+use distlock::backends::redlock::RedlockConfig;
 use rslock::{Lock, LockManager};
 
 use crate::cli::bench::contender::{Contender, Held, Role, Subject};
@@ -30,20 +30,17 @@ pub(super) struct Rslock {
 impl Rslock {
     pub(super) fn open(url: &str, ttl: Duration) -> Result<Self> {
         let base = url.split_once('?').map_or(url, |(b, _)| b);
-        let config = RedlockConfig::parse(base)?;
-        let uris: Vec<String> = config.nodes.iter().map(|n| n.url().to_owned()).collect();
-        let clients = uris
+        let config = RedlockConfig::from_url(base)?;
+        let clients = config
+            .masters
             .iter()
-            .map(|u| {
-                redis::Client::open(u.as_str())
-                    .map_err(|e| distlock::Error::invalid_url(u, e.to_string()))
-            })
+            .map(|m| m.client(&config.tls))
             .collect::<Result<Vec<_>>>()?;
         let mut manager = LockManager::from_clients(clients);
         manager.set_retry(1, RETRY_DELAY);
         Ok(Self {
             manager,
-            masters: uris.len(),
+            masters: config.masters.len(),
             ttl,
         })
     }

@@ -1,17 +1,17 @@
-//! A `postgres://` URL: sqlx's connect options, the locks table's place,
-//! and what is read at connect (the password file, the TLS files).
+//! The database of a `postgres://` URL: sqlx's connect options, and what
+//! is read or worked out at connect (the password file, the TLS files, the
+//! session's `statement_timeout`).
 
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
 use lock_core::backend::QueryOptions;
+use lock_core::secret::read_password_file;
 use lock_core::{Error, Result};
 use sqlx::postgres::PgConnectOptions;
 
-use super::location::Location;
-use crate::config::{ServerOptions, server_limit};
-use crate::table::TableName;
+use super::server::{ServerOptions, server_limit};
 
 /// sqlx's own TLS options, accepted unless the shared names are given.
 const DRIVER_TLS: &[&str] = &["sslmode", "sslrootcert", "sslcert", "sslkey"];
@@ -25,11 +25,13 @@ const PASSTHROUGH: &[&str] = &[
     "application_name",
 ];
 
-/// The parts of a `postgres://` URL.
+/// The database of a `postgres://` URL.
+#[derive(Clone)]
 pub(crate) struct Config {
-    pub(super) server: ServerOptions,
-    pub(super) location: Location,
-    pub(super) options: PgConnectOptions,
+    server: ServerOptions,
+    /// The URL's, without the session's limit, which comes from the
+    /// `timeout` at connect.
+    options: PgConnectOptions,
 }
 
 impl fmt::Debug for Config {
@@ -39,26 +41,23 @@ impl fmt::Debug for Config {
 }
 
 impl Config {
-    pub(crate) fn parse(url: &str) -> Result<Self> {
-        let mut q = QueryOptions::parse(url)?;
-        let schema = q
-            .take("schema")
-            .map(|s| TableName::new(&s, url))
-            .transpose()?;
-        let (server, sqlx_url) = ServerOptions::take(url, q, &["schema"], DRIVER_TLS, PASSTHROUGH)?;
-        let common = &server.common;
-        let location = Location {
-            schema,
-            table: common.table.clone(),
-        };
+    /// Reads `url`, whose query `q` has had the common options taken out.
+    pub(crate) fn parse(url: &str, q: QueryOptions) -> Result<Self> {
+        let (server, sqlx_url) = ServerOptions::take(url, q, &[], DRIVER_TLS, PASSTHROUGH)?;
         let options = PgConnectOptions::from_str(&sqlx_url)
-            .map_err(|e| Error::invalid_url(url, e.to_string()))?
-            .options([("statement_timeout", statement_timeout_ms(common.timeout))]);
-        Ok(Self {
-            server,
-            location,
-            options,
-        })
+            .map_err(|e| Error::invalid_url(url, e.to_string()))?;
+        Ok(Self { server, options })
+    }
+
+    /// sqlx's options for a session: the URL's, with TLS and the password
+    /// file read, and `timeout` as the session's `statement_timeout`.
+    pub(crate) fn connect_options(self, timeout: Duration) -> Result<PgConnectOptions> {
+        let Self { server, options } = self;
+        let mut options = crate::tls::postgres(&server.tls, options)?;
+        if let Some(path) = &server.password_file {
+            options = options.password(&read_password_file(crate::names::POSTGRES_NAME, path)?);
+        }
+        Ok(options.options([("statement_timeout", statement_timeout_ms(timeout))]))
     }
 }
 

@@ -1,79 +1,116 @@
-//! One [`Driver`] for every dialect with `INSERT … ON CONFLICT … RETURNING`
-//! (SQLite and PostgreSQL): the dialects differ only in their SQL text and
-//! pool, so the statements are run by the same generic code.
+//! One [`Driver`] for every dialect: the dialects differ in their SQL text
+//! ([`Statements`]), their pool, and in how two statements answer
+//! ([`Dialect`]), so the statements are run by the same generic code.
 
 use std::fmt;
+use std::future::Future;
 
 use lock_core::backend::async_trait;
 use lock_core::{Capabilities, FencingToken, Result};
+use sqlx::query::Query;
 use sqlx::{
     AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row as _,
     Type,
 };
 
-#[cfg(feature = "sqlite")]
-use crate::admission::Admission;
 use crate::driver::{Driver, Member, Released, Row};
 use crate::error::ErrorMap;
 use crate::groups::{GroupKey, Want};
+use crate::statements::{Join, Statements};
 
-/// The SQL text of every statement, for one table. Parameters are numbered
-/// and bound in the order given on each field.
-#[derive(Debug)]
-pub(crate) struct Statements {
-    /// `(name, owner, ttl_ms)` → one row `(version)` when taken. Takes the
-    /// row if it is free, expired or already `owner`'s; bumps the version
-    /// unless it is `owner`'s.
-    pub(crate) acquire: String,
-    /// `(name, owner, version, ttl_ms)`; one row affected when extended.
-    pub(crate) renew: String,
-    /// `(name, owner, version)` → one row `(still_in_time: bool)` when freed.
-    pub(crate) release: String,
-    /// `(name, owner)`.
-    pub(crate) abandon: String,
-    /// `(name)` → `(owner, version, remaining_ms)` of a live holder.
-    pub(crate) holder: String,
-    /// How an attempt joins a semaphore or read-write lock.
-    pub(crate) join: Join,
-    /// `(family, name, owner, token, ttl_ms)`; one row affected when
-    /// extended.
-    pub(crate) renew_member: String,
-    /// `(family, name, owner, token)`; one row affected (PostgreSQL: one
-    /// row returned) when a live holder's row was deleted.
-    pub(crate) leave: String,
-    /// `(family, name, owner)`.
-    pub(crate) leave_all: String,
-    /// `(family, name, owner, token)` → `(count)` of such live holders.
-    pub(crate) is_member: String,
-    /// `(family, name)` → `(owner, kind, token, remaining_ms)` of every
-    /// live holder, by token.
-    pub(crate) members: String,
+/// A statement with its parameters bound.
+#[cfg_attr(not(feature = "raw"), allow(unreachable_pub))]
+pub type Bound<DB> = Query<'static, DB, <DB as Database>::Arguments>;
+
+/// What sqlx's generic [`Database`] leaves to each dialect. By default a
+/// statement answers with `RETURNING` (SQLite, PostgreSQL); MySQL, which
+/// has none, overrides both answers. Public with feature `raw`, for the
+/// benchmark's floors, whose bare statements answer the same way.
+#[cfg_attr(not(feature = "raw"), allow(unreachable_pub))]
+pub trait Dialect: Database {
+    /// Whether `renew` and `renew_member` take the TTL as their first
+    /// parameter rather than their last: MySQL binds its `?` in the order
+    /// they stand, and its `SET expires_at = … + ?` comes before the
+    /// `WHERE`.
+    const TTL_FIRST: bool = false;
+
+    /// `rows_affected`, which is not on sqlx's generic `Database` trait,
+    /// though every dialect's result type has it.
+    fn rows_affected(done: &Self::QueryResult) -> u64;
+
+    /// Runs an `acquire`: the version when taken.
+    fn taken(
+        pool: &Pool<Self>,
+        acquire: Bound<Self>,
+    ) -> impl Future<Output = Result<Option<FencingToken>, sqlx::Error>> + Send
+    where
+        for<'c> &'c mut Self::Connection: Executor<'c, Database = Self>,
+        Self::Arguments: IntoArguments<Self>,
+        for<'r> i64: Decode<'r, Self> + Type<Self>,
+        usize: ColumnIndex<Self::Row>,
+    {
+        async move {
+            let row = acquire.fetch_optional(pool).await?;
+            row.map(|r| r.try_get::<i64, _>(0).map(FencingToken::from_i64))
+                .transpose()
+        }
+    }
+
+    /// Runs a `release`: what it found.
+    fn released(
+        pool: &Pool<Self>,
+        release: Bound<Self>,
+    ) -> impl Future<Output = Result<Released, sqlx::Error>> + Send
+    where
+        for<'c> &'c mut Self::Connection: Executor<'c, Database = Self>,
+        Self::Arguments: IntoArguments<Self>,
+        for<'r> bool: Decode<'r, Self> + Type<Self>,
+        usize: ColumnIndex<Self::Row>,
+    {
+        async move {
+            let row = release.fetch_optional(pool).await?;
+            let in_time = row.map(|r| r.try_get::<bool, _>(0)).transpose()?;
+            Ok(match in_time {
+                Some(true) => Released::InTime,
+                Some(false) => Released::Late,
+                None => Released::NotOurs,
+            })
+        }
+    }
 }
 
-/// How one dialect admits a holder of a semaphore or read-write lock.
-#[derive(Debug)]
-pub(crate) enum Join {
-    /// One statement calling a function of ours: `(family, name, owner,
-    /// kind, permits, ttl_ms)` → `(token)`, `NULL` when refused.
-    #[cfg(feature = "postgres")]
-    Function(String),
-    /// A short transaction.
-    #[cfg(feature = "sqlite")]
-    Transaction(Admission),
-}
-
-/// Runs [`Statements`] on a pool of any database with `RETURNING`.
-pub(crate) struct ReturningDriver<DB: Database> {
+/// Runs [`Statements`] on a pool of any [`Dialect`].
+pub(crate) struct SqlDriver<DB: Database> {
     pub(crate) pool: Pool<DB>,
     pub(crate) sql: Statements,
     pub(crate) errors: ErrorMap,
     pub(crate) capabilities: Capabilities,
 }
 
-#[async_trait]
-impl<DB> Driver for ReturningDriver<DB>
+/// `sql`, not yet bound.
+fn statement<DB: Database>(sql: &str) -> Bound<DB> {
+    sqlx::query::<DB>(AssertSqlSafe(sql))
+}
+
+impl<DB: Dialect> SqlDriver<DB>
 where
-    DB: Database,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+{
+    /// `sql` with `ttl_ms` bound where the dialect takes it, around the
+    /// parameters `bind` binds.
+    fn with_ttl(sql: &str, ttl_ms: i64, bind: impl FnOnce(Bound<DB>) -> Bound<DB>) -> Bound<DB> {
+        if DB::TTL_FIRST {
+            bind(statement::<DB>(sql).bind(ttl_ms))
+        } else {
+            bind(statement::<DB>(sql)).bind(ttl_ms)
+        }
+    }
+}
+
+#[async_trait]
+impl<DB> Driver for SqlDriver<DB>
+where
+    DB: Dialect,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     DB::Arguments: IntoArguments<DB>,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
@@ -81,22 +118,18 @@ where
     for<'r> bool: Decode<'r, DB> + Type<DB>,
     for<'r> String: Decode<'r, DB> + Type<DB>,
     usize: ColumnIndex<DB::Row>,
-    DB::QueryResult: RowsAffected,
 {
     fn capabilities(&self) -> Capabilities {
         self.capabilities.clone()
     }
 
     async fn acquire(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<Option<FencingToken>> {
-        let row = sqlx::query::<DB>(AssertSqlSafe(self.sql.acquire.as_str()))
+        let acquire = statement::<DB>(&self.sql.acquire)
             .bind(name)
             .bind(owner)
-            .bind(ttl_ms)
-            .fetch_optional(&self.pool)
+            .bind(ttl_ms);
+        DB::taken(&self.pool, acquire)
             .await
-            .map_err(|e| self.errors.convert("acquire", e))?;
-        row.map(|r| r.try_get::<i64, _>(0).map(FencingToken::from_i64))
-            .transpose()
             .map_err(|e| self.errors.convert("acquire", e))
     }
 
@@ -107,38 +140,28 @@ where
         version: FencingToken,
         ttl_ms: i64,
     ) -> Result<bool> {
-        let done = sqlx::query::<DB>(AssertSqlSafe(self.sql.renew.as_str()))
-            .bind(name)
-            .bind(owner)
-            .bind(version.to_i64())
-            .bind(ttl_ms)
+        let renew = Self::with_ttl(&self.sql.renew, ttl_ms, |q| {
+            q.bind(name).bind(owner).bind(version.to_i64())
+        });
+        let done = renew
             .execute(&self.pool)
             .await
             .map_err(|e| self.errors.convert("renew", e))?;
-        Ok(done.rows() == 1)
+        Ok(DB::rows_affected(&done) == 1)
     }
 
     async fn release(&self, name: &str, owner: &str, version: FencingToken) -> Result<Released> {
-        let row = sqlx::query::<DB>(AssertSqlSafe(self.sql.release.as_str()))
+        let release = statement::<DB>(&self.sql.release)
             .bind(name)
             .bind(owner)
-            .bind(version.to_i64())
-            .fetch_optional(&self.pool)
+            .bind(version.to_i64());
+        DB::released(&self.pool, release)
             .await
-            .map_err(|e| self.errors.convert("release", e))?;
-        let in_time = row
-            .map(|r| r.try_get::<bool, _>(0))
-            .transpose()
-            .map_err(|e| self.errors.convert("release", e))?;
-        Ok(match in_time {
-            Some(true) => Released::InTime,
-            Some(false) => Released::Late,
-            None => Released::NotOurs,
-        })
+            .map_err(|e| self.errors.convert("release", e))
     }
 
     async fn abandon(&self, name: &str, owner: &str) -> Result<()> {
-        sqlx::query::<DB>(AssertSqlSafe(self.sql.abandon.as_str()))
+        statement::<DB>(&self.sql.abandon)
             .bind(name)
             .bind(owner)
             .execute(&self.pool)
@@ -148,7 +171,7 @@ where
     }
 
     async fn holder(&self, name: &str) -> Result<Option<Row>> {
-        let row = sqlx::query::<DB>(AssertSqlSafe(self.sql.holder.as_str()))
+        let row = statement::<DB>(&self.sql.holder)
             .bind(name)
             .fetch_optional(&self.pool)
             .await
@@ -169,7 +192,7 @@ where
         match &self.sql.join {
             #[cfg(feature = "postgres")]
             Join::Function(call) => {
-                let row = sqlx::query::<DB>(AssertSqlSafe(call.as_str()))
+                let row = statement::<DB>(call)
                     .bind(group.family)
                     .bind(group.name.as_str())
                     .bind(owner)
@@ -184,7 +207,7 @@ where
                     .map_err(|e| self.errors.convert("acquire", e))?;
                 Ok(token.map(FencingToken::from_i64))
             }
-            #[cfg(feature = "sqlite")]
+            #[cfg(any(feature = "sqlite", feature = "mysql"))]
             Join::Transaction(admission) => {
                 admission
                     .run(&self.pool, &self.errors, group, owner, want, ttl_ms)
@@ -200,20 +223,21 @@ where
         token: FencingToken,
         ttl_ms: i64,
     ) -> Result<bool> {
-        let done = sqlx::query::<DB>(AssertSqlSafe(self.sql.renew_member.as_str()))
-            .bind(group.family)
-            .bind(group.name.as_str())
-            .bind(owner)
-            .bind(token.to_i64())
-            .bind(ttl_ms)
+        let renew = Self::with_ttl(&self.sql.renew_member, ttl_ms, |q| {
+            q.bind(group.family)
+                .bind(group.name.as_str())
+                .bind(owner)
+                .bind(token.to_i64())
+        });
+        let done = renew
             .execute(&self.pool)
             .await
             .map_err(|e| self.errors.convert("renew", e))?;
-        Ok(done.rows() == 1)
+        Ok(DB::rows_affected(&done) == 1)
     }
 
     async fn leave(&self, group: &GroupKey, owner: &str, token: FencingToken) -> Result<bool> {
-        let done = sqlx::query::<DB>(AssertSqlSafe(self.sql.leave.as_str()))
+        let done = statement::<DB>(&self.sql.leave)
             .bind(group.family)
             .bind(group.name.as_str())
             .bind(owner)
@@ -221,11 +245,11 @@ where
             .execute(&self.pool)
             .await
             .map_err(|e| self.errors.convert("release", e))?;
-        Ok(done.rows() == 1)
+        Ok(DB::rows_affected(&done) == 1)
     }
 
     async fn leave_all(&self, group: &GroupKey, owner: &str) -> Result<()> {
-        sqlx::query::<DB>(AssertSqlSafe(self.sql.leave_all.as_str()))
+        statement::<DB>(&self.sql.leave_all)
             .bind(group.family)
             .bind(group.name.as_str())
             .bind(owner)
@@ -236,7 +260,7 @@ where
     }
 
     async fn members(&self, group: &GroupKey) -> Result<Vec<Member>> {
-        let rows = sqlx::query::<DB>(AssertSqlSafe(self.sql.members.as_str()))
+        let rows = statement::<DB>(&self.sql.members)
             .bind(group.family)
             .bind(group.name.as_str())
             .fetch_all(&self.pool)
@@ -249,7 +273,7 @@ where
     }
 
     async fn is_member(&self, group: &GroupKey, owner: &str, token: FencingToken) -> Result<bool> {
-        let count: i64 = sqlx::query::<DB>(AssertSqlSafe(self.sql.is_member.as_str()))
+        let count: i64 = statement::<DB>(&self.sql.is_member)
             .bind(group.family)
             .bind(group.name.as_str())
             .bind(owner)
@@ -262,30 +286,10 @@ where
     }
 }
 
-/// `rows_affected` is not on sqlx's generic `Database` trait, though every
-/// dialect's result type has it.
-pub(crate) trait RowsAffected {
-    fn rows(&self) -> u64;
-}
-
-#[cfg(feature = "sqlite")]
-impl RowsAffected for sqlx::sqlite::SqliteQueryResult {
-    fn rows(&self) -> u64 {
-        self.rows_affected()
-    }
-}
-
-#[cfg(feature = "postgres")]
-impl RowsAffected for sqlx::postgres::PgQueryResult {
-    fn rows(&self) -> u64 {
-        self.rows_affected()
-    }
-}
-
-impl<DB: Database> fmt::Debug for ReturningDriver<DB> {
+impl<DB: Database> fmt::Debug for SqlDriver<DB> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The pool's options hold the password: never print them.
-        f.debug_struct("ReturningDriver")
+        f.debug_struct("SqlDriver")
             .field("backend", &self.capabilities.backend)
             .field("pool_size", &self.pool.size())
             .finish_non_exhaustive()

@@ -1,0 +1,53 @@
+//! The SQL text of every statement a dialect runs, for one table: what
+//! each dialect writes (its own file) and [`SqlDriver`](crate::runner::SqlDriver) runs.
+
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+use crate::admission::Admission;
+
+/// The statements for one table. Each field gives its parameters in the
+/// order they are bound, the TTL where a statement takes one standing
+/// where the dialect puts it (`Dialect::TTL_FIRST`).
+#[derive(Debug)]
+pub(crate) struct Statements {
+    /// `(name, owner, ttl_ms)`. Takes the row if it is free, expired or
+    /// already `owner`'s; bumps the version unless it is `owner`'s; answers
+    /// with the version when taken (`Dialect::taken`).
+    pub(crate) acquire: String,
+    /// `(name, owner, version, ttl_ms)`; one row affected when extended.
+    pub(crate) renew: String,
+    /// `(name, owner, version)`: frees the row if owner and version match,
+    /// answering whether its lease still ran (`Dialect::released`).
+    pub(crate) release: String,
+    /// `(name, owner)`.
+    pub(crate) abandon: String,
+    /// `(name)` → `(owner, version, remaining_ms)` of a live holder.
+    pub(crate) holder: String,
+    /// How an attempt joins a semaphore or read-write lock.
+    pub(crate) join: Join,
+    /// `(family, name, owner, token, ttl_ms)`; one row affected when
+    /// extended.
+    pub(crate) renew_member: String,
+    /// `(family, name, owner, token)`; one row affected (PostgreSQL: one
+    /// row returned) when a live holder's row was deleted.
+    pub(crate) leave: String,
+    /// `(family, name, owner)`.
+    pub(crate) leave_all: String,
+    /// `(family, name, owner, token)` → `(count)` of such live holders.
+    pub(crate) is_member: String,
+    /// `(family, name)` → `(owner, kind, token, remaining_ms)` of every
+    /// live holder, by token.
+    pub(crate) members: String,
+}
+
+/// How one dialect admits a holder of a semaphore or read-write lock.
+#[derive(Debug)]
+pub(crate) enum Join {
+    /// One statement calling a function of ours: `(family, name, owner,
+    /// kind, permits, ttl_ms)` → `(token)`, `NULL` when refused.
+    #[cfg(feature = "postgres")]
+    Function(String),
+    /// A short transaction (the dialects without server-side functions we
+    /// create).
+    #[cfg(any(feature = "sqlite", feature = "mysql"))]
+    Transaction(Admission),
+}
