@@ -30,6 +30,7 @@ mod rwlock;
 pub mod secret;
 mod section;
 mod semaphore;
+mod setters;
 mod single_flight;
 mod state;
 mod stats;

@@ -163,11 +163,10 @@ impl EtcdConfig {
         self
     }
 
-    /// Put before every lock name, as a URL's path is (`app/locks` makes
-    /// keys `app/locks/<name>/…`); no spaces or control characters.
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
+    lock_core::setters! {
+        /// Put before every lock name, as a URL's path is (`app/locks` makes
+        /// keys `app/locks/<name>/…`); no spaces or control characters.
+        prefix: into String;
     }
 
     /// The user and password of a cluster with authentication on (URL
@@ -177,25 +176,16 @@ impl EtcdConfig {
         self
     }
 
-    /// TLS, and what it trusts and presents (URL options `tls`, `tls_ca`,
-    /// `tls_cert`, `tls_key`).
-    pub fn tls(mut self, tls: TlsOptions) -> Self {
-        self.tls = tls;
-        self
-    }
-
-    /// The longest one request may take (URL option `timeout`), whatever
-    /// the client's own settings; more than zero.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// The longest wait for a connection (URL option `connect_timeout`);
-    /// more than zero.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
+    lock_core::setters! {
+        /// TLS, and what it trusts and presents (URL options `tls`, `tls_ca`,
+        /// `tls_cert`, `tls_key`).
+        tls: TlsOptions;
+        /// The longest one request may take (URL option `timeout`), whatever
+        /// the client's own settings; more than zero.
+        timeout: Duration;
+        /// The longest wait for a connection (URL option `connect_timeout`);
+        /// more than zero.
+        connect_timeout: Duration;
     }
 
     /// The one check of every field, whether it came from a URL or from

@@ -102,43 +102,22 @@ impl MemcacheConfig {
         Ok(config)
     }
 
-    /// The server, `host:port`.
-    pub fn addr(mut self, addr: impl Into<String>) -> Self {
-        self.addr = addr.into();
-        self
-    }
-
-    /// Prepended to every key (URL option `prefix`).
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// The longest one request may take (URL option `timeout`); more than
-    /// zero.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// The longest wait for a new connection (URL option
-    /// `connect_timeout`); more than zero.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// Connections at most (URL option `pool_size`), 1 to 64.
-    pub fn pool_size(mut self, size: usize) -> Self {
-        self.pool_size = size;
-        self
-    }
-
-    /// TLS, and what it trusts and presents (URL options `tls`, `tls_ca`,
-    /// `tls_cert`, `tls_key`).
-    pub fn tls(mut self, tls: TlsOptions) -> Self {
-        self.tls = tls;
-        self
+    lock_core::setters! {
+        /// The server, `host:port`.
+        addr: into String;
+        /// Prepended to every key (URL option `prefix`).
+        prefix: into String;
+        /// The longest one request may take (URL option `timeout`); more than
+        /// zero.
+        timeout: Duration;
+        /// The longest wait for a new connection (URL option
+        /// `connect_timeout`); more than zero.
+        connect_timeout: Duration;
+        /// Connections at most (URL option `pool_size`), 1 to 64.
+        pool_size: usize;
+        /// TLS, and what it trusts and presents (URL options `tls`, `tls_ca`,
+        /// `tls_cert`, `tls_key`).
+        tls: TlsOptions;
     }
 
     /// The one check of every field, whether it came from a URL or from

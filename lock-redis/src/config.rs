@@ -84,44 +84,23 @@ impl RedisConfig {
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
     const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(1);
 
-    /// Where the servers are.
-    pub fn topology(mut self, topology: Topology) -> Self {
-        self.topology = topology;
-        self
-    }
-
-    /// Prefix of every key (URL option `prefix`).
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// The longest wait for any command's answer (URL option `timeout`);
-    /// more than zero.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// The longest wait for a connection (URL option `connect_timeout`);
-    /// more than zero.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// Whether to use a server whose memory policy may evict lock keys
-    /// (URL option `allow_eviction`).
-    pub fn allow_eviction(mut self, allow: bool) -> Self {
-        self.allow_eviction = allow;
-        self
-    }
-
-    /// TLS, and what it trusts and presents (URL options `tls`, `tls_ca`,
-    /// `tls_cert`, `tls_key`).
-    pub fn tls(mut self, tls: TlsOptions) -> Self {
-        self.tls = tls;
-        self
+    lock_core::setters! {
+        /// Where the servers are.
+        topology: Topology;
+        /// Prefix of every key (URL option `prefix`).
+        prefix: into String;
+        /// The longest wait for any command's answer (URL option `timeout`);
+        /// more than zero.
+        timeout: Duration;
+        /// The longest wait for a connection (URL option `connect_timeout`);
+        /// more than zero.
+        connect_timeout: Duration;
+        /// Whether to use a server whose memory policy may evict lock keys
+        /// (URL option `allow_eviction`).
+        allow_eviction: bool;
+        /// TLS, and what it trusts and presents (URL options `tls`, `tls_ca`,
+        /// `tls_cert`, `tls_key`).
+        tls: TlsOptions;
     }
 
     /// Makes every grant wait until `replicas` replicas have it, for at

@@ -136,45 +136,24 @@ impl RedlockConfig {
         self
     }
 
-    /// Prefix of every key (URL option `prefix`).
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// The per-master limit of one call (URL option `timeout`); more than
-    /// zero.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// The longest wait for a connection to one master (URL option
-    /// `connect_timeout`); more than zero.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// Whether to use masters whose memory policy may evict lock keys
-    /// (URL option `allow_eviction`).
-    pub fn allow_eviction(mut self, allow: bool) -> Self {
-        self.allow_eviction = allow;
-        self
-    }
-
-    /// TLS, and what it trusts and presents (URL options `tls`, `tls_ca`,
-    /// `tls_cert`, `tls_key`).
-    pub fn tls(mut self, tls: TlsOptions) -> Self {
-        self.tls = tls;
-        self
-    }
-
-    /// The cap of the random delay between attempts of a waiting acquire
-    /// (URL option `retry_delay`).
-    pub fn retry_delay(mut self, delay: Duration) -> Self {
-        self.retry_delay = delay;
-        self
+    lock_core::setters! {
+        /// Prefix of every key (URL option `prefix`).
+        prefix: into String;
+        /// The per-master limit of one call (URL option `timeout`); more than
+        /// zero.
+        timeout: Duration;
+        /// The longest wait for a connection to one master (URL option
+        /// `connect_timeout`); more than zero.
+        connect_timeout: Duration;
+        /// Whether to use masters whose memory policy may evict lock keys
+        /// (URL option `allow_eviction`).
+        allow_eviction: bool;
+        /// TLS, and what it trusts and presents (URL options `tls`, `tls_ca`,
+        /// `tls_cert`, `tls_key`).
+        tls: TlsOptions;
+        /// The cap of the random delay between attempts of a waiting acquire
+        /// (URL option `retry_delay`).
+        retry_delay: Duration;
     }
 
     /// How many masters make a majority.

@@ -156,10 +156,9 @@ impl SqlConfig {
         Ok(())
     }
 
-    /// The locks table (URL option `table`).
-    pub fn table(mut self, name: impl Into<String>) -> Self {
-        self.table = name.into();
-        self
+    lock_core::setters! {
+        /// The locks table (URL option `table`).
+        table: into String;
     }
 
     /// The tables' schema (URL option `schema`); PostgreSQL only.
@@ -168,31 +167,18 @@ impl SqlConfig {
         self
     }
 
-    /// Connections per backend instance (URL option `pool_size`), 1 to 64.
-    pub fn pool_size(mut self, size: u32) -> Self {
-        self.pool_size = size;
-        self
-    }
-
-    /// The longest one statement may take on the server (URL option
-    /// `timeout`); more than zero.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// The longest wait for a connection (URL option `connect_timeout`);
-    /// more than zero.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// Whether missing tables are created (URL option `create_tables`): see
-    /// the crate's README, "Least privilege", for a role that may not.
-    pub fn create_tables(mut self, create: bool) -> Self {
-        self.create_tables = create;
-        self
+    lock_core::setters! {
+        /// Connections per backend instance (URL option `pool_size`), 1 to 64.
+        pool_size: u32;
+        /// The longest one statement may take on the server (URL option
+        /// `timeout`); more than zero.
+        timeout: Duration;
+        /// The longest wait for a connection (URL option `connect_timeout`);
+        /// more than zero.
+        connect_timeout: Duration;
+        /// Whether missing tables are created (URL option `create_tables`): see
+        /// the crate's README, "Least privilege", for a role that may not.
+        create_tables: bool;
     }
 
     /// The name of the dialect the URL named, or the error of a config

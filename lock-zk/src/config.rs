@@ -205,20 +205,15 @@ impl ZkConfig {
         self
     }
 
-    /// A path every lock lives under, as a URL's path is (`/app/locks`);
-    /// created (persistent) if missing. With
-    /// [`from_client`](crate::ZkBackend::from_client), below the client's
-    /// own chroot if it has one.
-    pub fn chroot(mut self, chroot: impl Into<String>) -> Self {
-        self.chroot = chroot.into();
-        self
-    }
-
-    /// The session timeout to ask for (URL option `session_timeout`); more
-    /// than zero.
-    pub fn session_timeout(mut self, timeout: Duration) -> Self {
-        self.session_timeout = timeout;
-        self
+    lock_core::setters! {
+        /// A path every lock lives under, as a URL's path is (`/app/locks`);
+        /// created (persistent) if missing. With
+        /// [`from_client`](crate::ZkBackend::from_client), below the client's
+        /// own chroot if it has one.
+        chroot: into String;
+        /// The session timeout to ask for (URL option `session_timeout`); more
+        /// than zero.
+        session_timeout: Duration;
     }
 
     /// Authenticates the session as `user` with the `digest` scheme (URL
@@ -231,40 +226,23 @@ impl ZkConfig {
         self
     }
 
-    /// Gives every node distlock creates the creator-only ACL, as a URL
-    /// with `auth` does: only sessions authenticated as the same identity
-    /// may touch them (see [`creator_only`](Self::creator_only)).
-    pub fn creator_only(mut self, on: bool) -> Self {
-        self.creator_only = on;
-        self
-    }
-
-    /// Lock parents as container nodes (see
-    /// [`container_parents`](Self::container_parents)).
-    pub fn container_parents(mut self, on: bool) -> Self {
-        self.container_parents = on;
-        self
-    }
-
-    /// The longest one request may take (URL option `timeout`); more than
-    /// zero.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// The longest wait for a session (URL option `connect_timeout`); more
-    /// than zero.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// TLS, and what it trusts and presents (URL options `tls`, `tls_ca`,
-    /// `tls_cert`, `tls_key`).
-    pub fn tls(mut self, tls: TlsOptions) -> Self {
-        self.tls = tls;
-        self
+    lock_core::setters! {
+        /// Gives every node distlock creates the creator-only ACL, as a URL
+        /// with `auth` does: only sessions authenticated as the same identity
+        /// may touch them (see [`creator_only`](Self::creator_only)).
+        creator_only: bool;
+        /// Lock parents as container nodes (see
+        /// [`container_parents`](Self::container_parents)).
+        container_parents: bool;
+        /// The longest one request may take (URL option `timeout`); more than
+        /// zero.
+        timeout: Duration;
+        /// The longest wait for a session (URL option `connect_timeout`); more
+        /// than zero.
+        connect_timeout: Duration;
+        /// TLS, and what it trusts and presents (URL options `tls`, `tls_ca`,
+        /// `tls_cert`, `tls_key`).
+        tls: TlsOptions;
     }
 
     /// The hosts as a ZooKeeper connect string, without the chroot.

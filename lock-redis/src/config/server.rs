@@ -38,10 +38,9 @@ impl Server {
         }
     }
 
-    /// The database number.
-    pub fn db(mut self, db: u32) -> Self {
-        self.db = db;
-        self
+    lock_core::setters! {
+        /// The database number.
+        db: u32;
     }
 
     /// The ACL user.
