@@ -193,6 +193,43 @@ pub fn userinfo(url: &str, info: &str) -> Result<(Option<String>, Option<String>
     ))
 }
 
+/// The check of a server address a config type holds: `host:port` with a
+/// port from 0 to 65535, `host` alone, or a bracketed IPv6 address with or
+/// without a port; no spaces, `,`, `/`, `@` or `?`. A mistake is an
+/// [`Error::InvalidConfig`] of `backend` naming the address.
+pub fn check_addr(backend: &'static str, addr: &str) -> Result<()> {
+    let bad = |why: &str| {
+        Err(Error::invalid_config(
+            backend,
+            format!("bad server address \"{addr}\": {why}; expected HOST:PORT"),
+        ))
+    };
+    if addr.contains(|c: char| c.is_whitespace() || matches!(c, ',' | '/' | '@' | '?')) {
+        return bad("a space, ',', '/', '@' or '?' in it");
+    }
+    let (host, port) = match addr.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((host, "")) => (host, None),
+            Some((host, port)) => match port.strip_prefix(':') {
+                Some(port) => (host, Some(port)),
+                None => return bad("text after the IPv6 address"),
+            },
+            None => return bad("an unclosed '['"),
+        },
+        None => match addr.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (addr, None),
+        },
+    };
+    if host.is_empty() {
+        return bad("no host");
+    }
+    if port.is_some_and(|p| p.parse::<u16>().is_err()) {
+        return bad("the port is not a number from 0 to 65535");
+    }
+    Ok(())
+}
+
 /// The check every config type makes of its timeouts: each named
 /// duration is more than zero, or an [`Error::InvalidConfig`] of `backend`
 /// names the first that is not.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use lock_core::backend::QueryOptions;
 use lock_core::tls::TlsOptions;
-use lock_core::url::{check_key_prefix, check_positive, host_with_port};
+use lock_core::url::{check_addr, check_key_prefix, check_positive, host_with_port};
 use lock_core::{Error, Result};
 
 /// Everything a [`MemcacheBackend`](crate::MemcacheBackend) is made from:
@@ -137,10 +137,7 @@ impl MemcacheConfig {
                 "option \"pool_size\" must be from 1 to 64",
             ));
         }
-        if self.addr.is_empty() {
-            return Err(Error::invalid_config(crate::NAME, "no server address"));
-        }
-        Ok(())
+        check_addr(crate::NAME, &self.addr)
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use lock_core::backend::{HostList, QueryOptions};
 use lock_core::secret::{PASSWORD_FILE, Password};
 use lock_core::tls::TlsOptions;
-use lock_core::url::{check_key_prefix, check_positive, host_with_port, userinfo};
+use lock_core::url::{check_addr, check_key_prefix, check_positive, host_with_port, userinfo};
 use lock_core::{Error, Result};
 use lock_redis::Server;
 
@@ -165,6 +165,9 @@ impl RedlockConfig {
     /// code; a mistake is an [`Error::InvalidConfig`] naming the option.
     pub(crate) fn check(&self) -> Result<()> {
         self.check_options()?;
+        for master in &self.masters {
+            check_addr(crate::NAME, &master.addr)?;
+        }
         check_masters(self.masters.iter().map(|m| m.addr.as_str()))
     }
 
@@ -332,6 +335,7 @@ mod tests {
                 ("redlock://h1:1,h1:1,h3:3", "listed twice"),
                 ("redlock://h1:1,,h3:3", "empty host"),
                 ("redlock://h1:1,h2:2,h3:3/x", "not a number"),
+                ("redlock://h1:x,h2,h3", "port"),
                 ("redlock://h1:1,h2:2,h3:3?tls=maybe", "true or false"),
                 ("redlock://h1:1,h2:2,h3:3?tls_cert=/c.pem", "go together"),
             ],

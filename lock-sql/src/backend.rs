@@ -124,7 +124,8 @@ impl SqlBackend {
     /// (a mistake is an `Error::InvalidConfig` naming the option); the
     /// connection is the pool's business, so `pool_size`, `connect_timeout`
     /// and any database a URL named (its credentials, TLS, SQLite's
-    /// `synchronous`) are ignored. [`SqlConfig::default()`] is the usual
+    /// `synchronous`) go unused, though checked as every config is.
+    /// [`SqlConfig::default()`] is the usual
     /// start.
     ///
     /// ```

@@ -82,14 +82,7 @@ impl Server {
 
     /// Refuses an address the driver could not use.
     pub(super) fn check(&self) -> Result<()> {
-        let stray = |c: char| c.is_whitespace() || matches!(c, ',' | '/' | '@' | '?');
-        if self.addr.is_empty() || self.addr.starts_with(':') || self.addr.contains(stray) {
-            return Err(Error::invalid_config(
-                crate::NAME,
-                format!("bad server address \"{}\": expected HOST:PORT", self.addr),
-            ));
-        }
-        Ok(())
+        lock_core::url::check_addr(crate::NAME, &self.addr)
     }
 }
 

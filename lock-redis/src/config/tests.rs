@@ -162,6 +162,9 @@ fn bad_urls_say_what_is_wrong() {
             ("redis://", "no host"),
             ("redis://h/x", "not a number"),
             ("redis://h:1,h:2", "server address"),
+            ("redis://h:notaport", "port"),
+            ("redis://h:99999/1", "port"),
+            ("redis+cluster://h:1,h:x", "port"),
             ("rediss://h?tls=false", "always uses TLS"),
             ("redis://h?tls_key=/k.pem", "go together"),
             ("rediss+sentinel://h:1/m?tls=false", "always uses TLS"),
@@ -227,6 +230,19 @@ fn sentinel_urls_name_the_sentinels_and_the_master() {
     assert_eq!(s.sentinels[1], ("127.0.0.2".to_owned(), 26379));
     assert_eq!(c.wait_replicas, 1);
     assert!(!format!("{c:?}").contains("s3cret"));
+    for url in [
+        "redis+sentinel://h:26379/my@master",
+        "redis+sentinel://u:p@h:26379/my@master",
+    ] {
+        let Topology::Sentinel { master, .. } = RedisConfig::from_url(url).unwrap().topology else {
+            panic!("{url}")
+        };
+        assert_eq!(master, "my@master", "{url}");
+    }
+    assert!(matches!(
+        RedisConfig::from_url("redis://[::1]").unwrap().topology,
+        Topology::Single(Server { ref addr, .. }) if addr == "[::1]"
+    ));
     for url in [
         "redis+sentinel://127.0.0.1:26379",
         "redis+sentinel://127.0.0.1:26379/",

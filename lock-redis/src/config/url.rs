@@ -108,8 +108,15 @@ fn parse(url: &str) -> Result<RedisConfig> {
         q.finish(&[COMMON, WAIT].concat())?;
     }
     let base = rest.split_once('?').map_or(rest, |(b, _)| b);
-    let (credentials, hosts) = match base.rsplit_once('@') {
-        Some((c, h)) => (Some(c), h),
+    // A sentinel URL's master name may hold an `@`: its user-info ends
+    // before the first `/`. Elsewhere the last `@` ends it, so that a
+    // password may hold a `/`.
+    let authority_end = match kind {
+        Kind::Sentinel => base.find('/').unwrap_or(base.len()),
+        _ => base.len(),
+    };
+    let (credentials, hosts) = match base[..authority_end].rfind('@') {
+        Some(at) => (Some(&base[..at]), &base[at + 1..]),
         None => (None, base),
     };
     let (username, password) = credentials_of(url, credentials, password_file)?;
