@@ -60,6 +60,8 @@ pub struct Capabilities {
     /// Whether the backend keeps read-write locks ([`LockKind::Read`],
     /// [`LockKind::Write`]).
     pub read_write: bool,
+    /// Whether the backend keeps elections ([`LockKind::Leader`]).
+    pub elections: bool,
     /// The shortest TTL the backend can keep.
     pub min_ttl: Duration,
     /// The longest TTL the backend accepts.
@@ -89,6 +91,7 @@ impl Capabilities {
             shared_across_processes: true,
             semaphores: false,
             read_write: false,
+            elections: false,
             min_ttl: Self::DEFAULT_MIN_TTL,
             max_ttl: Self::DEFAULT_MAX_TTL,
         }
@@ -142,12 +145,19 @@ impl Capabilities {
         self
     }
 
+    /// Sets [`Capabilities::elections`].
+    pub const fn with_elections(mut self, yes: bool) -> Self {
+        self.elections = yes;
+        self
+    }
+
     /// Whether the backend keeps locks of `kind`'s family.
     pub const fn supports(&self, kind: LockKind) -> bool {
         match kind.family() {
             Family::Mutex => true,
             Family::Semaphore => self.semaphores,
             Family::ReadWrite => self.read_write,
+            Family::Election => self.elections,
         }
     }
 

@@ -63,6 +63,17 @@ pub enum Error {
         max: u32,
     },
 
+    /// A leader's value too long, or with a NUL character (which some stores
+    /// cannot keep in text).
+    #[non_exhaustive]
+    #[error("invalid leader value ({len} bytes): {reason}")]
+    InvalidValue {
+        /// The length of the rejected value, in bytes.
+        len: usize,
+        /// What is wrong and what is accepted.
+        reason: String,
+    },
+
     /// A connection URL or one of its options is malformed.
     #[non_exhaustive]
     #[error("invalid URL {url}: {reason}")]
@@ -252,6 +263,7 @@ impl Error {
             Error::InvalidName { .. }
                 | Error::InvalidTtl { .. }
                 | Error::InvalidPermits { .. }
+                | Error::InvalidValue { .. }
                 | Error::InvalidUrl { .. }
                 | Error::InvalidConfig { .. }
                 | Error::UnknownScheme { .. }

@@ -8,7 +8,9 @@ use crate::error::{Error, Result};
 /// What an acquire asks for.
 ///
 /// A mutex, a semaphore and a read-write lock of the same name are three
-/// different locks: backends keep each kind's state apart, so a name can be
+/// different locks, and so is the election of that name (on etcd, whose own
+/// `etcdctl lock` and `etcdctl elect` share one key range, the election and
+/// the mutex of a name are one): backends keep each kind's state apart, so a name can be
 /// used as a mutex by one part of an application and as a semaphore by
 /// another without either seeing the other. [`LockKind::Read`] and
 /// [`LockKind::Write`] of one name are the two sides of one read-write lock.
@@ -36,6 +38,11 @@ pub enum LockKind {
     Read,
     /// The exclusive hold of a read-write lock: no other reader or writer.
     Write,
+    /// A candidacy in the election of a name (see
+    /// [`Locker::election`](crate::Locker::election)): granted to one
+    /// candidate at a time, the leader, whose lease carries the value it
+    /// proclaims and whose fencing token is its term.
+    Leader,
 }
 
 impl LockKind {
@@ -69,13 +76,17 @@ impl LockKind {
             LockKind::Exclusive => Family::Mutex,
             LockKind::Permit { .. } => Family::Semaphore,
             LockKind::Read | LockKind::Write => Family::ReadWrite,
+            LockKind::Leader => Family::Election,
         }
     }
 
-    /// Whether holders of this kind exclude every other holder (a mutex or
-    /// a writer).
+    /// Whether holders of this kind exclude every other holder (a mutex, a
+    /// writer or a leader).
     pub const fn is_exclusive(self) -> bool {
-        matches!(self, LockKind::Exclusive | LockKind::Write)
+        matches!(
+            self,
+            LockKind::Exclusive | LockKind::Write | LockKind::Leader
+        )
     }
 }
 
@@ -86,11 +97,12 @@ impl fmt::Display for LockKind {
             LockKind::Permit { permits } => write!(f, "permit of {permits}"),
             LockKind::Read => f.write_str("read lock"),
             LockKind::Write => f.write_str("write lock"),
+            LockKind::Leader => f.write_str("leadership"),
         }
     }
 }
 
-/// The three families of locks a name can have (see [`LockKind::family`]).
+/// The four families of locks a name can have (see [`LockKind::family`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Family {
@@ -100,16 +112,20 @@ pub enum Family {
     Semaphore,
     /// [`LockKind::Read`] and [`LockKind::Write`].
     ReadWrite,
+    /// [`LockKind::Leader`].
+    Election,
 }
 
 impl Family {
     /// A short tag for keys and messages: `""` for the mutex (whose keys
-    /// predate the other families and keep their layout), `"sem"`, `"rw"`.
+    /// predate the other families and keep their layout), `"sem"`, `"rw"`,
+    /// `"elect"`.
     pub const fn tag(self) -> &'static str {
         match self {
             Family::Mutex => "",
             Family::Semaphore => "sem",
             Family::ReadWrite => "rw",
+            Family::Election => "elect",
         }
     }
 
@@ -119,6 +135,7 @@ impl Family {
             Family::Mutex => "locks",
             Family::Semaphore => "semaphores",
             Family::ReadWrite => "read-write locks",
+            Family::Election => "elections",
         }
     }
 }

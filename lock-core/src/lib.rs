@@ -6,6 +6,7 @@
 pub mod backend;
 pub mod blocking;
 mod capabilities;
+mod election;
 mod error;
 mod guard;
 mod handle;
@@ -41,6 +42,7 @@ pub mod url;
 mod wait;
 
 pub use capabilities::{Capabilities, Fencing};
+pub use election::{Election, Leader, LeaderGuard, LeaderWatch};
 pub use error::{Error, Result};
 pub use guard::LockGuard;
 pub use handle::{LockHandle, StateWatch};

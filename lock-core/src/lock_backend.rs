@@ -8,6 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::capabilities::Capabilities;
+use crate::election::Leader;
 use crate::error::{Error, Result};
 use crate::kind::{Family, LockKind};
 use crate::lease::Lease;
@@ -120,10 +121,50 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
         })
     }
 
+    /// Replaces the value that `lease`, a [`LockKind::Leader`] grant,
+    /// proclaims, if it still leads; otherwise [`Error::NotHeld`]. The term
+    /// (the lease's fencing token) does not change.
+    async fn proclaim(&self, lease: &Lease, value: &str) -> Result<()> {
+        let _ = (lease, value);
+        Err(no_elections(self.capabilities().backend))
+    }
+
+    /// The leader of the election `name` now: its value and term, or
+    /// `None` while nobody leads. A leader whose lease ran out is not
+    /// listed.
+    async fn leader(&self, name: &LockName) -> Result<Option<Leader>> {
+        let _ = name;
+        Err(no_elections(self.capabilities().backend))
+    }
+
+    /// Returns once the leader of `name` may differ from `seen` (as
+    /// [`leader`](Self::leader) read it), or after `within` at the latest:
+    /// what an observer of the election waits on between reads. The
+    /// default sleeps `within` (polling); a backend whose server tells of
+    /// changes (a watch, a notification) returns as soon as it does. A
+    /// spurious return is harmless: the observer reads again.
+    async fn leader_changed(
+        &self,
+        name: &LockName,
+        seen: Option<&Leader>,
+        within: Duration,
+    ) -> Result<()> {
+        let _ = (name, seen);
+        tokio::time::sleep(within).await;
+        Ok(())
+    }
+
     /// The backend's own counters since it was made (all zero where a
     /// backend counts nothing).
     fn stats(&self) -> BackendStats {
         BackendStats::default()
+    }
+}
+
+fn no_elections(backend: &'static str) -> Error {
+    Error::Unsupported {
+        backend,
+        operation: Family::Election.operation(),
     }
 }
 

@@ -199,7 +199,19 @@ impl Locker {
                 return Ok(LockGuard::new(holding));
             }
         }
-        let (lease, queue, labels) = self.acquire(name, kind, opts).await?;
+        self.acquire_valued(name, kind, opts, String::new()).await
+    }
+
+    /// A new grant of `kind` of `name`, proclaiming `value` if it is a
+    /// leadership, as a guard.
+    pub(crate) async fn acquire_valued(
+        &self,
+        name: impl AsRef<str>,
+        kind: LockKind,
+        opts: AcquireOptions,
+        value: String,
+    ) -> Result<LockGuard> {
+        let (lease, queue, labels) = self.acquire_request(name, kind, opts, value).await?;
         let keeper = Keeper {
             backend: &self.backend,
             renewals: &self.renewals,

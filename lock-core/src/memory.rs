@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::backend::{BackendStats, Holder, LockBackend, poll_acquire};
+use crate::backend::{BackendStats, Holder, Leader, LockBackend, poll_acquire};
 use crate::capabilities::{Capabilities, Fencing};
 use crate::error::{Error, Result};
 use crate::kind::{Family, LockKind};
@@ -33,6 +33,8 @@ struct Inner {
     /// Semaphores and read-write locks, by family and name.
     groups: Mutex<HashMap<(Family, LockName), Group>>,
     signals: ReleaseSignals,
+    /// Told of every change of any election's leader or value.
+    elections: tokio::sync::Notify,
 }
 
 /// The holders of one semaphore or read-write lock, and the writers waiting
@@ -51,6 +53,8 @@ struct Member {
     token: u64,
     kind: LockKind,
     expires: Instant,
+    /// What a leader proclaims.
+    value: String,
 }
 
 impl Group {
@@ -96,6 +100,7 @@ impl Group {
             token: self.granted,
             kind: req.kind,
             expires: now + req.ttl,
+            value: req.value.clone(),
         });
         Some(self.granted)
     }
@@ -140,6 +145,9 @@ impl MemoryBackend {
         let now = Instant::now();
         let key = (req.kind.family(), req.name.clone());
         let token = self.groups().entry(key).or_default().admit(req, now)?;
+        if req.kind == LockKind::Leader {
+            self.inner.elections.notify_waiters();
+        }
         Some(Lease::granted(req, FencingToken::new(token), now))
     }
 }
@@ -149,6 +157,7 @@ const CAPABILITIES: Capabilities = Capabilities::new("memory", Fencing::Strict)
     .with_shared_across_processes(false)
     .with_semaphores(true)
     .with_read_write(true)
+    .with_elections(true)
     .with_ttl_range(Duration::from_millis(1), Capabilities::DEFAULT_MAX_TTL);
 
 #[async_trait]
@@ -258,6 +267,10 @@ impl LockBackend for MemoryBackend {
         };
         match lease.kind().family() {
             Family::ReadWrite => self.inner.signals.notify_all(lease.name()),
+            Family::Election => {
+                self.inner.elections.notify_waiters();
+                self.inner.signals.notify(lease.name());
+            }
             _ => self.inner.signals.notify(lease.name()),
         }
         if was_live {
@@ -276,6 +289,9 @@ impl LockBackend for MemoryBackend {
                 g.holders.retain(|m| m.owner != req.owner);
                 g.writers_waiting.retain(|(o, _)| *o != req.owner);
             }
+            if req.kind == LockKind::Leader {
+                self.inner.elections.notify_waiters();
+            }
             self.inner.signals.notify_all(&req.name);
             return Ok(());
         }
@@ -288,6 +304,54 @@ impl LockBackend for MemoryBackend {
             drop(slots);
             self.inner.signals.notify(&req.name);
         }
+        Ok(())
+    }
+
+    async fn proclaim(&self, lease: &Lease, value: &str) -> Result<()> {
+        let now = Instant::now();
+        let proclaimed = self.with_group(lease, |g| {
+            g.prune(now);
+            let m = g.live(lease.owner(), lease.token())?;
+            m.value = value.to_owned();
+            Some(())
+        });
+        proclaimed
+            .flatten()
+            .ok_or_else(|| Error::not_held(lease.name()))?;
+        self.inner.elections.notify_waiters();
+        Ok(())
+    }
+
+    async fn leader(&self, name: &LockName) -> Result<Option<Leader>> {
+        let now = Instant::now();
+        let groups = self.groups();
+        let group = groups.get(&(Family::Election, name.clone()));
+        Ok(group
+            .into_iter()
+            .flat_map(|g| &g.holders)
+            .find(|m| m.expires > now)
+            .map(|m| {
+                Leader::new(
+                    &m.owner.to_hex(),
+                    m.value.clone(),
+                    FencingToken::new(m.token),
+                    Some(m.expires - now),
+                )
+            }))
+    }
+
+    async fn leader_changed(
+        &self,
+        _name: &LockName,
+        seen: Option<&Leader>,
+        within: Duration,
+    ) -> Result<()> {
+        // A leader whose lease runs out changes nothing in the map: wake
+        // when it does.
+        let within = seen
+            .and_then(|l| l.expires_in)
+            .map_or(within, |left| within.min(left + Duration::from_millis(1)));
+        let _ = tokio::time::timeout(within, self.inner.elections.notified()).await;
         Ok(())
     }
 

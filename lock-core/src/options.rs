@@ -146,6 +146,10 @@ pub struct AcquireRequest {
     /// What is asked for (checked against the backend's
     /// [`Capabilities`](crate::Capabilities) before it gets here).
     pub kind: LockKind,
+    /// What a [`LockKind::Leader`] candidate proclaims if it leads (empty
+    /// for other kinds): the backend stores it with the grant, where
+    /// [`LockBackend::leader`](crate::backend::LockBackend::leader) reads it.
+    pub value: String,
 }
 
 impl AcquireRequest {
@@ -157,6 +161,7 @@ impl AcquireRequest {
             owner: OwnerToken::random(),
             ttl,
             kind: LockKind::Exclusive,
+            value: String::new(),
         }
     }
 
@@ -178,6 +183,13 @@ impl AcquireRequest {
     /// The same request for another kind of lock.
     pub fn with_kind(mut self, kind: LockKind) -> Self {
         self.kind = kind;
+        self
+    }
+
+    /// The same request proclaiming `value` if it leads (see
+    /// [`AcquireRequest::value`]).
+    pub fn with_value(mut self, value: impl Into<String>) -> Self {
+        self.value = value.into();
         self
     }
 }

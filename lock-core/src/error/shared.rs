@@ -36,6 +36,10 @@ impl Error {
                 permits: *permits,
                 max: *max,
             },
+            Error::InvalidValue { len, reason } => Error::InvalidValue {
+                len: *len,
+                reason: reason.clone(),
+            },
             Error::InvalidUrl { url, reason } => Error::InvalidUrl {
                 url: url.clone(),
                 reason: reason.clone(),

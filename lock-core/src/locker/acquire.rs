@@ -34,6 +34,17 @@ impl Locker {
         kind: LockKind,
         opts: AcquireOptions,
     ) -> Result<(Lease, Option<Arc<Entry<Record<Holding>>>>, Labels)> {
+        self.acquire_request(name, kind, opts, String::new()).await
+    }
+
+    /// As `acquire`, for a candidate proclaiming `value` if it leads.
+    pub(crate) async fn acquire_request(
+        &self,
+        name: impl AsRef<str>,
+        kind: LockKind,
+        opts: AcquireOptions,
+        value: String,
+    ) -> Result<(Lease, Option<Arc<Entry<Record<Holding>>>>, Labels)> {
         let name = LockName::new(name)?;
         let capabilities = self.backend.capabilities();
         capabilities.check_kind(kind)?;
@@ -55,7 +66,9 @@ impl Locker {
             outcome = tracing::field::Empty,
             attempts = tracing::field::Empty,
         );
-        let req = AcquireRequest::new(name, opts.ttl).with_kind(kind);
+        let req = AcquireRequest::new(name, opts.ttl)
+            .with_kind(kind)
+            .with_value(value);
         let cancel = CancellationToken::new();
         let budget = WaitBudget::new(opts.wait, cancel.clone());
         // Waiters of one name in this locker go to the backend one at a time,

@@ -1,0 +1,353 @@
+//! Leader election: `locker.election(name)`, the guard of the candidate
+//! that leads, and the watch of who leads.
+//!
+//! An election is a lock of its own family ([`LockKind::Leader`]): the
+//! leader is its holder, the term is the grant's fencing token, and the
+//! value the leader proclaims is kept with the grant. So a leader renews,
+//! is put at risk and is lost exactly as a lock's holder is.
+
+use std::fmt;
+use std::ops::Deref;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::backend::LockBackend;
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::handle::LockHandle;
+use crate::kind::LockKind;
+use crate::locker::Locker;
+use crate::name::LockName;
+use crate::options::{AcquireOptions, Wait};
+use crate::token::FencingToken;
+
+/// The leader of an election, as [`Election::leader`] and
+/// [`LeaderWatch::changed`] report it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Leader {
+    /// What the leader proclaims.
+    pub value: String,
+    /// The leader's term: its grant's fencing token, the same for the
+    /// whole leadership, and strictly greater for every new leader where
+    /// the backend's fencing is [`Strict`](crate::Fencing::Strict).
+    pub term: FencingToken,
+    /// The first hex digits of the leader's owner token (empty for a
+    /// leader elected by another client, such as `etcdctl elect` or a
+    /// Curator `LeaderLatch`, whose keys carry none).
+    pub owner: String,
+    /// Time left on the leader's lease by the server's clock, if known.
+    pub expires_in: Option<Duration>,
+}
+
+impl Leader {
+    /// The longest value a candidate may proclaim, in bytes: an identity
+    /// (a host and port, a URL), not a payload.
+    pub const MAX_VALUE: usize = 4096;
+
+    /// A leader as a backend reads it; `owner` is cut to its first 8
+    /// characters, as [`Holder::new`](crate::Holder::new) does.
+    pub fn new(
+        owner: &str,
+        value: impl Into<String>,
+        term: FencingToken,
+        expires_in: Option<Duration>,
+    ) -> Self {
+        Self {
+            value: value.into(),
+            term,
+            owner: owner.chars().take(8).collect(),
+            expires_in,
+        }
+    }
+
+    /// Checks a value to proclaim: at most [`MAX_VALUE`](Self::MAX_VALUE)
+    /// bytes and no NUL character.
+    pub fn check_value(value: &str) -> Result<()> {
+        let reason = if value.len() > Self::MAX_VALUE {
+            format!("at most {} bytes are allowed", Self::MAX_VALUE)
+        } else if value.contains('\0') {
+            "a NUL character is not allowed".to_owned()
+        } else {
+            return Ok(());
+        };
+        Err(Error::InvalidValue {
+            len: value.len(),
+            reason,
+        })
+    }
+
+    /// The same leadership with the same value: what an observer reports
+    /// once (the time left changes with every read).
+    fn same(&self, other: &Leader) -> bool {
+        self.term == other.term && self.value == other.value && self.owner == other.owner
+    }
+}
+
+impl Locker {
+    /// The election `name`: candidates [`campaign`](Election::campaign)
+    /// to lead it, one at a time; anybody can read who leads
+    /// ([`Election::leader`]) or follow each change ([`Election::observe`]).
+    ///
+    /// Making the handle does no I/O and cannot fail; its calls fail with
+    /// [`Error::Unsupported`] on a backend that keeps no elections (see
+    /// [`Capabilities::elections`](crate::Capabilities::elections)) and
+    /// with [`Error::InvalidName`] for a bad name.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
+    /// use lock_core::{Locker, MemoryBackend};
+    ///
+    /// let locker = Locker::new(MemoryBackend::new());
+    /// let election = locker.election("scheduler");
+    /// let leading = election.campaign("10.0.0.7:8080").await?;
+    /// let leader = election.leader().await?.expect("somebody leads");
+    /// assert_eq!((leader.value.as_str(), leader.term), ("10.0.0.7:8080", leading.term()));
+    /// leading.resign().await?;
+    /// assert!(election.leader().await?.is_none());
+    /// # Ok(()) }
+    /// ```
+    pub fn election(&self, name: impl Into<String>) -> Election {
+        Election {
+            locker: self.clone(),
+            name: name.into(),
+        }
+    }
+}
+
+/// An election of one [`Locker`]; see [`Locker::election`]. Cheap to clone.
+#[derive(Clone)]
+pub struct Election {
+    locker: Locker,
+    name: String,
+}
+
+impl Election {
+    /// The election's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Waits until this candidate leads (as long as the locker's default
+    /// options allow), proclaiming `value`, and keeps the leadership
+    /// renewed. Cancel-safe: a campaign dropped at any point leaves no
+    /// candidacy behind.
+    pub async fn campaign(&self, value: impl Into<String>) -> Result<LeaderGuard> {
+        self.campaign_with(value, self.locker.defaults()).await
+    }
+
+    /// One attempt to lead: [`Error::Busy`] if somebody leads.
+    pub async fn try_campaign(&self, value: impl Into<String>) -> Result<LeaderGuard> {
+        self.campaign_with(value, self.locker.defaults().wait(Wait::No))
+            .await
+    }
+
+    /// Campaigns with `opts`: its TTL is the leadership's lease, its wait
+    /// how long to stand by. A leadership is never reentrant.
+    pub async fn campaign_with(
+        &self,
+        value: impl Into<String>,
+        opts: AcquireOptions,
+    ) -> Result<LeaderGuard> {
+        let value = value.into();
+        Leader::check_value(&value)?;
+        let opts = opts.reentrant(false);
+        let guard = self
+            .locker
+            .acquire_valued(&self.name, LockKind::Leader, opts, value.clone())
+            .await?;
+        Ok(LeaderGuard {
+            guard,
+            backend: self.locker.backend().clone(),
+            value: Mutex::new(value),
+        })
+    }
+
+    /// The leader now, or `None` while nobody leads.
+    pub async fn leader(&self) -> Result<Option<Leader>> {
+        let name = self.checked_name()?;
+        self.locker.backend().leader(&name).await
+    }
+
+    /// A watch of who leads: each [`LeaderWatch::changed`] returns the
+    /// leader once it differs from the one returned last. Woken by the
+    /// server where the backend can be (see
+    /// [`LockBackend::leader_changed`](crate::backend::LockBackend::leader_changed)),
+    /// polling every [`LeaderWatch::POLL`] otherwise.
+    pub fn observe(&self) -> LeaderWatch {
+        LeaderWatch {
+            backend: self.locker.backend().clone(),
+            name: self.name.clone(),
+            seen: None,
+            every: LeaderWatch::POLL,
+        }
+    }
+
+    fn checked_name(&self) -> Result<LockName> {
+        let name = LockName::new(&self.name)?;
+        self.locker.capabilities().check_kind(LockKind::Leader)?;
+        Ok(name)
+    }
+}
+
+impl fmt::Debug for Election {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Election")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+/// The leadership of one candidate, renewed in the background like a
+/// [`LockGuard`]'s lock, which it derefs to: its token is the
+/// [`term`](Self::term), its state goes `AtRisk` and `Lost` as a lock's
+/// does, and [`resign`](Self::resign) (or a drop) hands the election to
+/// the next candidate.
+#[must_use = "dropping the guard resigns at once"]
+pub struct LeaderGuard {
+    guard: LockGuard,
+    backend: Arc<dyn LockBackend>,
+    value: Mutex<String>,
+}
+
+impl LeaderGuard {
+    /// The term: the fencing token of this leadership. Pass it with every
+    /// write made as leader, so that the store can refuse a deposed
+    /// leader's.
+    pub fn term(&self) -> FencingToken {
+        self.guard.token()
+    }
+
+    /// The value this leader proclaims.
+    pub fn value(&self) -> String {
+        self.value.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Proclaims `value` instead, keeping the lead and the term. Fails
+    /// with [`Error::Lost`] if the leadership was lost already, and with
+    /// [`Error::NotHeld`] if the backend found it gone (the guard is then
+    /// lost too).
+    pub async fn proclaim(&self, value: impl Into<String>) -> Result<()> {
+        let value = value.into();
+        Leader::check_value(&value)?;
+        if self.guard.is_lost() {
+            return Err(Error::Lost {
+                name: self.guard.name().to_string(),
+            });
+        }
+        match self.backend.proclaim(&self.guard.lease(), &value).await {
+            Ok(()) => {
+                *self.value.lock().unwrap_or_else(|p| p.into_inner()) = value;
+                Ok(())
+            }
+            Err(e @ Error::NotHeld { .. }) => {
+                // The server says the lead is gone: let the guard find out
+                // and say so to whoever watches its state.
+                let _ = self.guard.is_held().await;
+                Err(e)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Asks the backend whether this candidate still leads (see
+    /// [`LockGuard::is_held`]).
+    pub async fn is_leading(&self) -> Result<bool> {
+        self.guard.is_held().await
+    }
+
+    /// Steps down: the next candidate leads as soon as the backend hands
+    /// over. Reports whether the leadership was still ours, as
+    /// [`LockGuard::release`] does.
+    pub async fn resign(self) -> Result<()> {
+        self.guard.release().await
+    }
+
+    /// The leadership as a plain lock guard (its value stays proclaimed).
+    pub fn into_guard(self) -> LockGuard {
+        self.guard
+    }
+}
+
+impl Deref for LeaderGuard {
+    type Target = LockHandle;
+
+    fn deref(&self) -> &LockHandle {
+        &self.guard
+    }
+}
+
+impl fmt::Debug for LeaderGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaderGuard")
+            .field("name", &self.guard.name())
+            .field("term", &self.term())
+            .field("value", &self.value())
+            .field("state", &self.guard.state())
+            .finish()
+    }
+}
+
+/// Who leads an election, as it changes; from [`Election::observe`].
+///
+/// A watch that keeps up sees each leader (and each vacancy) in order; a
+/// slow one skips to the latest, never back to an older one, and nothing
+/// piles up while it is not asked.
+pub struct LeaderWatch {
+    backend: Arc<dyn LockBackend>,
+    name: String,
+    /// What `changed` returned last; `None` before its first call.
+    seen: Option<Option<Leader>>,
+    every: Duration,
+}
+
+impl LeaderWatch {
+    /// How often a watch reads the leader on a backend whose server does
+    /// not tell of changes, unless [`poll_every`](Self::poll_every) says.
+    pub const POLL: Duration = Duration::from_millis(200);
+
+    /// The same watch, reading every `every` where it polls.
+    pub fn poll_every(mut self, every: Duration) -> Self {
+        self.every = every.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The leader `changed` returned last (`None` before the first call,
+    /// or while nobody leads).
+    pub fn leader(&self) -> Option<&Leader> {
+        self.seen.as_ref().and_then(Option::as_ref)
+    }
+
+    /// The leader now on the first call; afterwards, waits until the
+    /// leader (its term or value) differs from the one returned last and
+    /// returns it, `None` for a vacancy. An error (an unreachable server)
+    /// is returned as it comes; the watch can be asked again.
+    pub async fn changed(&mut self) -> Result<Option<Leader>> {
+        let name = LockName::new(&self.name)?;
+        self.backend.capabilities().check_kind(LockKind::Leader)?;
+        loop {
+            let now = self.backend.leader(&name).await?;
+            let new = match (&self.seen, &now) {
+                (None, _) => true,
+                (Some(Some(a)), Some(b)) => !a.same(b),
+                (Some(a), b) => a.is_some() != b.is_some(),
+            };
+            if new {
+                self.seen = Some(now.clone());
+                return Ok(now);
+            }
+            self.backend
+                .leader_changed(&name, now.as_ref(), self.every)
+                .await?;
+        }
+    }
+}
+
+impl fmt::Debug for LeaderWatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaderWatch")
+            .field("name", &self.name)
+            .field("leader", &self.leader())
+            .finish()
+    }
+}
