@@ -8,6 +8,7 @@
 
 mod cancel;
 mod composite;
+mod election;
 mod fifo;
 mod holders;
 mod processes;
@@ -19,6 +20,12 @@ pub use composite::{
     lock_all_is_lost_when_any_name_is, lock_all_opposite_orders_never_deadlock,
     lock_all_takes_all_or_none, reentrant_holds_renew_and_release_on_the_last_drop,
     reentrant_holds_share_one_grant,
+};
+pub use election::{
+    election_cancelled_campaigns_leave_nothing, election_crashed_leader_is_replaced,
+    election_observers_see_every_change_in_order, election_one_leader_among_many_candidates,
+    election_proclaim_keeps_the_term, election_rejects_bad_input, election_resign_hands_over,
+    election_value_is_read_by_non_candidates,
 };
 pub use fifo::fifo_one_wake_up_per_release;
 pub use holders::holders_are_listed_for_every_kind;

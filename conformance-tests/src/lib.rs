@@ -67,6 +67,14 @@ macro_rules! conformance_suite {
                 lock_all_opposite_orders_never_deadlock,
                 lock_all_is_lost_when_any_name_is,
                 holders_are_listed_for_every_kind,
+                election_one_leader_among_many_candidates,
+                election_value_is_read_by_non_candidates,
+                election_resign_hands_over,
+                election_crashed_leader_is_replaced,
+                election_proclaim_keeps_the_term,
+                election_observers_see_every_change_in_order,
+                election_cancelled_campaigns_leave_nothing,
+                election_rejects_bad_input,
             );
 
             $crate::conformance_suite!(@storms $target;

@@ -139,6 +139,7 @@ async fn assert_keeps_exactly(backend: &str, url: &str, row: &Row) {
             Lock::Semaphore { permits: PERMITS },
         ),
         (capabilities.read_write, Lock::ReadWrite),
+        (capabilities.elections, Lock::Election),
     ]
     .into_iter()
     .filter_map(|(kept, lock)| kept.then_some(lock))

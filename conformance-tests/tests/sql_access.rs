@@ -37,7 +37,12 @@ async fn another_team_is_refused(teams: &SqlTeams) {
 /// locks too (their tables, and PostgreSQL's function).
 async fn every_family_works(backend: Arc<dyn LockBackend>) {
     let locker = Locker::from_arc(backend);
-    for kind in [LockKind::permit(2), LockKind::Read, LockKind::Write] {
+    for kind in [
+        LockKind::permit(2),
+        LockKind::Read,
+        LockKind::Write,
+        LockKind::Leader,
+    ] {
         let opts = AcquireOptions::with_ttl(Duration::from_secs(10)).wait(Wait::No);
         let guard = locker
             .lock_kind("families", kind, opts)

@@ -12,12 +12,13 @@ const README: &str = include_str!("../../lock-redlock/README.md");
 const WORKER: &str = env!("CARGO_BIN_EXE_torture-worker");
 
 /// The keys on every master that say who holds `lock` (the default
-/// prefix, then the name): the mutex's key, or the read-write lock's
-/// readers and writer (lock-redis's group layout).
+/// prefix, then the name): the mutex's key, the read-write lock's readers
+/// and writer (lock-redis's group layout), or the election's leader key.
 fn holder_keys(run: &Run, lock: Lock) -> Vec<String> {
     let base = format!("distlock:{}", run.plan().name);
     match lock {
         Lock::ReadWrite => vec![format!("{base}#rw"), format!("{base}#rw#writers")],
+        Lock::Election => vec![format!("{base}#elect")],
         _ => vec![base],
     }
 }

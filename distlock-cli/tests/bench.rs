@@ -8,13 +8,14 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_distlock");
-const WORKLOADS: [&str; 6] = [
+const WORKLOADS: [&str; 7] = [
     "uncontended",
     "contended",
     "hand-off",
     "wake-ups",
     "many-names",
     "semaphore",
+    "election",
 ];
 
 fn bench(args: &[&str]) -> Output {
@@ -126,6 +127,21 @@ fn bench_writes_everything(url: &str, backend: &str, out: &Path) {
         table.contains("hand-off p50 in the floor's single commands"),
         "{table}"
     );
+    // The election's leaders that die: every standby took over, after the
+    // dying lease's TTL (1 s on these backends).
+    let election = &workloads[6];
+    for run in election["runs"].as_array().unwrap() {
+        let failover = &run["failover"];
+        assert_eq!(failover["samples"], 5, "{run}");
+        assert!(
+            failover["p50_us"]
+                .as_f64()
+                .is_some_and(|us| us >= 990_000.0),
+            "{run}"
+        );
+        assert_eq!(run["failover_ttl_ms"], 1000.0, "{run}");
+    }
+    assert!(table.contains("failover past TTL p50"), "{table}");
 }
 
 #[test]
@@ -213,6 +229,10 @@ fn several_urls_are_measured_side_by_side() {
     let brief = std::fs::read_to_string(out.join("bench-comparison.md")).unwrap();
     assert!(
         brief.contains("| sqlite |") && brief.contains("| memory/tokio-mutex |"),
+        "{brief}"
+    );
+    assert!(
+        brief.contains("election (resign p50)") && brief.contains("election (failover p50)"),
         "{brief}"
     );
     let svg = std::fs::read_to_string(out.join("bench-comparison.svg")).unwrap();

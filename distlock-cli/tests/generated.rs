@@ -8,7 +8,16 @@ use std::process::Command;
 use common::*;
 
 /// The commands a user runs; the hidden ones must appear nowhere.
-const COMMANDS: [&str; 6] = ["run", "status", "bench", "torture", "completions", "man"];
+const COMMANDS: [&str; 8] = [
+    "run",
+    "status",
+    "elect",
+    "leader",
+    "bench",
+    "torture",
+    "completions",
+    "man",
+];
 const HIDDEN: [&str; 2] = ["__watchdog", "__torture-worker"];
 
 fn stdout_of(args: &[&str]) -> String {
@@ -121,7 +130,7 @@ fn man_out_writes_a_page_per_command() {
 }
 
 #[test]
-fn help_shows_examples_for_the_top_level_run_and_status() {
+fn help_shows_examples_for_the_top_level_and_its_commands() {
     for (args, example) in [
         (&["--help"][..], "distlock run --name"),
         (&["run", "--help"], "--no-wait -- ./cleanup.sh"),
@@ -129,6 +138,11 @@ fn help_shows_examples_for_the_top_level_run_and_status() {
             &["status", "--help"],
             "distlock status --name deploy --json",
         ),
+        (
+            &["elect", "--help"],
+            "--name scheduler --again -- ./scheduler",
+        ),
+        (&["leader", "--help"], "--name api --watch --json"),
     ] {
         let help = stdout_of(args);
         let examples = help

@@ -214,19 +214,6 @@ fn killing_distlock_stops_the_command_and_its_children() {
     }
 }
 
-/// Waits up to `limit` for every one of `pids` to be gone; how long it took,
-/// or `None`.
-fn all_gone_within(pids: &[i32], limit: Duration) -> Option<Duration> {
-    let started = Instant::now();
-    while pids.iter().any(|&pid| alive(pid)) {
-        if started.elapsed() > limit {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Some(started.elapsed())
-}
-
 fn pids(dir: &std::path::Path, files: &[&str]) -> Vec<i32> {
     files
         .iter()

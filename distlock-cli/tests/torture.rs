@@ -84,8 +84,8 @@ fn a_paused_holder_is_fenced_and_nothing_breaks() {
     assert!(history.lines().any(|l| l.contains(" final ")), "{history}");
 }
 
-/// A semaphore with a paused holder, and a read-write lock with a killed
-/// one: nothing broken, every permit back at the end.
+/// A semaphore with a paused holder, a read-write lock and an election
+/// with a killed one: nothing broken, every permit back at the end.
 #[test]
 fn a_semaphore_and_a_read_write_lock_keep_their_promises() {
     let dir = tempfile::tempdir().unwrap();
@@ -94,6 +94,7 @@ fn a_semaphore_and_a_read_write_lock_keep_their_promises() {
     for (family, fault, lock, grant) in [
         ("--permits=2", "--pause", "semaphore/2", " permit/2"),
         ("--read-write", "--kill", "read-write", " write"),
+        ("--election", "--kill", "election", " leader"),
     ] {
         let keep = dir.path().join(lock.replace('/', "-"));
         let report = clean_run(dir.path(), &keep, "4", &[family, fault], &zeros);
@@ -116,7 +117,12 @@ fn a_semaphore_and_a_read_write_lock_keep_their_promises() {
 /// promise and exits 1.
 #[test]
 fn a_broken_promise_exits_1_for_every_lock() {
-    for family in [&[][..], &["--permits", "2"], &["--read-write"]] {
+    for family in [
+        &[][..],
+        &["--permits", "2"],
+        &["--read-write"],
+        &["--election"],
+    ] {
         let mut args = vec![
             "--url",
             "memory://",

@@ -1,6 +1,6 @@
-//! Which lock a run's workers take — the mutex, a semaphore or a
-//! read-write lock of the run's name — and what each asks of the backend
-//! and of the fenced register.
+//! Which lock a run's workers take — the mutex, a semaphore, a read-write
+//! lock or the election of the run's name — and what each asks of the
+//! backend and of the fenced register.
 
 use std::fmt;
 
@@ -19,6 +19,8 @@ pub enum Lock {
     },
     /// A read-write lock: readers together, a writer alone.
     ReadWrite,
+    /// An election: one leader at a time, writing with its term.
+    Election,
 }
 
 /// One acquisition in this many of a read-write lock's workers is a write.
@@ -27,12 +29,13 @@ const WRITE_ONE_IN: u32 = 3;
 impl Lock {
     /// The family's name, as the `lock` column of a README's `Under
     /// faults` table and docs/RELIABILITY.md write it: `mutex`,
-    /// `semaphore`, `read-write`.
+    /// `semaphore`, `read-write`, `election`.
     pub const fn label(self) -> &'static str {
         match self {
             Lock::Mutex => "mutex",
             Lock::Semaphore { .. } => "semaphore",
             Lock::ReadWrite => "read-write",
+            Lock::Election => "election",
         }
     }
 
@@ -50,12 +53,13 @@ impl Lock {
         match word.split_once('/') {
             None if word == "mutex" => Ok(Lock::Mutex),
             None if word == "read-write" => Ok(Lock::ReadWrite),
+            None if word == "election" => Ok(Lock::Election),
             Some(("semaphore", n)) => match n.parse() {
                 Ok(permits) if permits > 0 => Ok(Lock::Semaphore { permits }),
                 _ => Err(format!("bad permit count in {word:?}")),
             },
             _ => Err(format!(
-                "unknown lock {word:?}: mutex, semaphore/N or read-write"
+                "unknown lock {word:?}: mutex, semaphore/N, read-write or election"
             )),
         }
     }
@@ -68,18 +72,20 @@ impl Lock {
             Lock::Semaphore { permits } => LockKind::permit(permits),
             Lock::ReadWrite if rng.random_ratio(1, WRITE_ONE_IN) => LockKind::Write,
             Lock::ReadWrite => LockKind::Read,
+            Lock::Election => LockKind::Leader,
         }
     }
 
     /// What the run's last step takes, all of it at once, to show that
     /// nothing was left held: every permit of a semaphore, the write side
     /// of a read-write lock (no reader and no writer may be left), the
-    /// mutex.
+    /// mutex, the leadership.
     pub fn whole(self) -> (LockKind, u32) {
         match self {
             Lock::Mutex => (LockKind::Exclusive, 1),
             Lock::Semaphore { permits } => (LockKind::permit(permits), permits),
             Lock::ReadWrite => (LockKind::Write, 1),
+            Lock::Election => (LockKind::Leader, 1),
         }
     }
 
@@ -98,17 +104,20 @@ impl fmt::Display for Lock {
             Lock::Semaphore { permits: 1 } => f.write_str("semaphore of 1 permit"),
             Lock::Semaphore { permits } => write!(f, "semaphore of {permits} permits"),
             Lock::ReadWrite => f.write_str("read-write lock"),
+            Lock::Election => f.write_str("election"),
         }
     }
 }
 
 /// A grant's kind as its history line ends: nothing for the mutex (whose
-/// lines predate the other kinds), `permit/N`, `read` or `write`.
+/// lines predate the other kinds), `permit/N`, `read`, `write` or
+/// `leader`.
 pub fn kind_word(kind: LockKind) -> Option<String> {
     match kind {
         LockKind::Permit { permits } => Some(format!("permit/{permits}")),
         LockKind::Read => Some("read".to_owned()),
         LockKind::Write => Some("write".to_owned()),
+        LockKind::Leader => Some("leader".to_owned()),
         _ => None,
     }
 }
@@ -119,6 +128,7 @@ pub fn parse_kind(word: Option<&str>) -> Option<LockKind> {
         None => Some(LockKind::Exclusive),
         Some("read") => Some(LockKind::Read),
         Some("write") => Some(LockKind::Write),
+        Some("leader") => Some(LockKind::Leader),
         Some(w) => w
             .strip_prefix("permit/")?
             .parse()
@@ -133,7 +143,12 @@ mod tests {
 
     #[test]
     fn locks_and_kinds_survive_their_words() {
-        for lock in [Lock::Mutex, Lock::Semaphore { permits: 3 }, Lock::ReadWrite] {
+        for lock in [
+            Lock::Mutex,
+            Lock::Semaphore { permits: 3 },
+            Lock::ReadWrite,
+            Lock::Election,
+        ] {
             assert_eq!(Lock::from_arg(&lock.to_arg()), Ok(lock));
         }
         assert!(Lock::from_arg("semaphore/0").is_err());
@@ -143,6 +158,7 @@ mod tests {
             LockKind::permit(2),
             LockKind::Read,
             LockKind::Write,
+            LockKind::Leader,
         ] {
             assert_eq!(parse_kind(kind_word(kind).as_deref()), Some(kind));
         }

@@ -93,7 +93,7 @@ async fn hold(
     let token = guard.token().get();
     let side = match guard.kind() {
         LockKind::Read => Side::Shared,
-        LockKind::Exclusive | LockKind::Write => Side::Exclusive,
+        LockKind::Exclusive | LockKind::Write | LockKind::Leader => Side::Exclusive,
         _ => {
             sleep_up_to(longest).await;
             return Ok(());

@@ -20,9 +20,9 @@ pub mod backend {
 /// [`parse_duration`](url::parse_duration) a `5s`/`250ms` option.
 pub use lock_core::url;
 pub use lock_core::{
-    AcquireOptions, Capabilities, Error, Fencing, FencingToken, Holder, Lease, LockGuard,
-    LockHandle, LockKind, LockName, LockState, Locker, MemoryBackend, MultiGuard, MultiLock,
-    Result, RwLock, Semaphore, StateWatch, Wait,
+    AcquireOptions, Capabilities, Election, Error, Fencing, FencingToken, Holder, Leader,
+    LeaderGuard, LeaderWatch, Lease, LockGuard, LockHandle, LockKind, LockName, LockState, Locker,
+    MemoryBackend, MultiGuard, MultiLock, Result, RwLock, Semaphore, StateWatch, Wait,
 };
 
 /// The backends compiled in, one module each, by cargo feature: each is its

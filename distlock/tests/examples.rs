@@ -38,3 +38,23 @@ async fn lost_lock_stops_the_work_when_the_lock_is_lost() {
     let steps = lost_lock::run(&sqlite_url(&dir)).await.unwrap();
     assert_eq!(steps, 3, "no step after the lock was found lost");
 }
+
+#[allow(dead_code)]
+#[path = "../examples/leader_scheduler.rs"]
+mod leader_scheduler;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_scheduler_ticks_on_one_leader_at_a_time_with_its_term() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = leader_scheduler::run(&dir.path().join("app.db"), 3, 4)
+        .await
+        .unwrap();
+    assert_eq!(
+        report.ticks, 12,
+        "every leader's ticks, no stale one: {report:?}"
+    );
+    assert_eq!(report.leaders.len(), 3, "{report:?}");
+    let terms: Vec<u64> = report.leaders.iter().map(|(_, t)| *t).collect();
+    assert!(terms.windows(2).all(|w| w[0] < w[1]), "{terms:?}");
+    assert!(report.stale_write_refused, "{report:?}");
+}

@@ -5,10 +5,10 @@
 //! [`acquire_lease`] for a lease with nothing to renew it. Applications use
 //! [`Locker`] and its guards, and rarely need this module.
 
-pub use crate::election::Leader;
 pub use crate::error::BoxError;
 pub use crate::handover::{Handover, Handovers, Registration};
 pub use crate::kind::Family;
+pub use crate::leader::Leader;
 pub use crate::lease::Lease;
 pub use crate::lock_backend::{Holder, LockBackend, millis, poll_acquire};
 pub use crate::options::{AcquireRequest, WaitBudget};

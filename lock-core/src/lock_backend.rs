@@ -8,9 +8,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::capabilities::Capabilities;
-use crate::election::Leader;
 use crate::error::{Error, Result};
 use crate::kind::{Family, LockKind};
+use crate::leader::Leader;
 use crate::lease::Lease;
 use crate::name::LockName;
 use crate::options::{AcquireRequest, WaitBudget};

@@ -10,6 +10,7 @@ use lock_core::{Error, LockKind, Result};
 
 use crate::handover::release_and_hand_over;
 use crate::layout::Line;
+use crate::mark::Mark;
 use crate::queue::{Ahead, Place, Queue, Requeue};
 use crate::session::Session;
 
@@ -136,8 +137,7 @@ impl Queue {
         let handed = release_and_hand_over(&self.core, &self.handovers, &line.key, place.revision);
         if let Err(e) = handed.await {
             tracing::debug!(error = %e, "could not pass a semaphore's internal lock on; the next keep-alive will");
-            self.sessions
-                .orphan(&line.key, &req.owner.to_hex(), req.ttl);
+            self.sessions.orphan(&line.key, &Mark::of(req), req.ttl);
         }
     }
 
@@ -180,7 +180,7 @@ fn session_lost() -> Error {
 struct Queued {
     queue: Queue,
     keys: Vec<String>,
-    owner: String,
+    mark: Mark,
     ttl: Duration,
     session: Option<Arc<Session>>,
     armed: bool,
@@ -191,7 +191,7 @@ impl Queued {
         Self {
             queue: queue.clone(),
             keys: queue.layout.keys_of(req),
-            owner: req.owner.to_hex(),
+            mark: Mark::of(req),
             ttl: req.ttl,
             session: None,
             armed: true,
@@ -205,7 +205,7 @@ impl Queued {
             && let Err(e) = self
                 .queue
                 .sessions
-                .leave_or_orphan(&self.keys, &self.owner, self.ttl)
+                .leave_or_orphan(&self.keys, &self.mark, self.ttl)
                 .await
         {
             tracing::debug!(error = %e, "could not leave the queue; the next keep-alive will");
@@ -222,14 +222,14 @@ impl Drop for Queued {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return; // no runtime: the session's lease expires with the process
         };
-        let (sessions, keys, owner, ttl) = (
+        let (sessions, keys, mark, ttl) = (
             self.queue.sessions.clone(),
             std::mem::take(&mut self.keys),
-            std::mem::take(&mut self.owner),
+            self.mark.clone(),
             self.ttl,
         );
         runtime.spawn(async move {
-            let _ = sessions.leave_or_orphan(&keys, &owner, ttl).await;
+            let _ = sessions.leave_or_orphan(&keys, &mark, ttl).await;
         });
     }
 }

@@ -1,14 +1,16 @@
 //! [`EtcdBackend`]: its constructors, and the [`LockBackend`] impl over the
-//! queue protocol in `queue.rs`, for every kind of lock: the mutex and the
-//! read-write lock are lines of that queue; a semaphore adds the permit
-//! step of `semaphore.rs` once its internal lock is ours (`acquire.rs`).
+//! queue protocol in `queue.rs`, for every kind of lock: the mutex, the
+//! read-write lock and an election are lines of that queue; a semaphore
+//! adds the permit step of `semaphore.rs` once its internal lock is ours
+//! (`acquire.rs`); an election's value, leader and watch are in
+//! `election.rs`.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp};
 use lock_core::backend::{
-    AcquireRequest, BackendStats, Holder, Lease, LockBackend, WaitBudget, async_trait,
+    AcquireRequest, BackendStats, Holder, Leader, Lease, LockBackend, WaitBudget, async_trait,
 };
 use lock_core::{Capabilities, Error, LockKind, LockName, Result};
 
@@ -16,6 +18,7 @@ use crate::EtcdConfig;
 use crate::client::Core;
 use crate::config::Settings;
 use crate::handover::release_and_hand_over;
+use crate::mark::Mark;
 use crate::queue::Queue;
 use crate::session::still_ours;
 
@@ -26,7 +29,8 @@ pub const MIN_TTL: Duration = Duration::from_secs(2);
 
 const CAPABILITIES: Capabilities = Capabilities::consensus_queue(crate::NAME, MIN_TTL)
     .with_semaphores(true)
-    .with_read_write(true);
+    .with_read_write(true)
+    .with_elections(true);
 
 /// A lock backend on an etcd cluster (see the crate docs).
 #[derive(Clone)]
@@ -225,17 +229,45 @@ impl LockBackend for EtcdBackend {
     /// Deletes every key of `req`'s owner in `req`'s family (a semaphore's
     /// key in its internal lock's line and its lease key; a read-write
     /// lock's keys of both sides), each only if its value is still the
-    /// owner's token.
+    /// owner's token (an election candidate's key, whose value is what it
+    /// proclaims, by its name, which ends in that whole token).
     async fn abandon(&self, req: &AcquireRequest) -> Result<()> {
         let keys = self.queue.layout.family_keys(req);
         self.queue
             .sessions
-            .leave_or_orphan(&keys, &req.owner.to_hex(), req.ttl)
+            .leave_or_orphan(&keys, &Mark::of(req), req.ttl)
             .await
     }
 
+    /// The mutex's and the election's holder of a name are one: the
+    /// oldest key of its range, whoever put it (`etcdctl lock` or `elect`
+    /// too), listed with the kind it was taken as.
     async fn holders(&self, name: &LockName, kind: LockKind) -> Result<Vec<Holder>> {
         self.queue.holders(name, kind).await
+    }
+
+    /// One `Txn`: the leader's key gets `value` if its create revision is
+    /// still the term, keeping its lease, as etcd's `Election.Proclaim`.
+    async fn proclaim(&self, lease: &Lease, value: &str) -> Result<()> {
+        self.queue.proclaim(lease, value).await
+    }
+
+    /// The oldest key of the name's range (the mutex's, shared with
+    /// `etcdctl elect`), its value and create revision, and the time left
+    /// on its lease: 2 round trips.
+    async fn leader(&self, name: &LockName) -> Result<Option<Leader>> {
+        self.queue.leader(name).await
+    }
+
+    /// A watch of the name's range: returns on the first event after a
+    /// read that can change the leader.
+    async fn leader_changed(
+        &self,
+        name: &LockName,
+        seen: Option<&Leader>,
+        within: Duration,
+    ) -> Result<()> {
+        self.queue.leader_changed(name, seen, within).await
     }
 }
 

@@ -8,8 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, Identity, TlsOptions, Txn, TxnOp, WatchOptions,
-    WatchStream,
+    Client, Compare, ConnectOptions, Identity, TlsOptions, Txn, TxnOp, WatchOptions, WatchStream,
 };
 use lock_core::tls::TlsMaterial;
 use lock_core::{Error, Result};
@@ -17,6 +16,7 @@ use lock_core::{Error, Result};
 use crate::EtcdConfig;
 use crate::config::Settings;
 use crate::error::convert;
+use crate::mark::Mark;
 
 /// Connects a client as [`EtcdBackend::connect_with`](crate::EtcdBackend::connect_with)
 /// does, for tools that speak to the same cluster beside the backend (the
@@ -92,13 +92,11 @@ impl Core {
             .map_err(|e| convert(operation, e))
     }
 
-    /// Deletes `key` if its value is still `owner` (an owner token): one
-    /// `Txn`, which touches nobody else's key even if two owner tokens ever
-    /// shared the key's 63 bits.
-    pub(crate) async fn leave(&self, key: &str, owner: &str) -> Result<()> {
-        self.delete_if(key, Compare::value(key, CompareOp::Equal, owner))
-            .await
-            .map(|_| ())
+    /// Deletes `key` if `mark` still shows it ours: one `Txn`, which
+    /// touches nobody else's key even if two owner tokens ever shared the
+    /// key's 63 bits.
+    pub(crate) async fn leave(&self, key: &str, mark: &Mark) -> Result<()> {
+        self.delete_if(key, mark.compare(key)).await.map(|_| ())
     }
 
     /// Deletes `key` if `compare` holds: one `Txn`; whether it did.
@@ -111,18 +109,13 @@ impl Core {
             .map(|r| r.succeeded())
     }
 
-    /// Deletes each of `keys` whose value is still `owner` (see
+    /// Deletes each of `keys` that `mark` still shows ours (see
     /// [`delete_each`](Self::delete_each)).
-    pub(crate) async fn leave_all(&self, keys: &[String], owner: &str) -> Result<()> {
+    pub(crate) async fn leave_all(&self, keys: &[String], mark: &Mark) -> Result<()> {
         if let [key] = keys {
-            return self.leave(key, owner).await;
+            return self.leave(key, mark).await;
         }
-        let deletes = keys.iter().map(|key| {
-            (
-                key.clone(),
-                Compare::value(key.as_str(), CompareOp::Equal, owner),
-            )
-        });
+        let deletes = keys.iter().map(|key| (key.clone(), mark.compare(key)));
         self.delete_each(deletes.collect()).await
     }
 
@@ -147,10 +140,11 @@ impl Core {
     /// etcd has confirmed it, and the store's revision when it did.
     pub(crate) async fn watch_from_now(
         &self,
+        operation: &'static str,
         key: Vec<u8>,
         options: Option<WatchOptions>,
     ) -> Result<(WatchStream, i64)> {
-        self.call("watch the predecessor", |mut c| async move {
+        self.call(operation, |mut c| async move {
             let mut stream = c.watch(key, options).await?;
             loop {
                 match stream.message().await? {

@@ -1,7 +1,7 @@
 //! Who holds a lock, read from its keys by the rules that admit them: the
-//! mutex's oldest key; a permit's lease key among the `N` oldest
-//! (`semaphore.rs`); a writer's key first of the read-write lock's keys, or
-//! readers' keys before its first writer's (`layout.rs`).
+//! mutex's (and the election's) oldest key; a permit's lease key among the
+//! `N` oldest (`semaphore.rs`); a writer's key first of the read-write
+//! lock's keys, or readers' keys before its first writer's (`layout.rs`).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -11,16 +11,34 @@ use lock_core::backend::Family;
 use lock_core::backend::Holder;
 use lock_core::{FencingToken, LockKind, LockName, Result};
 
-use crate::layout::Layout;
+use crate::layout::{Entry, Layout};
 use crate::queue::Queue;
 
 impl Queue {
-    /// Who holds `kind`'s lock of `name`: the mutex's oldest key, or the
-    /// holders of a semaphore or read-write lock.
+    /// Who holds `kind`'s lock of `name`: the oldest key of the mutex's
+    /// range (which is also the election's), or the holders of a semaphore
+    /// or read-write lock.
     pub(crate) async fn holders(&self, name: &LockName, kind: LockKind) -> Result<Vec<Holder>> {
-        if kind.family() != Family::Mutex {
+        if !matches!(kind.family(), Family::Mutex | Family::Election) {
             return self.group_holders(name, kind).await;
         }
+        let Some(kv) = self.first_in_line(name).await?.0 else {
+            return Ok(Vec::new());
+        };
+        let lease = kv.lease();
+        let ttl = self.core.lease_left(lease).await;
+        let entry = Entry::of(&kv);
+        // Taken by a client that stores no owner token: name it by its lease.
+        let owner = entry.owner.unwrap_or_else(|| format!("{lease:x}"));
+        let token = FencingToken::from_i64(kv.create_revision());
+        Ok(vec![
+            Holder::new(&owner, token, ttl).of_kind(entry.kind.unwrap_or(kind)),
+        ])
+    }
+
+    /// The oldest key of `name`'s mutex range, the holder's (the
+    /// leader's), if any, and the store's revision when it was read.
+    pub(crate) async fn first_in_line(&self, name: &LockName) -> Result<(Option<KeyValue>, i64)> {
         let first = GetOptions::new()
             .with_prefix()
             .with_sort(SortTarget::Create, SortOrder::Ascend)
@@ -32,18 +50,8 @@ impl Queue {
                 c.get(dir, Some(first)).await
             })
             .await?;
-        let Some(kv) = found.kvs().first() else {
-            return Ok(Vec::new());
-        };
-        let lease = kv.lease();
-        let ttl = self.core.lease_left(lease).await;
-        let owner = kv.value_str().unwrap_or_default();
-        let mut holder = Holder::new(owner, FencingToken::from_i64(kv.create_revision()), ttl);
-        if owner.is_empty() {
-            // Taken by a client that stores no owner token: name it by its lease.
-            holder.owner = format!("{lease:x}");
-        }
-        Ok(vec![holder])
+        let revision = found.header().map_or(0, |h| h.revision());
+        Ok((found.kvs().first().cloned(), revision))
     }
 
     /// Every holder of `kind`'s semaphore or read-write lock of `name`.

@@ -25,6 +25,7 @@ use crate::client::Core;
 use crate::error::{convert, lease_not_found};
 use crate::handover::{EtcdHandovers, Waiter};
 use crate::layout::{Layout, Line};
+use crate::mark::Mark;
 use crate::session::{Session, Sessions, still_ours};
 
 /// The lock queues of one backend: its connection, its key names, the
@@ -82,7 +83,7 @@ impl Queue {
     ) -> Result<std::result::Result<Place, Requeue>> {
         let key = line.key.clone();
         let dir = line.blockers.clone();
-        let owner = req.owner.to_hex();
+        let mark = Mark::of(req);
         // Put in the same transaction, our key is the newest of all: the
         // newest blocker other than ours is the one ahead of us.
         let newest = GetOptions::new()
@@ -100,7 +101,7 @@ impl Queue {
             .and_then([
                 TxnOp::put(
                     key.clone(),
-                    owner.clone(),
+                    crate::layout::value(req),
                     Some(PutOptions::new().with_lease(session.id)),
                 ),
                 TxnOp::get(dir.clone(), Some(newest)),
@@ -135,7 +136,7 @@ impl Queue {
             let Some(kv) = mine.kvs().first() else {
                 return Err(unexpected());
             };
-            if kv.value() != owner.as_bytes() {
+            if !mark.owns(kv.value()) {
                 return Err(Error::backend(format!(
                     "the queue key {} belongs to another owner",
                     crate::layout::shown(&key)
@@ -143,7 +144,7 @@ impl Queue {
             }
             if kv.lease() != session.id {
                 // Put by an earlier attempt on a session since replaced.
-                self.core.leave(&key, &owner).await?;
+                self.core.leave(&key, &mark).await?;
                 return Ok(Err(Requeue));
             }
             let revision = kv.create_revision();
@@ -189,7 +190,10 @@ impl Queue {
         loop {
             let watching = match to_watch.take() {
                 Some((key, known_at)) => {
-                    let (stream, created_at) = self.core.watch_from_now(key.clone(), None).await?;
+                    let (stream, created_at) = self
+                        .core
+                        .watch_from_now("watch the predecessor", key.clone(), None)
+                        .await?;
                     if created_at == known_at {
                         Some((key, stream))
                     } else {

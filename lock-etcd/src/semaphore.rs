@@ -27,6 +27,7 @@ use lock_core::backend::{AcquireRequest, Lease, WaitBudget};
 use lock_core::{Error, Result};
 
 use crate::error::lease_not_found;
+use crate::mark::Mark;
 use crate::queue::{self, Queue, deleted, unexpected};
 use crate::session::{Session, still_ours};
 
@@ -77,6 +78,7 @@ impl Queue {
             let (mut stream, created_at) = self
                 .core
                 .watch_from_now(
+                    "watch the permits",
                     leases.clone().into_bytes(),
                     Some(WatchOptions::new().with_prefix()),
                 )
@@ -164,7 +166,10 @@ impl Reader<'_> {
                         )));
                     }
                     if kv.lease() != self.session.id {
-                        self.queue.core.leave(self.key, &owner).await?;
+                        self.queue
+                            .core
+                            .leave(self.key, &Mark::Owner(owner.clone()))
+                            .await?;
                         continue;
                     }
                     kv.create_revision()

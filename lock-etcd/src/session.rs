@@ -38,13 +38,14 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, GetResponse};
+use etcd_client::{Compare, GetResponse};
 use lock_core::Result;
 use lock_core::backend::SingleFlight;
 use tokio::time::Instant;
 
 use crate::client::Core;
 use crate::layout::shown;
+use crate::mark::Mark;
 
 /// One session lease.
 #[derive(Debug)]
@@ -82,30 +83,7 @@ pub(crate) struct Orphan {
 impl Orphan {
     /// What holds as long as the key is ours.
     fn compare(&self) -> Compare {
-        let key = self.key.as_str();
-        match &self.mark {
-            Mark::Owner(owner) => Compare::value(key, CompareOp::Equal, owner.as_str()),
-            Mark::Token(token) => Compare::create_revision(key, CompareOp::Equal, *token),
-        }
-    }
-}
-
-/// What tells our key from anybody else's. `Debug` shows the first 8 hex
-/// digits of an owner token only.
-#[derive(Clone)]
-pub(crate) enum Mark {
-    /// A queue entry: its value, the owner token.
-    Owner(String),
-    /// A grant: its create revision, the fencing token.
-    Token(i64),
-}
-
-impl std::fmt::Debug for Mark {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Owner(owner) => write!(f, "Owner({}…)", owner.get(..8).unwrap_or(owner)),
-            Self::Token(token) => write!(f, "Token({token})"),
-        }
+        self.mark.compare(&self.key)
     }
 }
 
@@ -400,30 +378,30 @@ impl Sessions {
     }
 
     /// Leaves the queue for an acquire that is given up, deleting every one
-    /// of `keys` that is still `owner`'s; if the server cannot be reached,
+    /// of `keys` that `mark` still shows ours; if the server cannot be reached,
     /// the keys are left to the next keep-alive of every session they may
     /// be on (or to the lease's expiry).
     pub(crate) async fn leave_or_orphan(
         &self,
         keys: &[String],
-        owner: &str,
+        mark: &Mark,
         ttl: Duration,
     ) -> Result<()> {
-        let left = self.core.leave_all(keys, owner).await;
+        let left = self.core.leave_all(keys, mark).await;
         if left.is_err() {
             for key in keys {
-                self.orphan(key, owner, ttl);
+                self.orphan(key, mark, ttl);
             }
         }
         left
     }
 
-    /// Leaves `key` (still `owner`'s) to the next keep-alive of every
-    /// session of `ttl` it may be on.
-    pub(crate) fn orphan(&self, key: &str, owner: &str, ttl: Duration) {
+    /// Leaves `key` (ours while `mark` says so) to the next keep-alive of
+    /// every session of `ttl` it may be on.
+    pub(crate) fn orphan(&self, key: &str, mark: &Mark, ttl: Duration) {
         let orphan = Orphan {
             key: key.to_owned(),
-            mark: Mark::Owner(owner.to_owned()),
+            mark: mark.clone(),
         };
         for session in self.all_of(ttl) {
             session.add_orphan(orphan.clone());

@@ -3,39 +3,18 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lock_core::backend::Family;
 use lock_core::backend::{
-    AcquireRequest, Holder, Lease, LockBackend, ReleaseSignals, WaitBudget, Waking, async_trait,
-    poll_acquire,
+    AcquireRequest, Family, Holder, Leader, Lease, LockBackend, ReleaseSignals, WaitBudget, Waking,
+    async_trait, poll_acquire,
 };
 use lock_core::{Capabilities, Error, Fencing, FencingToken, LockKind, LockName, Result};
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
 use crate::MemcacheConfig;
+use crate::ballot::owner_of;
 use crate::meta::{MetaClient, Write};
-
-/// How far memcached's clock can lag the real time, so how much sooner
-/// than its TTL an item can expire: every lease is taken to end that much
-/// early.
-///
-/// memcached's clock (`current_time`) is a count of whole seconds that its
-/// main thread reads from the monotonic clock in a timer handler, re-armed
-/// for one second after each run: ticks come every second *plus* the
-/// handler's delay, at an instant that slides across the second. Just
-/// before a tick the clock is behind by the time since the last tick (up
-/// to a second and that delay) plus the fraction of a second the last tick
-/// came after the whole second it read (up to a second); the tick that
-/// follows moves it by two. An item stored with `T<n>` then expires when
-/// the clock reaches its read value plus `n`: as little as two seconds
-/// (and the delay, which the lease's drift allowance covers) before `n`
-/// seconds are up. Renewals set their expiry on the same clock, so they
-/// end as early (`Lease::renewed` keeps it).
-const CLOCK_LAG: Duration = Duration::from_secs(2);
-
-/// How often a conditional write on an owner's item is tried while the item
-/// stays the owner's but its CAS moves between the read and the write.
-const OWNER_WRITE_ATTEMPTS: usize = 3;
+use crate::place::{CLOCK_LAG, Place};
 
 /// The shortest TTL a guard can keep: its lease, two seconds short of the
 /// TTL (memcached's clock can lag by two), must outlast the third of the
@@ -46,43 +25,30 @@ pub const MIN_TTL: Duration = Duration::from_secs(4);
 
 /// Past 30 days memcached reads an expiry as an absolute Unix time; well
 /// below that, the default maximum of a day applies.
-/// Semaphores are one mutex per permit (`semaphore.rs`); read-write locks
-/// are not kept (see the README).
+/// Semaphores are one mutex per permit (`semaphore.rs`), an election is a
+/// mutex of its own keys (`election.rs`); read-write locks are not kept
+/// (see the README).
 const CAPABILITIES: Capabilities = Capabilities::new(crate::NAME, Fencing::BestEffort)
     .with_ttl_range(MIN_TTL, Capabilities::DEFAULT_MAX_TTL)
-    .with_semaphores(true);
+    .with_semaphores(true)
+    .with_elections(true);
 
 /// A lock backend on one memcached (see the crate docs).
 #[derive(Debug)]
 pub struct MemcacheBackend {
     pub(crate) client: MetaClient,
     prefix: String,
-    /// Wake-ups of the mutexes' waiters, and of the semaphores': a release
-    /// of one family never wakes the other's waiters of the same name.
+    /// Wake-ups of the mutexes' waiters, of the semaphores' and of the
+    /// elections' candidates: a release of one family never wakes another
+    /// family's waiters of the same name.
     signals: ReleaseSignals,
     permit_signals: ReleaseSignals,
-}
-
-/// The item a grant lives in, and the fence counter its grants draw from:
-/// a mutex's, or one slot of a semaphore's (`semaphore.rs`).
-pub(crate) struct Place {
-    pub(crate) key: String,
-    fence: String,
-    slot: Option<u32>,
-}
-
-impl Place {
-    /// The lease `req` gets for a grant here, sent at `sent` and holding
-    /// the item at `cas`: ending [`CLOCK_LAG`] early, as every lease does.
-    fn lease(&self, req: &AcquireRequest, token: FencingToken, cas: u64, sent: Instant) -> Lease {
-        let lease = Lease::granted(req, token, sent)
-            .with_early_expiry(CLOCK_LAG)
-            .with_version(cas);
-        match self.slot {
-            Some(slot) => lease.with_slot(slot),
-            None => lease,
-        }
-    }
+    candidate_signals: ReleaseSignals,
+    /// Wake-ups of the elections' observers in this process, on every
+    /// change made here (a new leader, a proclaim, a resign): apart from
+    /// the candidates', whom a change other than a release would only
+    /// send to a refused add that burns a token.
+    pub(crate) observers: ReleaseSignals,
 }
 
 impl MemcacheBackend {
@@ -112,6 +78,8 @@ impl MemcacheBackend {
             prefix,
             signals: ReleaseSignals::new(),
             permit_signals: ReleaseSignals::new(),
+            candidate_signals: ReleaseSignals::new(),
+            observers: ReleaseSignals::new(),
         };
         backend
             .client
@@ -147,6 +115,7 @@ impl MemcacheBackend {
             key: self.key(name),
             fence: format!("{}{name}#fence", self.prefix),
             slot: None,
+            election: false,
         }
     }
 
@@ -158,6 +127,28 @@ impl MemcacheBackend {
             key: format!("{}{name}#sem#{slot}", self.prefix),
             fence: format!("{}{name}#sem#fence", self.prefix),
             slot: Some(slot),
+            election: false,
+        }
+    }
+
+    /// Where `name`'s election lives: `…#elect`, fence `…#elect#fence`,
+    /// apart from the mutex's and the semaphore's keys of `name` as theirs
+    /// are from each other.
+    pub(crate) fn election(&self, name: &LockName) -> Place {
+        Place {
+            key: format!("{}{name}#elect", self.prefix),
+            fence: format!("{}{name}#elect#fence", self.prefix),
+            slot: None,
+            election: true,
+        }
+    }
+
+    /// Where `name`'s lock of `kind` lives, for a kind that has one item
+    /// (the mutex, the election); a semaphore's grants have a slot each.
+    fn single(&self, name: &LockName, kind: LockKind) -> Place {
+        match kind.family() {
+            Family::Election => self.election(name),
+            _ => self.mutex(name),
         }
     }
 
@@ -165,7 +156,7 @@ impl MemcacheBackend {
     /// no slot of its semaphore, which this backend never grants.
     fn place_of(&self, lease: &Lease) -> Result<Option<Place>> {
         Ok(match permits(lease.kind())? {
-            None => Some(self.mutex(lease.name())),
+            None => Some(self.single(lease.name(), lease.kind())),
             Some(permits) => lease
                 .slot()
                 .filter(|&slot| slot < permits)
@@ -175,9 +166,20 @@ impl MemcacheBackend {
 
     /// The in-process wake-ups of `kind`'s family.
     pub(crate) fn signals(&self, kind: LockKind) -> &ReleaseSignals {
-        match kind {
-            LockKind::Permit { .. } => &self.permit_signals,
+        match kind.family() {
+            Family::Semaphore => &self.permit_signals,
+            Family::Election => &self.candidate_signals,
             _ => &self.signals,
+        }
+    }
+
+    /// Tells this process's waiters of `kind`'s `name` that a grant of it
+    /// may have ended: one waiter, as for the mutex, and an election's
+    /// observers.
+    fn released(&self, kind: LockKind, name: &LockName) {
+        self.signals(kind).notify(name);
+        if kind.family() == Family::Election {
+            self.observers.notify_all(name);
         }
     }
 
@@ -198,7 +200,7 @@ impl MemcacheBackend {
         place: &Place,
         sent: Instant,
     ) -> Result<Option<Lease>> {
-        let owner = req.owner.to_hex();
+        let record = place.record(req);
         // The counter is incremented right behind the add on the same
         // connection, so after the grant and before anybody else can be
         // granted: tokens follow grants. (Ahead of the add, another
@@ -207,12 +209,12 @@ impl MemcacheBackend {
         // the refusal found our own item.
         let (added, token, item) = self
             .client
-            .add_then_increment(&place.key, &owner, exptime(req.ttl), &place.fence, seed())
+            .add_then_increment(&place.key, &record, exptime(req.ttl), &place.fence, seed())
             .await?;
         if let Write::Applied(cas) = added {
             return Ok(Some(place.lease(req, FencingToken::new(token), cas, sent)));
         }
-        match item.filter(|i| i.value == owner) {
+        match item.filter(|i| owner_of(&i.value) == req.owner.to_hex()) {
             Some(item) => self.take_again(req, place, item.cas, sent).await,
             None => Ok(None),
         }
@@ -232,8 +234,9 @@ impl MemcacheBackend {
         sent: Instant,
     ) -> Result<Option<Lease>> {
         let owner = req.owner.to_hex();
+        let record = place.record(req);
         let Some(cas) = self
-            .extend_if_owner(&place.key, &owner, Some(cas), req.ttl)
+            .extend_if_owner(&place.key, &owner, Some(cas), Some(&record), req.ttl)
             .await?
         else {
             return Ok(None);
@@ -242,105 +245,11 @@ impl MemcacheBackend {
         Ok(Some(place.lease(req, token, cas, sent)))
     }
 
-    /// Sets `key`'s expiry to `ttl` from now if `owner` holds it: on
-    /// `known`, the CAS our last write of it left, if that is still the
-    /// item's, else on the CAS a read finds. The item's new CAS if extended.
-    async fn extend_if_owner(
-        &self,
-        key: &str,
-        owner: &str,
-        known: Option<u64>,
-        ttl: Duration,
-    ) -> Result<Option<u64>> {
-        let exptime = exptime(ttl);
-        self.write_if_owner(key, owner, known, "compare-and-set", |cas| {
-            self.client.set_if(key, owner, exptime, cas)
-        })
-        .await
-    }
-
-    /// Applies `write` on `key` if `owner` holds it, and returns the item's
-    /// new CAS (`0` after a delete); `None` if the key is gone or holds
-    /// another owner's token.
-    ///
-    /// With `known`, the CAS of our own last write of the item, the write is
-    /// tried on it first: it applies only if nobody wrote the item since,
-    /// so the item is still the one that holds our token, and a missing item
-    /// is not ours. Any other answer sends it to the read below: a write of
-    /// ours cut on our side (a renewal whose future was dropped, or timed
-    /// out) may have landed and moved the CAS, which says nothing about who
-    /// holds the lock.
-    ///
-    /// Otherwise `key` is read and, if it holds `owner`'s token, `write` is
-    /// applied on the CAS just read. The CAS can still move between the read
-    /// and the write for the same reason, so the read is repeated and the
-    /// write retried, a bounded number of times. Each write applies only to
-    /// the very item a read saw holding our token, so a retry can never
-    /// touch another owner's lock.
-    async fn write_if_owner<F, W>(
-        &self,
-        key: &str,
-        owner: &str,
-        known: Option<u64>,
-        what: &'static str,
-        write: F,
-    ) -> Result<Option<u64>>
-    where
-        F: Fn(u64) -> W,
-        W: Future<Output = Result<Write>>,
-    {
-        if let Some(cas) = known {
-            match write(cas).await? {
-                Write::Applied(cas) => return Ok(Some(cas)),
-                Write::Missing => return Ok(None),
-                Write::Changed | Write::NotStored => {}
-            }
-        }
-        for attempt in 0..=OWNER_WRITE_ATTEMPTS {
-            let cas = match self.client.get(key).await? {
-                Some(item) if item.value == owner => item.cas,
-                _ => return Ok(None),
-            };
-            if attempt == OWNER_WRITE_ATTEMPTS {
-                break;
-            }
-            if let Write::Applied(cas) = write(cas).await? {
-                return Ok(Some(cas));
-            }
-        }
-        // Still ours, but written under us every time: not a loss, and
-        // worth trying again later.
-        Err(Error::unavailable(
-            crate::NAME,
-            format!(
-                "{key}: the item stayed this owner's but changed before each of \
-                 {OWNER_WRITE_ATTEMPTS} tries of its {what}"
-            ),
-        ))
-    }
-
     async fn current_token(&self, name: &LockName) -> Result<FencingToken> {
         let item = self.client.get(&self.mutex(name).fence).await?;
         Ok(FencingToken::new(
             item.and_then(|i| i.value.trim().parse().ok()).unwrap_or(0),
         ))
-    }
-
-    /// Deletes `key` only if `owner` holds it (see
-    /// [`write_if_owner`](Self::write_if_owner) for `known`). `true` if
-    /// deleted.
-    pub(crate) async fn delete_if_owner(
-        &self,
-        key: &str,
-        owner: &str,
-        known: Option<u64>,
-    ) -> Result<bool> {
-        let deleted = self
-            .write_if_owner(key, owner, known, "compare-and-delete", |cas| {
-                self.client.delete_if(key, cas)
-            })
-            .await?;
-        Ok(deleted.is_some())
     }
 }
 
@@ -376,7 +285,7 @@ fn seed() -> u64 {
 }
 
 /// Whole seconds, rounded up.
-fn exptime(ttl: Duration) -> u64 {
+pub(crate) fn exptime(ttl: Duration) -> u64 {
     ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0)
 }
 
@@ -389,6 +298,7 @@ impl LockBackend for MemcacheBackend {
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {
         let sent = Instant::now();
         match permits(req.kind)? {
+            None if req.kind.family() == Family::Election => self.try_lead(req, sent).await,
             None => self.add_at(req, &self.mutex(&req.name), sent).await,
             Some(permits) => self.try_permit(req, permits, sent).await,
         }
@@ -407,8 +317,9 @@ impl LockBackend for MemcacheBackend {
             return Err(Error::not_held(lease.name()));
         };
         let owner = lease.owner().to_hex();
+        let kept = place.kept(&owner);
         match self
-            .extend_if_owner(&place.key, &owner, known_cas(lease), ttl)
+            .extend_if_owner(&place.key, &owner, known_cas(lease), kept.as_deref(), ttl)
             .await?
         {
             // The new expiry is set on the same lagging clock.
@@ -427,7 +338,7 @@ impl LockBackend for MemcacheBackend {
         let deleted = self
             .delete_if_owner(&place.key, &lease.owner().to_hex(), known_cas(lease))
             .await?;
-        self.signals(lease.kind()).notify(lease.name());
+        self.released(lease.kind(), lease.name());
         if deleted {
             Ok(())
         } else {
@@ -438,28 +349,31 @@ impl LockBackend for MemcacheBackend {
     async fn abandon(&self, req: &AcquireRequest) -> Result<()> {
         match permits(req.kind)? {
             None => {
-                let key = self.mutex(&req.name).key;
+                let key = self.single(&req.name, req.kind).key;
                 self.delete_if_owner(&key, &req.owner.to_hex(), None)
                     .await?;
             }
             Some(permits) => self.abandon_permits(req, permits).await?,
         }
-        self.signals(req.kind).notify(&req.name);
+        self.released(req.kind, &req.name);
         Ok(())
     }
 
-    /// The grant's item is there, unexpired, with our owner as its value.
+    /// The grant's item is there, unexpired, with our owner as its value
+    /// (and, for an election, our term).
     async fn is_held(&self, lease: &Lease) -> Result<bool> {
         let Some(place) = self.place_of(lease)? else {
             return Ok(false);
         };
         let item = self.client.get(&place.key).await?;
-        Ok(item.is_some_and(|item| item.value == lease.owner().to_hex()))
+        Ok(item.is_some_and(|item| place.holds(&item, lease)))
     }
 
     async fn holders(&self, name: &LockName, kind: LockKind) -> Result<Vec<Holder>> {
-        if kind.family() != Family::Mutex {
-            return self.group_holders(name, kind).await;
+        match kind.family() {
+            Family::Mutex => {}
+            Family::Election => return self.election_holders(name).await,
+            _ => return self.group_holders(name, kind).await,
         }
         let Some(item) = self.client.get(&self.key(name)).await? else {
             return Ok(Vec::new());
@@ -467,6 +381,23 @@ impl LockBackend for MemcacheBackend {
         let token = self.current_token(name).await?;
         let left = item.ttl.map(Duration::from_secs);
         Ok(vec![Holder::new(&item.value, token, left)])
+    }
+
+    async fn proclaim(&self, lease: &Lease, value: &str) -> Result<()> {
+        self.proclaim_at(lease, value).await
+    }
+
+    async fn leader(&self, name: &LockName) -> Result<Option<Leader>> {
+        self.read_leader(name).await
+    }
+
+    async fn leader_changed(
+        &self,
+        name: &LockName,
+        seen: Option<&Leader>,
+        within: Duration,
+    ) -> Result<()> {
+        self.leader_change(name, seen, within).await
     }
 }
 
@@ -479,6 +410,7 @@ mod tests {
             key: "k".into(),
             fence: "k#fence".into(),
             slot: None,
+            election: false,
         };
         let req = AcquireRequest::new(LockName::new("k").expect("name"), ttl);
         place.lease(&req, FencingToken::new(1), 1, sent)

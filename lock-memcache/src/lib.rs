@@ -6,7 +6,9 @@
 pub use backend::{MIN_TTL, MemcacheBackend};
 
 mod backend;
+mod ballot;
 mod config;
+mod election;
 /// The meta-protocol client (feature `raw`: for tests and benchmarks, no
 /// stability promise).
 #[cfg(feature = "raw")]
@@ -15,6 +17,8 @@ pub mod meta;
 #[cfg(not(feature = "raw"))]
 #[allow(unreachable_pub)]
 mod meta;
+mod owner_writes;
+mod place;
 mod semaphore;
 mod stream;
 

@@ -12,8 +12,9 @@ use lock_core::backend::{AcquireRequest, Holder, Lease};
 use lock_core::{LockKind, LockName, Result};
 use tokio::time::Instant;
 
-use crate::backend::{MemcacheBackend, Place, permits};
+use crate::backend::{MemcacheBackend, permits};
 use crate::meta::Item;
+use crate::place::Place;
 
 impl MemcacheBackend {
     /// Every holder of a semaphore: the live item of each slot. A slot's

@@ -3,9 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::backend::Family;
 use lock_core::backend::{
-    AcquireRequest, BackendStats, Holder, Lease, LockBackend, ReleaseSignals, WaitBudget, Waking,
+    AcquireRequest, BackendStats, Holder, Leader, Lease, LockBackend, WaitBudget, Waking,
     async_trait, poll_acquire,
 };
 use lock_core::{Capabilities, Error, Fencing, FencingToken, LockKind, LockName, Result};
@@ -17,9 +16,10 @@ use crate::config::sentinel::SentinelConfig;
 use crate::config::{RedisConfig, Topology};
 use crate::confirm::Confirmed;
 use crate::conn::{cluster_client, open_cluster};
+use crate::election;
 use crate::eviction::Eviction;
-use crate::node::{Keys, Node};
-use crate::notices::{self, Sharded};
+use crate::node::{Keys, Node, mutex_like};
+use crate::notices::{self, Sharded, Wakers};
 
 /// A cluster backend's name, as its capabilities give it (for metrics and
 /// side-by-side benchmarks, where it is not one server).
@@ -36,7 +36,7 @@ pub struct RedisBackend {
     /// confirmed on.
     confirm: Option<Confirmed>,
     capabilities: Capabilities,
-    signals: Arc<ReleaseSignals>,
+    wakers: Arc<Wakers>,
     notices: Notices,
 }
 
@@ -112,13 +112,13 @@ impl RedisBackend {
             .map_err(invalid)?;
         let tls = config.tls.is_enabled();
         let conn = open_cluster(&subscriber, &label, config.connect_timeout, tls).await?;
-        let signals = Arc::new(ReleaseSignals::new());
-        let sharded = Sharded::new(conn, pushes, keys, config.timeout, signals.clone());
+        let wakers = Arc::new(Wakers::default());
+        let sharded = Sharded::new(conn, pushes, keys, config.timeout, wakers.clone());
         Ok(Self {
             capabilities: Self::capabilities_of(CLUSTER_NAME, &node, false),
             node,
             confirm: None,
-            signals,
+            wakers,
             notices: Notices::Sharded(Arc::new(sharded)),
         })
     }
@@ -145,6 +145,7 @@ impl RedisBackend {
             .with_ordered_requests(!confirmed)
             .with_semaphores(true)
             .with_read_write(true)
+            .with_elections(true)
     }
 
     /// A backend on the server a `redis::Client` of the application's
@@ -197,7 +198,7 @@ impl RedisBackend {
                 Some(Box::pin(Confirmed::open(&node, replicas, config.wait_timeout)).await?)
             }
         };
-        let signals = Arc::new(ReleaseSignals::new());
+        let wakers = Arc::new(Wakers::default());
         let to = node
             .subscribe_to()
             .ok_or_else(|| Error::backend("a backend on one server needs that server's client"))?;
@@ -205,13 +206,13 @@ impl RedisBackend {
             to,
             node.keys().channel(),
             config.connect_timeout,
-            signals.clone(),
+            wakers.clone(),
         ));
         Ok(Self {
             capabilities: Self::capabilities_of(crate::NAME, &node, confirm.is_some()),
             node,
             confirm,
-            signals,
+            wakers,
             notices: Notices::Single(subscriber),
         })
     }
@@ -249,7 +250,7 @@ impl LockBackend for RedisBackend {
 
     /// `wakeups`: release notices (pub/sub messages) delivered to local waiters.
     fn stats(&self) -> BackendStats {
-        self.signals.stats()
+        self.wakers.waiters.stats()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {
@@ -267,7 +268,7 @@ impl LockBackend for RedisBackend {
                 self,
                 req,
                 budget,
-                Waking::signalled(&self.signals).cap(POLL_CAP),
+                Waking::signalled(&self.wakers.waiters).cap(POLL_CAP),
             )
             .await;
         };
@@ -288,7 +289,7 @@ impl LockBackend for RedisBackend {
             self,
             req,
             budget,
-            Waking::signalled(&self.signals).cap(POLL_CAP),
+            Waking::signalled(&self.wakers.waiters).cap(POLL_CAP),
         )
         .await
     }
@@ -297,9 +298,7 @@ impl LockBackend for RedisBackend {
         let sent = Instant::now();
         let renewed = match (&self.confirm, lease.kind()) {
             (Some(confirm), _) => confirm.renew(lease, ttl).await?,
-            (None, LockKind::Exclusive) => {
-                self.node.renew(lease.name(), lease.owner(), ttl).await?
-            }
+            (None, kind) if mutex_like(kind) => self.node.renew(lease, ttl).await?,
             (None, _) => {
                 self.node
                     .renew_member(lease, Some(lease.token()), ttl)
@@ -315,7 +314,7 @@ impl LockBackend for RedisBackend {
 
     async fn is_held(&self, lease: &Lease) -> Result<bool> {
         match lease.kind() {
-            LockKind::Exclusive => self.node.holds(lease.name(), lease.owner()).await,
+            kind if mutex_like(kind) => self.node.holds(lease.name(), kind, lease.owner()).await,
             _ => self.node.holds_member(lease, Some(lease.token())).await,
         }
     }
@@ -323,7 +322,7 @@ impl LockBackend for RedisBackend {
     async fn release(&self, lease: &Lease) -> Result<()> {
         let (name, owner) = (lease.name(), lease.owner());
         let released = match lease.kind() {
-            LockKind::Exclusive => self.node.release(name, owner).await?,
+            kind if mutex_like(kind) => self.node.release(name, kind, owner).await?,
             kind => {
                 self.node
                     .leave(name, kind, owner, Some(lease.token()))
@@ -339,20 +338,49 @@ impl LockBackend for RedisBackend {
 
     async fn abandon(&self, req: &AcquireRequest) -> Result<()> {
         match req.kind {
-            LockKind::Exclusive => self.node.release(&req.name, req.owner).await?,
+            kind if mutex_like(kind) => self.node.release(&req.name, kind, req.owner).await?,
             kind => self.node.leave(&req.name, kind, req.owner, None).await?,
         };
         Ok(())
     }
 
     async fn holders(&self, name: &LockName, kind: LockKind) -> Result<Vec<Holder>> {
-        if kind.family() != Family::Mutex {
+        if !mutex_like(kind) {
             return self.group_holders(name, kind).await;
         }
-        let holder = self.node.holder(name).await?;
+        let holder = self.node.holder(name, kind).await?;
         Ok(holder
-            .map(|h| Holder::new(&h.owner, FencingToken::new(h.counter), Some(h.remaining)))
+            .map(|h| {
+                Holder::new(&h.owner, FencingToken::new(h.counter), Some(h.remaining)).of_kind(kind)
+            })
             .into_iter()
             .collect())
+    }
+
+    async fn proclaim(&self, lease: &Lease, value: &str) -> Result<()> {
+        if self.node.proclaim(lease, value).await? {
+            Ok(())
+        } else {
+            Err(Error::not_held(lease.name()))
+        }
+    }
+
+    async fn leader(&self, name: &LockName) -> Result<Option<Leader>> {
+        self.node.leader(name).await
+    }
+
+    /// Woken by the election's notices: its grants, proclaims and
+    /// releases publish one each.
+    async fn leader_changed(
+        &self,
+        name: &LockName,
+        seen: Option<&Leader>,
+        within: Duration,
+    ) -> Result<()> {
+        let sharded = match &self.notices {
+            Notices::Sharded(sharded) => Some(sharded),
+            Notices::Single(_) => None,
+        };
+        election::leader_changed(&self.node, &self.wakers, sharded, name, seen, within).await
     }
 }

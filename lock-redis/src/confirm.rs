@@ -11,9 +11,9 @@
 use std::time::Duration;
 
 use lock_core::backend::{AcquireRequest, Lease};
-use lock_core::{Error, FencingToken, LockKind, LockName, Result};
+use lock_core::{Error, FencingToken, LockName, Result};
 
-use crate::node::Node;
+use crate::node::{Node, mutex_like};
 
 /// The connections that confirmed writes go out on.
 #[derive(Debug)]
@@ -53,9 +53,10 @@ impl Confirmed {
     /// master all the same, and the caller gives it back.
     pub(crate) async fn grant(&self, req: &AcquireRequest) -> Result<Option<FencingToken>> {
         let node = &self.grants;
-        let invocation = match req.kind {
-            LockKind::Exclusive => node.acquire_invocation(&req.name, req.owner, req.ttl),
-            _ => node.join_invocation(req),
+        let invocation = if mutex_like(req.kind) {
+            node.acquire_invocation(req)
+        } else {
+            node.join_invocation(req)
         };
         let (token, confirmed): (u64, u32) =
             node.confirmed(&invocation, self.args(), "acquire").await?;
@@ -73,9 +74,10 @@ impl Confirmed {
     /// promoted now would not, so the lease keeps its earlier deadline.
     pub(crate) async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool> {
         let node = &self.renewals;
-        let invocation = match lease.kind() {
-            LockKind::Exclusive => node.renew_invocation(lease.name(), lease.owner(), ttl),
-            _ => node.renew_member_invocation(lease, Some(lease.token()), ttl),
+        let invocation = if mutex_like(lease.kind()) {
+            node.renew_invocation(lease, ttl)
+        } else {
+            node.renew_member_invocation(lease, Some(lease.token()), ttl)
         };
         let (done, confirmed): (i64, u32) =
             node.confirmed(&invocation, self.args(), "renew").await?;

@@ -9,6 +9,7 @@ use lock_core::backend::{AcquireRequest, Lease, millis};
 use lock_core::{FencingToken, LockKind, LockName, Result};
 use redis::ScriptInvocation;
 
+use crate::keys::Notice;
 use crate::node::{Keys, Node};
 use crate::scripts::{
     GROUP_HELD_SCRIPT, GROUP_HOLDERS_SCRIPT, GROUP_RENEW_SCRIPT, JOIN_SCRIPT, LEAVE_TEXT, eval,
@@ -47,13 +48,13 @@ fn token_arg(token: Option<FencingToken>) -> String {
     token.map(|t| t.get().to_string()).unwrap_or_default()
 }
 
-/// What a release of the group announces: the name, which wakes one local
-/// waiter (a freed permit admits one), or `*name`, which wakes them all (a
-/// read-write lock's release may admit every reader).
+/// What a release of the group announces: a release that wakes one local
+/// waiter (a freed permit admits one), or every one (a read-write lock's
+/// release may admit every reader).
 fn notice(name: &LockName, family: Family) -> String {
     match family {
-        Family::ReadWrite => format!("*{name}"),
-        _ => name.to_string(),
+        Family::ReadWrite => Notice::ReleasedAll.payload(name),
+        _ => Notice::Released.payload(name),
     }
 }
 

@@ -1,9 +1,11 @@
 //! The keys of a lock name under the backend's prefix: the lock, its
-//! fence counter, the mark that somebody waits, and the release channel.
+//! fence counter, the mark that somebody waits, and the release channel
+//! with the notices it carries.
 
 use std::time::Duration;
 
-use lock_core::LockName;
+use lock_core::backend::Family;
+use lock_core::{LockKind, LockName};
 
 /// The keys of one lock name under a prefix.
 #[derive(Clone, Debug)]
@@ -64,17 +66,24 @@ impl Keys {
         self.key_name(name)
     }
 
-    /// The fence counter. `#` is not allowed in lock names, so no lock key
-    /// can ever be somebody's fence key.
-    pub fn fence(&self, name: &LockName) -> String {
-        format!("{}#fence", self.key_name(name))
-    }
-
-    /// Set by a failed attempt, for as long as [`Keys::WAITING_MARK`]: while
-    /// it exists, a release of the name is announced. Uncontended locks so
-    /// publish nothing.
-    pub fn waiting(&self, name: &LockName) -> String {
-        format!("{}#waiting", self.key_name(name))
+    /// The keys of `name`'s mutex, or of its election (`kind`
+    /// [`LockKind::Leader`]), which is a mutex of its own family: the same
+    /// keys behind `#elect`, and one more for the leader's value.
+    pub fn mutex(&self, name: &LockName, kind: LockKind) -> MutexKeys {
+        let leader = kind.family() == Family::Election;
+        let lock = if leader {
+            format!("{}#{}", self.key_name(name), Family::Election.tag())
+        } else {
+            self.key_name(name)
+        };
+        MutexKeys {
+            // `#` is not allowed in lock names, so no lock key can ever be
+            // somebody's fence, mark or value.
+            fence: format!("{lock}#fence"),
+            waiting: format!("{lock}#waiting"),
+            value: leader.then(|| format!("{lock}#value")),
+            lock,
+        }
     }
 
     /// How long one failed attempt marks a name as waited on: longer than a
@@ -85,6 +94,13 @@ impl Keys {
     /// mark, see [`Keys::without_waiting_mark`]).
     pub fn waiting_mark(&self) -> Duration {
         self.waiting_mark
+    }
+
+    /// Whether changes are announced on the release channel: not for a
+    /// client that nobody wakes by pub/sub (see
+    /// [`Keys::without_waiting_mark`]).
+    pub fn announces(&self) -> bool {
+        !self.waiting_mark.is_zero()
     }
 
     /// The pub/sub channel on which releases are announced, name as payload.
@@ -103,5 +119,107 @@ impl Keys {
         } else {
             (self.channel(), "PUBLISH")
         }
+    }
+}
+
+/// Whether `kind` is kept as a mutex is, under [`Keys::mutex`]: the
+/// mutex itself, or an election.
+pub fn mutex_like(kind: LockKind) -> bool {
+    matches!(kind.family(), Family::Mutex | Family::Election)
+}
+
+/// The keys of one mutex, or of one election: see [`Keys::mutex`].
+#[derive(Clone, Debug)]
+pub struct MutexKeys {
+    /// The lock key, holding only the owner token.
+    pub lock: String,
+    /// The fence counter: the token of the latest grant.
+    pub fence: String,
+    /// Set by a failed attempt, for as long as [`Keys::WAITING_MARK`]:
+    /// while it exists, a release is announced. Uncontended locks so
+    /// publish nothing.
+    pub waiting: String,
+    /// An election's: the value the leader proclaims, with the lock key's
+    /// TTL.
+    pub value: Option<String>,
+}
+
+/// What a notice on the release channel tells, its payload being the lock
+/// name behind a mark. Notices of other marks are ignored (an older
+/// client ignores these too: a marked payload is not a lock name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Notice {
+    /// A release that admits one waiter: `NAME`.
+    Released,
+    /// A release that may admit every waiter (a read-write lock's):
+    /// `*NAME`.
+    ReleasedAll,
+    /// A new leader or a new value, for the election's observers:
+    /// `!NAME`.
+    Elected,
+    /// A leader gone, for the observers and one waiting candidate:
+    /// `~NAME`.
+    Resigned,
+}
+
+impl Notice {
+    fn mark(self) -> &'static str {
+        match self {
+            Notice::Released => "",
+            Notice::ReleasedAll => "*",
+            Notice::Elected => "!",
+            Notice::Resigned => "~",
+        }
+    }
+
+    /// The notice's payload for `name`.
+    pub(crate) fn payload(self, name: &LockName) -> String {
+        format!("{}{name}", self.mark())
+    }
+
+    /// The notice a payload carries, and the name it is about.
+    pub(crate) fn parse(payload: &str) -> (Notice, &str) {
+        [Notice::ReleasedAll, Notice::Elected, Notice::Resigned]
+            .into_iter()
+            .find_map(|n| payload.strip_prefix(n.mark()).map(|name| (n, name)))
+            .unwrap_or((Notice::Released, payload))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notices_read_back_as_written() {
+        let name = LockName::new("jobs:nightly-1").unwrap();
+        for notice in [
+            Notice::Released,
+            Notice::ReleasedAll,
+            Notice::Elected,
+            Notice::Resigned,
+        ] {
+            assert_eq!(
+                Notice::parse(&notice.payload(&name)),
+                (notice, name.as_str())
+            );
+        }
+    }
+
+    #[test]
+    fn an_election_has_keys_of_its_own_in_the_name_s_slot() {
+        let name = LockName::new("n").unwrap();
+        let keys = Keys::new("p:").hash_tagged();
+        let mutex = keys.mutex(&name, LockKind::Exclusive);
+        let election = keys.mutex(&name, LockKind::Leader);
+        assert_eq!(
+            (mutex.lock.as_str(), mutex.fence.as_str(), mutex.value),
+            ("p:{n}", "p:{n}#fence", None)
+        );
+        assert_eq!(
+            [election.lock, election.fence, election.waiting],
+            ["p:{n}#elect", "p:{n}#elect#fence", "p:{n}#elect#waiting"]
+        );
+        assert_eq!(election.value.as_deref(), Some("p:{n}#elect#value"));
     }
 }

@@ -12,6 +12,12 @@ pub mod conn;
 #[cfg(not(feature = "raw"))]
 #[allow(unreachable_pub)]
 mod conn;
+#[cfg(feature = "raw")]
+#[cfg_attr(docsrs, doc(cfg(feature = "raw")))]
+pub mod election;
+#[cfg(not(feature = "raw"))]
+#[allow(unreachable_pub)]
+mod election;
 mod error;
 #[cfg(feature = "raw")]
 #[cfg_attr(docsrs, doc(cfg(feature = "raw")))]

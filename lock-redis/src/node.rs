@@ -1,6 +1,8 @@
 //! One Redis server: its connection and the lock operations on it
 //! (`node/connect.rs` makes and checks it, `node/ops.rs` runs the
-//! mutex's operations; `group.rs` the semaphore's and read-write lock's).
+//! mutex's operations and the election's that are the mutex's;
+//! `group.rs` the semaphore's and read-write lock's, `election.rs` the
+//! election's own).
 //! Redlock runs the same operations on each of its nodes.
 
 use std::fmt;
@@ -14,7 +16,9 @@ use crate::config::sentinel::SentinelConfig;
 use crate::conn::{Conn, SentinelConn};
 use crate::error::convert;
 use crate::eviction::Eviction;
-pub use crate::keys::Keys;
+#[cfg(feature = "raw")]
+pub use crate::keys::MutexKeys;
+pub use crate::keys::{Keys, mutex_like};
 
 mod connect;
 mod ops;
@@ -70,8 +74,10 @@ pub struct NodeHolder {
     pub owner: String,
     /// Time left on the key.
     pub remaining: Duration,
-    /// The fence counter now.
+    /// The fence counter now: the token of the latest grant.
     pub counter: u64,
+    /// An election's: the value its leader proclaims.
+    pub value: Option<String>,
 }
 
 impl Node {

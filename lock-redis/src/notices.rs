@@ -1,7 +1,8 @@
 //! Release notices published by the release script, which wake a local
-//! waiter of that name: on one server, the backend's one subscription
-//! connection; in a cluster, shard channels subscribed while somebody
-//! waits.
+//! waiter of that name, and an election's notices, which wake its
+//! observers: on one server, the backend's one subscription connection;
+//! in a cluster, shard channels subscribed while somebody waits or
+//! observes.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -15,19 +16,29 @@ use redis::{PushInfo, PushKind};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::task::JoinHandle;
 
+use crate::keys::Notice;
 use crate::node::{Keys, SubscribeTo};
+
+/// Whom notices wake: the local waiters for a lock (one for a release,
+/// every one for a release that may admit many), and the local observers
+/// of an election (all of them, for every change of its leader).
+#[derive(Debug, Default)]
+pub(crate) struct Wakers {
+    pub(crate) waiters: ReleaseSignals,
+    pub(crate) observers: ReleaseSignals,
+}
 
 /// Pause before subscribing again after the connection was lost. Notices
 /// published meanwhile are lost; the waiters' safety-net polling covers them.
 const RESUBSCRIBE_AFTER: Duration = Duration::from_millis(200);
 
-/// Forwards every notice on `channel` to `signals`, reconnecting for ever
+/// Forwards every notice on `channel` to `wakers`, reconnecting for ever
 /// (the task is aborted with its backend).
 pub(crate) async fn forward(
     to: SubscribeTo,
     channel: String,
     connect_timeout: Duration,
-    signals: Arc<ReleaseSignals>,
+    wakers: Arc<Wakers>,
 ) {
     loop {
         // Asked again each time: under Sentinel, the master may have moved.
@@ -50,7 +61,7 @@ pub(crate) async fn forward(
                 let mut messages = pubsub.on_message();
                 while let Some(message) = messages.next().await {
                     if let Ok(notice) = message.get_payload::<String>() {
-                        deliver(&signals, &notice);
+                        deliver(&wakers, &notice);
                     }
                 }
                 tracing::debug!(%channel, "release subscription ended; subscribing again");
@@ -62,34 +73,37 @@ pub(crate) async fn forward(
     }
 }
 
-/// Wakes the local waiters a release notice names: one waiter of `name`,
-/// or every waiter of it for `*name` (a read-write lock's release, which may
-/// admit many readers). Anything else is ignored.
-fn deliver(signals: &ReleaseSignals, notice: &str) {
-    let (all, name) = match notice.strip_prefix('*') {
-        Some(name) => (true, name),
-        None => (false, notice),
-    };
+/// Wakes whom a notice names (see [`Notice`]): one waiter of the name, or
+/// every one (a read-write lock's release, which may admit many readers);
+/// an election's observers, and for a leader gone one waiting candidate.
+/// Anything else is ignored.
+fn deliver(wakers: &Wakers, payload: &str) {
+    let (notice, name) = Notice::parse(payload);
     let Ok(name) = LockName::new(name) else {
         return;
     };
-    if all {
-        signals.notify_all(&name);
-    } else {
-        signals.notify(&name);
+    match notice {
+        Notice::Released => wakers.waiters.notify(&name),
+        Notice::ReleasedAll => wakers.waiters.notify_all(&name),
+        Notice::Elected => wakers.observers.notify_all(&name),
+        Notice::Resigned => {
+            wakers.waiters.notify(&name);
+            wakers.observers.notify_all(&name);
+        }
     }
 }
 
 /// A cluster's release notices: a shard channel per lock name
 /// ([`Keys::release_channel`](crate::node::Keys::release_channel)), which
 /// this backend subscribes to only while a local waiter waits for that
-/// name. Notices reach only the nodes serving the lock's slot, and only
-/// the clients waiting for it. redis-rs's cluster connection sends each
-/// `SSUBSCRIBE` to the slot's node and subscribes again after a reconnect
-/// or a failover; the pushes come back on one channel.
+/// name, or observes its election. Notices reach only the nodes serving
+/// the lock's slot, and only the clients waiting for it. redis-rs's
+/// cluster connection sends each `SSUBSCRIBE` to the slot's node and
+/// subscribes again after a reconnect or a failover; the pushes come back
+/// on one channel.
 pub(crate) struct Sharded {
     conn: ClusterConnection,
-    /// Local waiters per name, and whether the name's channel is
+    /// Local waiters and observers per name, and whether the name's channel is
     /// subscribed. Counted at once, before any request, so that a watch
     /// dropped half-way is uncounted by its [`Watching`].
     waiters: Mutex<HashMap<LockName, Waiters>>,
@@ -116,7 +130,7 @@ impl Sharded {
         mut pushes: UnboundedReceiver<PushInfo>,
         keys: Keys,
         timeout: Duration,
-        signals: Arc<ReleaseSignals>,
+        wakers: Arc<Wakers>,
     ) -> Self {
         let reader = tokio::spawn(async move {
             while let Some(push) = pushes.recv().await {
@@ -128,7 +142,7 @@ impl Sharded {
                     .get(1)
                     .and_then(|payload| redis::from_redis_value_ref::<String>(payload).ok());
                 if let Some(notice) = notice {
-                    deliver(&signals, &notice);
+                    deliver(&wakers, &notice);
                 }
             }
         });
@@ -152,30 +166,45 @@ impl Sharded {
     /// polls), so it is logged, not returned, and the next watch of the
     /// name tries again.
     pub(crate) async fn watch(self: &Arc<Self>, name: &LockName, budget: &WaitBudget) -> Watching {
+        let watching = self.count(name);
+        budget.race(self.subscribe(name)).await;
+        watching
+    }
+
+    /// The same for an observer of `name`'s election, which gives the
+    /// subscription `within` at most.
+    pub(crate) async fn observe(self: &Arc<Self>, name: &LockName, within: Duration) -> Watching {
+        let watching = self.count(name);
+        let _ = tokio::time::timeout(within, self.subscribe(name)).await;
+        watching
+    }
+
+    /// Counts one more watch of `name`, at once, before any request, so
+    /// that a watch dropped half-way is uncounted by its [`Watching`].
+    fn count(self: &Arc<Self>, name: &LockName) -> Watching {
         self.waiters().entry(name.clone()).or_default().count += 1;
-        let watching = Watching {
+        Watching {
             sharded: self.clone(),
             name: Some(name.clone()),
-        };
-        let subscribe = async {
-            let _commands = self.commands.lock().await;
-            if self.waiters().get(name).is_none_or(|w| w.subscribed) {
-                return;
-            }
-            let (channel, _) = self.keys.release_channel(name);
-            let mut conn = self.conn.clone();
-            match tokio::time::timeout(self.timeout, conn.ssubscribe(&channel)).await {
-                Ok(Ok(())) => {
-                    if let Some(w) = self.waiters().get_mut(name) {
-                        w.subscribed = true;
-                    }
+        }
+    }
+
+    async fn subscribe(&self, name: &LockName) {
+        let _commands = self.commands.lock().await;
+        if self.waiters().get(name).is_none_or(|w| w.subscribed) {
+            return;
+        }
+        let (channel, _) = self.keys.release_channel(name);
+        let mut conn = self.conn.clone();
+        match tokio::time::timeout(self.timeout, conn.ssubscribe(&channel)).await {
+            Ok(Ok(())) => {
+                if let Some(w) = self.waiters().get_mut(name) {
+                    w.subscribed = true;
                 }
-                Ok(Err(e)) => tracing::debug!(%channel, error = %e, "cannot subscribe to releases"),
-                Err(_) => tracing::debug!(%channel, "subscribing to releases timed out"),
             }
-        };
-        budget.race(subscribe).await;
-        watching
+            Ok(Err(e)) => tracing::debug!(%channel, error = %e, "cannot subscribe to releases"),
+            Err(_) => tracing::debug!(%channel, "subscribing to releases timed out"),
+        }
     }
 
     async fn unwatch(&self, name: LockName) {

@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use lock_core::backend::Family;
 use lock_core::backend::{
-    AcquireRequest, BackendStats, Holder, Lease, LockBackend, ReleaseSignals, WaitBudget, Waking,
-    async_trait, poll_acquire,
+    AcquireRequest, BackendStats, Holder, Leader, Lease, LockBackend, ReleaseSignals, WaitBudget,
+    Waking, async_trait, poll_acquire,
 };
-use lock_core::{Capabilities, Error, Fencing, FencingToken, LockKind, LockName, Result};
+use lock_core::{Capabilities, Error, Fencing, LockKind, LockName, Result};
 use tokio::time::Instant;
 
 use lock_redis::node::Node;
@@ -16,7 +16,9 @@ use redis::Client;
 
 use crate::RedlockConfig;
 use crate::config::check_masters;
-use crate::majority::{Answers, Majority, Reach, grant_on, holds_on, renew_on};
+use crate::election;
+use crate::grant::grant_on;
+use crate::majority::{Majority, Reach, holds_on, renew_on};
 
 /// Redlock over N independent masters (see the crate docs).
 #[derive(Debug)]
@@ -24,6 +26,9 @@ pub struct RedlockBackend {
     majority: Majority,
     retry_delay: Duration,
     signals: ReleaseSignals,
+    /// This process's observers of elections, woken by its own changes
+    /// (others' are polled).
+    observers: ReleaseSignals,
 }
 
 impl RedlockBackend {
@@ -103,6 +108,7 @@ impl RedlockBackend {
             majority: Majority::start(masters, &config).await?,
             retry_delay,
             signals: ReleaseSignals::new(),
+            observers: ReleaseSignals::new(),
         })
     }
 
@@ -112,10 +118,15 @@ impl RedlockBackend {
     }
 
     /// Wakes local waiters after a release: one for the lock; every one
-    /// for a read-write lock, whose release may let many readers in.
+    /// for a read-write lock, whose release may let many readers in; and
+    /// an election's local observers.
     fn wake(&self, name: &LockName, kind: LockKind) {
         match kind.family() {
             Family::ReadWrite => self.signals.notify_all(name),
+            Family::Election => {
+                self.signals.notify(name);
+                self.observers.notify_all(name);
+            }
             _ => self.signals.notify(name),
         }
     }
@@ -126,6 +137,7 @@ impl LockBackend for RedlockBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities::new(crate::NAME, Fencing::BestEffort)
             .with_read_write(true)
+            .with_elections(true)
             .with_survives_node_loss(true)
             .with_ordered_requests(true)
             .with_ttl_range(
@@ -143,48 +155,14 @@ impl LockBackend for RedlockBackend {
         // `Locker` checks this too; a caller of the backend itself must not
         // get a semaphore, which majorities cannot keep.
         self.capabilities().check_kind(req.kind)?;
-        let limit = self.majority.node_limit(req.ttl);
-        let sent = Instant::now();
-        let outcomes = self
-            .majority
-            .on_members(self.majority.members().iter(), limit, |n| grant_on(n, req))
-            .await;
-        let tokens: Vec<FencingToken> = outcomes
-            .iter()
-            .filter_map(|o| o.as_ref().ok().copied().flatten())
-            .collect();
-        if tokens.len() >= self.majority.quorum() && Majority::still_valid(sent, req.ttl) {
-            let token = tokens.iter().copied().max().unwrap_or(FencingToken::new(0));
-            return Ok(Some(Lease::granted(req, token, sent)));
+        if req.kind == LockKind::Leader {
+            let lease = election::campaign(&self.majority, req).await?;
+            if lease.is_some() {
+                self.observers.notify_all(&req.name);
+            }
+            return Ok(lease);
         }
-        // Give back what this attempt may hold: the grants, and whatever a
-        // node that did not answer may have applied. A node that answered
-        // that the key exists refused this attempt's `SET NX`, which set
-        // nothing, so an attempt that lost everywhere (the common case
-        // under contention) costs no second wave.
-        let maybe_ours = self
-            .majority
-            .members()
-            .iter()
-            .zip(&outcomes)
-            .filter(|(_, o)| !matches!(o, Ok(None)))
-            .map(|(m, _)| m);
-        if maybe_ours.clone().next().is_some() {
-            self.majority
-                .release_on_members(maybe_ours, req, limit)
-                .await;
-        }
-        let answers = Answers::of(outcomes);
-        if answers.ok.len() < self.majority.quorum() {
-            return Err(self.majority.no_answer_quorum("acquire", &answers, limit));
-        }
-        if tokens.len() >= self.majority.quorum() {
-            return Err(Error::timeout(
-                "acquire on a majority before the lease's validity ran out",
-                sent.elapsed(),
-            ));
-        }
-        Ok(None)
+        self.majority.grant(req, |n| grant_on(n, req)).await
     }
 
     async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
@@ -263,37 +241,55 @@ impl LockBackend for RedlockBackend {
     }
 
     async fn holders(&self, name: &LockName, kind: LockKind) -> Result<Vec<Holder>> {
-        if kind.family() != Family::Mutex {
-            return Err(Error::unsupported(
-                crate::NAME,
-                "inspecting the holders of anything but the lock",
-            ));
+        match kind.family() {
+            Family::Mutex => {}
+            Family::Election => {
+                let leader = election::leader(&self.majority, name).await?;
+                return Ok(leader
+                    .map(|l| Holder::new(&l.owner, l.term, l.expires_in).of_kind(kind))
+                    .into_iter()
+                    .collect());
+            }
+            _ => {
+                return Err(Error::unsupported(
+                    crate::NAME,
+                    "inspecting the holders of a semaphore or read-write lock",
+                ));
+            }
         }
-        let answers = self
+        // The holder is whoever holds the key on a majority, if anybody
+        // does; the mutex's token is stored nowhere.
+        let agreed = self
             .majority
-            .on_every(self.majority.node_timeout(), |n| n.holder(name))
-            .await;
-        if answers.ok.len() < self.majority.quorum() {
-            return Err(self.majority.no_answer_quorum(
-                "holder",
-                &answers,
-                self.majority.node_timeout(),
-            ));
-        }
-        let held: Vec<_> = answers.ok.into_iter().flatten().collect();
-        // The holder is whoever holds the key on a majority, if anybody does.
-        let Some(owner) = held
-            .iter()
-            .map(|h| &h.owner)
-            .find(|o| held.iter().filter(|h| &h.owner == *o).count() >= self.majority.quorum())
-        else {
-            return Ok(Vec::new());
-        };
-        let remaining = held
-            .iter()
-            .filter(|h| &h.owner == owner)
-            .map(|h| h.remaining)
-            .min();
-        Ok(vec![Holder::without_token(owner, remaining)])
+            .agreed_holder(name, kind, |a, b| a.owner == b.owner)
+            .await?;
+        Ok(agreed
+            .first()
+            .map(|h| Holder::without_token(&h.owner, election::least_left(&agreed)))
+            .into_iter()
+            .collect())
+    }
+
+    async fn proclaim(&self, lease: &Lease, value: &str) -> Result<()> {
+        election::proclaim(&self.majority, lease, value).await?;
+        self.observers.notify_all(lease.name());
+        Ok(())
+    }
+
+    async fn leader(&self, name: &LockName) -> Result<Option<Leader>> {
+        election::leader(&self.majority, name).await
+    }
+
+    /// Polls, woken early by this process's own changes.
+    async fn leader_changed(
+        &self,
+        name: &LockName,
+        seen: Option<&Leader>,
+        within: Duration,
+    ) -> Result<()> {
+        let observers = self.observers.subscribe(name);
+        let within = lock_redis::election::observation(seen, within);
+        let _ = tokio::time::timeout(within, observers.notified()).await;
+        Ok(())
     }
 }

@@ -5,6 +5,8 @@
 
 mod backend;
 mod config;
+mod election;
+mod grant;
 mod majority;
 
 pub use backend::RedlockBackend;

@@ -10,8 +10,8 @@ use crate::RedlockConfig;
 use futures_util::future::join_all;
 use lock_core::backend::OwnerToken;
 use lock_core::backend::{AcquireRequest, Backoff, Lease};
-use lock_core::{Error, FencingToken, LockKind, LockName, Result};
-use lock_redis::node::{Keys, Node};
+use lock_core::{Error, LockKind, LockName, Result};
+use lock_redis::node::{Keys, Node, NodeHolder, mutex_like};
 use redis::Client;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -309,6 +309,34 @@ impl Majority {
         self.no_quorum(operation, answers.ok.len(), first, limit)
     }
 
+    /// The holder of `kind`'s lock of `name` on each master, where a
+    /// majority of masters have the same one by `same`: those masters'
+    /// answers, or none if no majority agrees. Too few answers is an
+    /// error.
+    pub(crate) async fn agreed_holder(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        same: impl Fn(&NodeHolder, &NodeHolder) -> bool,
+    ) -> Result<Vec<NodeHolder>> {
+        let limit = self.node_timeout;
+        let answers = self.on_every(limit, |n| n.holder(name, kind)).await;
+        if answers.ok.len() < self.quorum {
+            return Err(self.no_answer_quorum("holder", &answers, limit));
+        }
+        let held: Vec<NodeHolder> = answers.ok.into_iter().flatten().collect();
+        let agreeing = |h: &NodeHolder| held.iter().filter(|o| same(h, o)).count();
+        let Some(one) = held.iter().position(|h| agreeing(h) >= self.quorum) else {
+            return Ok(Vec::new());
+        };
+        let keep: Vec<bool> = held.iter().map(|o| same(&held[one], o)).collect();
+        Ok(held
+            .into_iter()
+            .zip(keep)
+            .filter_map(|(h, kept)| kept.then_some(h))
+            .collect())
+    }
+
     /// Whether a call that started at `sent` left any validity of `ttl`.
     pub(crate) fn still_valid(sent: Instant, ttl: Duration) -> bool {
         let drift = ttl.mul_f64(Lease::DRIFT_FACTOR) + Lease::DRIFT_FLOOR;
@@ -343,20 +371,11 @@ impl Majority {
     }
 }
 
-/// One node's part of an acquire of `req`: the mutex's bare `SET NX PX`
-/// with the node's clock as token, or a read-write lock's group script.
-pub(crate) async fn grant_on(n: &Node, req: &AcquireRequest) -> Result<Option<FencingToken>> {
-    match req.kind {
-        LockKind::Exclusive => n.acquire_stamped(&req.name, req.owner, req.ttl).await,
-        _ => n.grant(req).await,
-    }
-}
-
 /// One node's part of a renewal. A group member is checked by its owner
 /// only: each node drew its own token for the grant.
 pub(crate) async fn renew_on(n: &Node, lease: &Lease, ttl: Duration) -> Result<bool> {
     match lease.kind() {
-        LockKind::Exclusive => n.renew(lease.name(), lease.owner(), ttl).await,
+        kind if mutex_like(kind) => n.renew(lease, ttl).await,
         _ => n.renew_member(lease, None, ttl).await,
     }
 }
@@ -364,7 +383,7 @@ pub(crate) async fn renew_on(n: &Node, lease: &Lease, ttl: Duration) -> Result<b
 /// Whether one node holds `lease`'s grant.
 pub(crate) async fn holds_on(n: &Node, lease: &Lease) -> Result<bool> {
     match lease.kind() {
-        LockKind::Exclusive => n.holds(lease.name(), lease.owner()).await,
+        kind if mutex_like(kind) => n.holds(lease.name(), kind, lease.owner()).await,
         _ => n.holds_member(lease, None).await,
     }
 }
@@ -372,7 +391,7 @@ pub(crate) async fn holds_on(n: &Node, lease: &Lease) -> Result<bool> {
 /// One node's part of a release (or an abandon: everything `owner` has).
 async fn release_on(n: &Node, name: &LockName, kind: LockKind, owner: OwnerToken) -> Result<bool> {
     match kind {
-        LockKind::Exclusive => n.release(name, owner).await,
+        kind if mutex_like(kind) => n.release(name, kind, owner).await,
         _ => n.leave(name, kind, owner, None).await,
     }
 }

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
+use lock_core::backend::OwnerToken;
 use lock_core::backend::{
-    AcquireRequest, BackendStats, Holder, Lease, LockBackend, WaitBudget, Waking, async_trait,
-    poll_acquire,
+    AcquireRequest, BackendStats, Holder, Leader, Lease, LockBackend, WaitBudget, Waking,
+    async_trait, poll_acquire,
 };
-use lock_core::backend::{Family, OwnerToken};
 use lock_core::{Capabilities, Error, LockKind, LockName, Result};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use crate::client::{client_limit, ttl_ms, within};
 use crate::config::{Connection, SqlConfig};
 use crate::driver::{Driver, Opened, Released, Row};
-use crate::groups::{GroupKey, Want};
+use crate::groups::Place;
 use crate::orphans::{Attempt, Orphans, Statement, Undo};
 use crate::pool::SqlPool;
 use crate::signals::Signals;
@@ -41,6 +41,10 @@ use crate::signals::Signals;
 ///
 /// Semaphores and read-write locks keep one row per holder in a table of
 /// their own (see `groups.rs` and the crate's README).
+///
+/// Elections keep one row per name in a table of their own, with the same
+/// statements as the mutex's and the leader's value beside the version,
+/// which is the term.
 #[derive(Debug)]
 pub struct SqlBackend {
     driver: Arc<dyn Driver>,
@@ -157,6 +161,14 @@ impl SqlBackend {
         Ok(Self::new(pool.open(config).await?))
     }
 
+    /// Tells local observers of the election `name` that its leader or
+    /// value changed, unless the server's notice will.
+    fn leader_changed_here(&self, name: &LockName) {
+        if self.listener.is_none() {
+            self.signals.leader_changed(name);
+        }
+    }
+
     /// Runs one statement within the operation timeout.
     async fn bounded<T>(
         &self,
@@ -167,12 +179,9 @@ impl SqlBackend {
     }
 }
 
-/// The semaphore or read-write lock `lease` is of; `None` for the mutex.
-fn group_of(lease: &Lease) -> Option<GroupKey> {
-    match lease.kind().family() {
-        Family::Mutex => None,
-        family => Some(GroupKey::new(family, lease.name().as_str())),
-    }
+/// Where `lease`'s lock is kept.
+fn place_of(lease: &Lease) -> Place {
+    Place::of(lease.kind(), lease.name().as_str())
 }
 
 #[async_trait]
@@ -183,6 +192,9 @@ impl LockBackend for SqlBackend {
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {
         self.check_name(&req.name)?;
+        if req.kind == LockKind::Leader {
+            Leader::check_value(&req.value)?;
+        }
         let owner = req.owner.to_hex();
         if !self.orphans.settled(&owner, self.op_timeout).await {
             // An earlier attempt of this request is still on its way.
@@ -191,10 +203,12 @@ impl LockBackend for SqlBackend {
         let sent = Instant::now();
         let driver = self.driver.clone();
         let (name, ttl_ms) = (req.name.as_str().to_owned(), ttl_ms(req.ttl));
-        let statement: Statement = match Want::of(req.kind) {
-            None => Box::pin(async move { driver.acquire(&name, &owner, ttl_ms).await }),
-            Some(want) => {
-                let group = GroupKey::new(req.kind.family(), &name);
+        let statement: Statement = match Place::of(req.kind, &name) {
+            Place::Single(at) => {
+                let value = req.value.clone();
+                Box::pin(async move { driver.acquire(at, &name, &owner, ttl_ms, &value).await })
+            }
+            Place::Group(group, want) => {
                 Box::pin(async move { driver.join(&group, &owner, want, ttl_ms).await })
             }
         };
@@ -205,6 +219,9 @@ impl LockBackend for SqlBackend {
             req,
         };
         let token = Attempt::new(statement, undo).run(self.op_timeout).await?;
+        if token.is_some() && req.kind == LockKind::Leader {
+            self.leader_changed_here(&req.name);
+        }
         Ok(token.map(|token| Lease::granted(req, token, sent)))
     }
 
@@ -224,12 +241,12 @@ impl LockBackend for SqlBackend {
         let sent = Instant::now();
         let owner = lease.owner().to_hex();
         let (name, token, ttl_ms) = (lease.name().as_str(), lease.token(), ttl_ms(ttl));
-        let renewed = match group_of(lease) {
-            None => {
-                self.bounded("renew", self.driver.renew(name, &owner, token, ttl_ms))
-                    .await?
+        let renewed = match place_of(lease) {
+            Place::Single(at) => {
+                let renewal = self.driver.renew(at, name, &owner, token, ttl_ms);
+                self.bounded("renew", renewal).await?
             }
-            Some(group) => {
+            Place::Group(group, _) => {
                 let renewal = self.driver.renew_member(&group, &owner, token, ttl_ms);
                 self.bounded("renew", renewal).await?
             }
@@ -244,12 +261,12 @@ impl LockBackend for SqlBackend {
     async fn release(&self, lease: &Lease) -> Result<()> {
         let owner = lease.owner().to_hex();
         let (name, token) = (lease.name().as_str(), lease.token());
-        let outcome = match group_of(lease) {
-            None => {
-                self.bounded("release", self.driver.release(name, &owner, token))
-                    .await?
+        let outcome = match place_of(lease) {
+            Place::Single(at) => {
+                let release = self.driver.release(at, name, &owner, token);
+                self.bounded("release", release).await?
             }
-            Some(group) => {
+            Place::Group(group, _) => {
                 let left = self.driver.leave(&group, &owner, token);
                 // A stale row frees nothing: nobody counts it any more.
                 match self.bounded("release", left).await? {
@@ -271,10 +288,9 @@ impl LockBackend for SqlBackend {
 
     async fn abandon(&self, req: &AcquireRequest) -> Result<()> {
         let owner = req.owner.to_hex();
-        let family = req.kind.family();
-        let undo = self.driver.abandon_in(family, req.name.as_str(), &owner);
+        let undo = self.driver.abandon_in(req.kind, req.name.as_str(), &owner);
         self.bounded("abandon", undo).await?;
-        self.signals.wake(family, &req.name);
+        self.signals.wake(req.kind.family(), &req.name);
         Ok(())
     }
 
@@ -282,30 +298,43 @@ impl LockBackend for SqlBackend {
     /// semaphore or read-write lock: its owner and token).
     async fn is_held(&self, lease: &Lease) -> Result<bool> {
         let owner = lease.owner().to_hex();
-        if let Some(group) = group_of(lease) {
-            let check = self.driver.is_member(&group, &owner, lease.token());
-            return self.bounded("check the owner", check).await;
-        }
+        let at = match place_of(lease) {
+            Place::Single(at) => at,
+            Place::Group(group, _) => {
+                let check = self.driver.is_member(&group, &owner, lease.token());
+                return self.bounded("check the owner", check).await;
+            }
+        };
         let row = self
-            .bounded("check the owner", self.driver.holder(lease.name().as_str()))
+            .bounded(
+                "check the owner",
+                self.driver.holder(at, lease.name().as_str()),
+            )
             .await?;
         Ok(row.is_some_and(|row| row.owner == owner && row.version == lease.token()))
     }
 
     async fn holders(&self, name: &LockName, kind: LockKind) -> Result<Vec<Holder>> {
         self.check_name(name)?;
-        // A row whose owner is no token of ours is an error, not a holder.
         let holder = |row: Row| -> Result<Holder> {
-            let owner = OwnerToken::from_hex(&row.owner)?.to_hex();
-            Ok(Holder::new(&owner, row.version, Some(row.remaining)))
+            Ok(Holder::new(
+                &owner_of(&row)?,
+                row.version,
+                Some(row.remaining),
+            ))
         };
-        if kind.family() == Family::Mutex {
-            let row = self
-                .bounded("holder", self.driver.holder(name.as_str()))
-                .await?;
-            return row.map(holder).into_iter().collect();
-        }
-        let group = GroupKey::new(kind.family(), name.as_str());
+        let group = match Place::of(kind, name.as_str()) {
+            Place::Single(at) => {
+                let row = self
+                    .bounded("holder", self.driver.holder(at, name.as_str()))
+                    .await?;
+                return row
+                    .map(|r| Ok(holder(r)?.of_kind(kind)))
+                    .into_iter()
+                    .collect();
+            }
+            Place::Group(group, _) => group,
+        };
         let members = self.bounded("holders", self.driver.members(&group)).await?;
         members
             .into_iter()
@@ -320,12 +349,68 @@ impl LockBackend for SqlBackend {
             .collect()
     }
 
+    /// Replaces the value in the election's row, matching owner, version
+    /// and a lease that still runs, as renew does.
+    async fn proclaim(&self, lease: &Lease, value: &str) -> Result<()> {
+        Leader::check_value(value)?;
+        if lease.kind() != LockKind::Leader {
+            return Err(Error::not_held(lease.name()));
+        }
+        let owner = lease.owner().to_hex();
+        let proclaim = self
+            .driver
+            .proclaim(lease.name().as_str(), &owner, lease.token(), value);
+        if !self.bounded("proclaim", proclaim).await? {
+            return Err(Error::not_held(lease.name()));
+        }
+        self.leader_changed_here(lease.name());
+        Ok(())
+    }
+
+    async fn leader(&self, name: &LockName) -> Result<Option<Leader>> {
+        self.check_name(name)?;
+        let found = self
+            .bounded("leader", self.driver.leader(name.as_str()))
+            .await?;
+        found
+            .map(|(row, value)| {
+                let owner = owner_of(&row)?;
+                Ok(Leader::new(&owner, value, row.version, Some(row.remaining)))
+            })
+            .transpose()
+    }
+
+    /// Woken by local grants, proclaims and releases, and on PostgreSQL by
+    /// every backend's through `LISTEN`; a leader whose lease runs out
+    /// tells nobody, so the wait ends by then at the latest. A change made
+    /// between the observer's read and this subscription goes unheard, and
+    /// is seen at the next read, after `within`.
+    async fn leader_changed(
+        &self,
+        name: &LockName,
+        seen: Option<&Leader>,
+        within: Duration,
+    ) -> Result<()> {
+        let observing = self.signals.leaders().subscribe(name);
+        let within = seen
+            .and_then(|l| l.expires_in)
+            .map_or(within, |left| within.min(left + Duration::from_millis(1)));
+        let _ = tokio::time::timeout(within, observing.notified()).await;
+        Ok(())
+    }
+
     /// `wakeups`: release notices sent to local waiters of every family
     /// (PostgreSQL: from `LISTEN`; the other dialects: releases in this
     /// process).
     fn stats(&self) -> BackendStats {
         self.signals.stats()
     }
+}
+
+/// The owner token a row names, cut as holders show it; a row whose owner
+/// is no token of ours is an error, not a holder.
+fn owner_of(row: &Row) -> Result<String> {
+    Ok(OwnerToken::from_hex(&row.owner)?.to_hex())
 }
 
 impl Drop for SqlBackend {

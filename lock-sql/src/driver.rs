@@ -6,12 +6,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::backend::Family;
 use lock_core::backend::async_trait;
-use lock_core::{Capabilities, FencingToken, LockName, Result};
+use lock_core::{Capabilities, FencingToken, LockKind, LockName, Result};
 use tokio::task::JoinHandle;
 
-use crate::groups::{GroupKey, Want};
+use crate::groups::{GroupKey, Place, Single, Want};
 use crate::signals::Signals;
 
 /// The state of a lock row, as the holder query returns it.
@@ -95,14 +94,23 @@ pub enum Released {
 pub(crate) trait Driver: Send + Sync + fmt::Debug + 'static {
     fn capabilities(&self) -> Capabilities;
 
-    /// One statement: takes the row if it is free, expired, or already held
-    /// by `owner`; returns the row's version when taken.
-    async fn acquire(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<Option<FencingToken>>;
+    /// One statement: takes the mutex's or the election's row if it is
+    /// free, expired, or already held by `owner`; returns the row's version
+    /// when taken. An election's row gets `value` with the grant.
+    async fn acquire(
+        &self,
+        at: Single,
+        name: &str,
+        owner: &str,
+        ttl_ms: i64,
+        value: &str,
+    ) -> Result<Option<FencingToken>>;
 
     /// Extends the lease if `owner` and `version` still match and it has not
     /// run out; `false` otherwise.
     async fn renew(
         &self,
+        at: Single,
         name: &str,
         owner: &str,
         version: FencingToken,
@@ -111,13 +119,32 @@ pub(crate) trait Driver: Send + Sync + fmt::Debug + 'static {
 
     /// Frees the row if `owner` and `version` match; the row and its version
     /// stay.
-    async fn release(&self, name: &str, owner: &str, version: FencingToken) -> Result<Released>;
+    async fn release(
+        &self,
+        at: Single,
+        name: &str,
+        owner: &str,
+        version: FencingToken,
+    ) -> Result<Released>;
 
     /// Frees the row if `owner` holds it, whatever the version.
-    async fn abandon(&self, name: &str, owner: &str) -> Result<()>;
+    async fn abandon(&self, at: Single, name: &str, owner: &str) -> Result<()>;
 
     /// The live holder of `name`, if any.
-    async fn holder(&self, name: &str) -> Result<Option<Row>>;
+    async fn holder(&self, at: Single, name: &str) -> Result<Option<Row>>;
+
+    /// The live leader of the election `name` and its value, if any.
+    async fn leader(&self, name: &str) -> Result<Option<(Row, String)>>;
+
+    /// Replaces the value of the election's grant if `owner` and `version`
+    /// still match and its lease still runs; `false` otherwise.
+    async fn proclaim(
+        &self,
+        name: &str,
+        owner: &str,
+        version: FencingToken,
+        value: &str,
+    ) -> Result<bool>;
 
     /// One attempt to join a semaphore or read-write lock under the rule of
     /// `crate::groups::decide`: the holder's token when admitted (or already
@@ -157,11 +184,11 @@ pub(crate) trait Driver: Send + Sync + fmt::Debug + 'static {
     /// Whether a holder's row with this `owner` and `token` is live.
     async fn is_member(&self, group: &GroupKey, owner: &str, token: FencingToken) -> Result<bool>;
 
-    /// Undoes whatever `owner` has in the lock of `family` called `name`.
-    async fn abandon_in(&self, family: Family, name: &str, owner: &str) -> Result<()> {
-        match family {
-            Family::Mutex => self.abandon(name, owner).await,
-            other => self.leave_all(&GroupKey::new(other, name), owner).await,
+    /// Undoes whatever `owner` has in the lock of `kind` called `name`.
+    async fn abandon_in(&self, kind: LockKind, name: &str, owner: &str) -> Result<()> {
+        match Place::of(kind, name) {
+            Place::Single(at) => self.abandon(at, name, owner).await,
+            Place::Group(group, _) => self.leave_all(&group, owner).await,
         }
     }
 }

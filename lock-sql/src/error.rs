@@ -156,7 +156,9 @@ fn hint(operation: &str, e: &sqlx::Error) -> &'static str {
     let sqlx::Error::Database(db) = e else {
         return "";
     };
-    if db.code().as_deref() == Some("28000") {
+    if undefined_table(&**db) {
+        " (a table that does not exist: one made by connecting with create_tables=true, or by an administrator; a database set up by a lock-sql that kept no elections lacks the elections table: lock-sql's README, \"Elections\")"
+    } else if db.code().as_deref() == Some("28000") {
         " (a wrong user or password, or a user the server admits only over TLS or with a client certificate: see tls, tls_ca, tls_cert and tls_key)"
     } else if !insufficient_privilege(&**db) {
         ""
@@ -167,6 +169,18 @@ fn hint(operation: &str, e: &sqlx::Error) -> &'static str {
     } else {
         " (a user without rights on the locks tables, or tables that do not exist: lock-sql's README, \"Least privilege\")"
     }
+}
+
+/// A table that is not there: PostgreSQL's SQLSTATE 42P01, MySQL's and
+/// MariaDB's 1146, SQLite's "no such table". With `create_tables=false`
+/// that is, after the start's check, the elections table of a database an
+/// earlier lock-sql set up.
+fn undefined_table(db: &dyn DatabaseError) -> bool {
+    #[cfg(feature = "mysql")]
+    if let Some(e) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+        return e.number() == 1146;
+    }
+    db.code().as_deref() == Some("42P01") || db.message().starts_with("no such table")
 }
 
 /// PostgreSQL's SQLSTATE 42501, or MySQL's and MariaDB's "command denied"

@@ -34,7 +34,8 @@ use limits::SessionLimits;
 
 const CAPABILITIES: Capabilities = Capabilities::new(MYSQL_NAME, Fencing::Strict)
     .with_semaphores(true)
-    .with_read_write(true);
+    .with_read_write(true)
+    .with_elections(true);
 
 /// Connects to the database `config` names, with the common options
 /// `common`, creating the table if it is missing.
@@ -90,7 +91,11 @@ async fn start(
     errors: ErrorMap,
 ) -> Result<Opened> {
     let t = table.as_str();
-    let (h, g) = (table.companion("holders"), table.companion("groups"));
+    let (h, g, e) = (
+        table.companion("holders"),
+        table.companion("groups"),
+        table.companion("elections"),
+    );
     let limit = client_limit(timeout);
     within(
         limit,
@@ -115,7 +120,7 @@ async fn start(
         .unwrap_or(LockName::MAX_LEN);
     let driver = SqlDriver {
         pool,
-        sql: statements::statements(t, &h, &g),
+        sql: statements::statements(t, &h, &g, &e),
         errors,
         capabilities: CAPABILITIES,
     };

@@ -22,9 +22,8 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use lock_core::backend::Family;
 use lock_core::backend::{AcquireRequest, Backoff};
-use lock_core::{Error, FencingToken, LockName, Result};
+use lock_core::{Error, FencingToken, LockKind, LockName, Result};
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep, timeout};
 
@@ -106,7 +105,7 @@ struct OwnedUndo {
     driver: Arc<dyn Driver>,
     orphans: Arc<Orphans>,
     signals: Arc<Signals>,
-    family: Family,
+    kind: LockKind,
     name: LockName,
     owner: String,
     ttl: Duration,
@@ -118,7 +117,7 @@ impl Undo<'_> {
             driver: self.driver.clone(),
             orphans: self.orphans.clone(),
             signals: self.signals.clone(),
-            family: self.req.kind.family(),
+            kind: self.req.kind,
             name: self.req.name.clone(),
             owner: self.req.owner.to_hex(),
             ttl: self.req.ttl,
@@ -197,14 +196,14 @@ async fn free(undo: &OwnedUndo) {
     loop {
         let statement = undo
             .driver
-            .abandon_in(undo.family, undo.name.as_str(), &undo.owner);
+            .abandon_in(undo.kind, undo.name.as_str(), &undo.owner);
         let Ok(answer) = timeout(ANSWER_LIMIT, statement).await else {
             give_up_on(undo, "the undo statement was never answered");
             return;
         };
         let error = match answer {
             Ok(()) => {
-                undo.signals.wake(undo.family, &undo.name);
+                undo.signals.wake(undo.kind.family(), &undo.name);
                 return;
             }
             Err(e) => e,

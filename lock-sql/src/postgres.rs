@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use lock_core::backend::Family;
 use lock_core::{Capabilities, Fencing, LockName, Result};
 use sqlx::postgres::{
     PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgQueryResult, Postgres,
@@ -21,8 +22,8 @@ use crate::driver::Opened;
 use crate::error::ErrorMap;
 use crate::names::POSTGRES_NAME;
 use crate::runner::{Dialect, SqlDriver};
-use crate::signals::Signals;
-use crate::statements::{Join, Statements};
+use crate::signals::{LEADER_NOTICE, Signals};
+use crate::statements::{Join, OneRow, Statements};
 use crate::table::TableName;
 
 mod location;
@@ -35,7 +36,8 @@ const POLL_CAP: Duration = Duration::from_millis(500);
 const CAPABILITIES: Capabilities = Capabilities::new(POSTGRES_NAME, Fencing::Strict)
     .with_server_side_wait(true)
     .with_semaphores(true)
-    .with_read_write(true);
+    .with_read_write(true)
+    .with_elections(true);
 
 /// Connects to the database `config` names, with the common options
 /// `common`, creating the table if it is missing, and starts listening for
@@ -195,22 +197,38 @@ async fn forward_notices(mut listener: PgListener, signals: Arc<Signals>) {
     }
 }
 
-fn statements(at: &Location) -> Statements {
-    let t = at.qualified();
-    let (h, f) = (at.companion("holders"), at.companion("join"));
-    let channel = at.channel();
-    let member = "family = $1 AND name = $2 AND owner = $3 AND token = $4 AND kind <> 'wait'";
-    let ttl = "$3::BIGINT * INTERVAL '1 millisecond'";
-    Statements {
-        acquire: format!(
-            "INSERT INTO {t} AS l (name, owner, version, expires_at) VALUES ($1, $2, 1, now() + {ttl})
+/// The statements of the mutex's rows in `t`, or (`election`) of an
+/// election's. An election's acquire writes the candidate's value (`$4`)
+/// with the grant and tells listeners ([`LEADER_NOTICE`]) that the leader
+/// changed; its holder query answers with the value; its release and
+/// abandon notices carry the family's tag.
+fn one_row(t: &str, channel: &str, election: bool) -> OneRow {
+    let (column, value, set, read) = match election {
+        true => (", value", ", $4", ", value = EXCLUDED.value", ", value"),
+        false => Default::default(),
+    };
+    let freed = match election {
+        true => format!("'{} ' || name", Family::Election.tag()),
+        false => "name".to_owned(),
+    };
+    let upsert = format!(
+        "INSERT INTO {t} AS l (name, owner, version, expires_at{column}) VALUES ($1, $2, 1, now() + $3::BIGINT * INTERVAL '1 millisecond'{value})
              ON CONFLICT (name) DO UPDATE SET
                 version = CASE WHEN l.owner IS NOT DISTINCT FROM EXCLUDED.owner THEN l.version ELSE l.version + 1 END,
                 owner = EXCLUDED.owner,
-                expires_at = EXCLUDED.expires_at
-             WHERE l.owner IS NULL OR l.expires_at <= now() OR l.owner = EXCLUDED.owner
-             RETURNING version"
+                expires_at = EXCLUDED.expires_at{set}
+             WHERE l.owner IS NULL OR l.expires_at <= now() OR l.owner = EXCLUDED.owner"
+    );
+    let acquire = match election {
+        true => format!(
+            "WITH taken AS ({upsert}
+             RETURNING name, version)
+             SELECT version, pg_notify('{channel}', '{LEADER_NOTICE} ' || name) FROM taken"
         ),
+        false => format!("{upsert} RETURNING version"),
+    };
+    OneRow {
+        acquire,
         renew: format!(
             "UPDATE {t} SET expires_at = now() + $4::BIGINT * INTERVAL '1 millisecond'
              WHERE name = $1 AND owner = $2 AND version = $3 AND expires_at > now()"
@@ -221,15 +239,38 @@ fn statements(at: &Location) -> Statements {
                 WHERE name = $1 AND owner = $2 AND version = $3
                 RETURNING name, expires_at > now() AS in_time
              )
-             SELECT in_time, pg_notify('{channel}', name) FROM freed"
+             SELECT in_time, pg_notify('{channel}', {freed}) FROM freed"
         ),
         abandon: format!(
             "WITH freed AS (UPDATE {t} SET owner = NULL WHERE name = $1 AND owner = $2 RETURNING name)
-             SELECT pg_notify('{channel}', name) FROM freed"
+             SELECT pg_notify('{channel}', {freed}) FROM freed"
         ),
         holder: format!(
-            "SELECT owner, version, (EXTRACT(EPOCH FROM expires_at - now()) * 1000)::BIGINT FROM {t}
+            "SELECT owner, version, (EXTRACT(EPOCH FROM expires_at - now()) * 1000)::BIGINT{read} FROM {t}
              WHERE name = $1 AND owner IS NOT NULL AND expires_at > now()"
+        ),
+    }
+}
+
+fn statements(at: &Location) -> Statements {
+    let t = at.qualified();
+    let (h, f, e) = (
+        at.companion("holders"),
+        at.companion("join"),
+        at.companion("elections"),
+    );
+    let channel = at.channel();
+    let member = "family = $1 AND name = $2 AND owner = $3 AND token = $4 AND kind <> 'wait'";
+    Statements {
+        mutex: one_row(&t, &channel, false),
+        election: one_row(&e, &channel, true),
+        proclaim: format!(
+            "WITH told AS (
+                UPDATE {e} SET value = $1
+                WHERE name = $2 AND owner = $3 AND version = $4 AND expires_at > now()
+                RETURNING name
+             )
+             SELECT pg_notify('{channel}', '{LEADER_NOTICE} ' || name) FROM told"
         ),
         join: Join::Function(format!("SELECT {f}($1, $2, $3, $4, $5, $6)")),
         renew_member: format!(

@@ -15,7 +15,7 @@ use sqlx::{
 
 use crate::driver::{Driver, Member, Released, Row};
 use crate::error::ErrorMap;
-use crate::groups::{GroupKey, Want};
+use crate::groups::{GroupKey, Single, Want};
 use crate::statements::{Join, Statements};
 
 /// A statement with its parameters bound.
@@ -96,6 +96,25 @@ impl<DB: Dialect> SqlDriver<DB>
 where
     for<'q> i64: Encode<'q, DB> + Type<DB>,
 {
+    /// The row of `name`'s live holder, as the holder query answers.
+    async fn holder_row(
+        &self,
+        at: Single,
+        name: &str,
+        operation: &'static str,
+    ) -> Result<Option<DB::Row>>
+    where
+        for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+        DB::Arguments: IntoArguments<DB>,
+        for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    {
+        statement::<DB>(&self.sql.of(at).holder)
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.errors.convert(operation, e))
+    }
+
     /// `sql` with `ttl_ms` bound where the dialect takes it, around the
     /// parameters `bind` binds.
     fn with_ttl(sql: &str, ttl_ms: i64, bind: impl FnOnce(Bound<DB>) -> Bound<DB>) -> Bound<DB> {
@@ -123,11 +142,22 @@ where
         self.capabilities.clone()
     }
 
-    async fn acquire(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<Option<FencingToken>> {
-        let acquire = statement::<DB>(&self.sql.acquire)
+    async fn acquire(
+        &self,
+        at: Single,
+        name: &str,
+        owner: &str,
+        ttl_ms: i64,
+        value: &str,
+    ) -> Result<Option<FencingToken>> {
+        let acquire = statement::<DB>(&self.sql.of(at).acquire)
             .bind(name)
             .bind(owner)
             .bind(ttl_ms);
+        let acquire = match at {
+            Single::Mutex => acquire,
+            Single::Election => acquire.bind(value),
+        };
         DB::taken(&self.pool, acquire)
             .await
             .map_err(|e| self.errors.convert("acquire", e))
@@ -135,12 +165,13 @@ where
 
     async fn renew(
         &self,
+        at: Single,
         name: &str,
         owner: &str,
         version: FencingToken,
         ttl_ms: i64,
     ) -> Result<bool> {
-        let renew = Self::with_ttl(&self.sql.renew, ttl_ms, |q| {
+        let renew = Self::with_ttl(&self.sql.of(at).renew, ttl_ms, |q| {
             q.bind(name).bind(owner).bind(version.to_i64())
         });
         let done = renew
@@ -150,8 +181,14 @@ where
         Ok(DB::rows_affected(&done) == 1)
     }
 
-    async fn release(&self, name: &str, owner: &str, version: FencingToken) -> Result<Released> {
-        let release = statement::<DB>(&self.sql.release)
+    async fn release(
+        &self,
+        at: Single,
+        name: &str,
+        owner: &str,
+        version: FencingToken,
+    ) -> Result<Released> {
+        let release = statement::<DB>(&self.sql.of(at).release)
             .bind(name)
             .bind(owner)
             .bind(version.to_i64());
@@ -160,8 +197,8 @@ where
             .map_err(|e| self.errors.convert("release", e))
     }
 
-    async fn abandon(&self, name: &str, owner: &str) -> Result<()> {
-        statement::<DB>(&self.sql.abandon)
+    async fn abandon(&self, at: Single, name: &str, owner: &str) -> Result<()> {
+        statement::<DB>(&self.sql.of(at).abandon)
             .bind(name)
             .bind(owner)
             .execute(&self.pool)
@@ -170,16 +207,39 @@ where
         Ok(())
     }
 
-    async fn holder(&self, name: &str) -> Result<Option<Row>> {
-        let row = statement::<DB>(&self.sql.holder)
-            .bind(name)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(|e| self.errors.convert("holder", e))?;
+    async fn holder(&self, at: Single, name: &str) -> Result<Option<Row>> {
+        let row = self.holder_row(at, name, "holder").await?;
         row.as_ref()
             .map(Row::from_row)
             .transpose()
             .map_err(|e| self.errors.convert("holder", e))
+    }
+
+    async fn leader(&self, name: &str) -> Result<Option<(Row, String)>> {
+        let row = self.holder_row(Single::Election, name, "leader").await?;
+        let read = |r: &DB::Row| Ok::<_, sqlx::Error>((Row::from_row(r)?, r.try_get(3)?));
+        row.as_ref()
+            .map(read)
+            .transpose()
+            .map_err(|e| self.errors.convert("leader", e))
+    }
+
+    async fn proclaim(
+        &self,
+        name: &str,
+        owner: &str,
+        version: FencingToken,
+        value: &str,
+    ) -> Result<bool> {
+        let done = statement::<DB>(&self.sql.proclaim)
+            .bind(value)
+            .bind(name)
+            .bind(owner)
+            .bind(version.to_i64())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.errors.convert("proclaim", e))?;
+        Ok(DB::rows_affected(&done) == 1)
     }
 
     async fn join(

@@ -26,7 +26,7 @@ use crate::driver::Opened;
 use crate::error::{ErrorMap, sqlite_transient as transient};
 use crate::names::SQLITE_NAME;
 use crate::runner::{Dialect, SqlDriver};
-use crate::statements::{Join, Statements};
+use crate::statements::{Join, OneRow, Statements};
 use crate::table::TableName;
 
 mod schema;
@@ -47,6 +47,7 @@ fn capabilities(synced: bool) -> Capabilities {
         .with_serial_writes(true)
         .with_semaphores(true)
         .with_read_write(true)
+        .with_elections(true)
 }
 
 /// Says plainly why a database file cannot be opened, before SQLite's terse
@@ -178,6 +179,7 @@ async fn start(
         locks: t,
         holders: &table.companion("holders"),
         groups: &table.companion("groups"),
+        elections: &table.companion("elections"),
     };
     let limit = client_limit(timeout);
     within(
@@ -201,15 +203,21 @@ impl Dialect for Sqlite {
     }
 }
 
-fn statements(tables: &Tables<'_>) -> Statements {
-    let (t, h, g) = (tables.locks, tables.holders, tables.groups);
-    Statements {
+/// The statements of the mutex's rows in `t`, or (`valued`) of an
+/// election's, whose acquire writes the candidate's value (`?4`) with the
+/// grant and whose holder query answers with it.
+fn one_row(t: &str, valued: bool) -> OneRow {
+    let (column, value, set, read) = match valued {
+        true => (", value", ", ?4", ", value = excluded.value", ", value"),
+        false => Default::default(),
+    };
+    OneRow {
         acquire: format!(
-            "INSERT INTO {t} (name, owner, version, expires_at) VALUES (?1, ?2, 1, {NOW_MS} + ?3)
+            "INSERT INTO {t} (name, owner, version, expires_at{column}) VALUES (?1, ?2, 1, {NOW_MS} + ?3{value})
              ON CONFLICT (name) DO UPDATE SET
                 version = CASE WHEN {t}.owner IS excluded.owner THEN {t}.version ELSE {t}.version + 1 END,
                 owner = excluded.owner,
-                expires_at = excluded.expires_at
+                expires_at = excluded.expires_at{set}
              WHERE {t}.owner IS NULL OR {t}.expires_at <= {NOW_MS} OR {t}.owner = excluded.owner
              RETURNING version"
         ),
@@ -224,8 +232,25 @@ fn statements(tables: &Tables<'_>) -> Statements {
         ),
         abandon: format!("UPDATE {t} SET owner = NULL WHERE name = ?1 AND owner = ?2"),
         holder: format!(
-            "SELECT owner, version, expires_at - {NOW_MS} FROM {t}
+            "SELECT owner, version, expires_at - {NOW_MS}{read} FROM {t}
              WHERE name = ?1 AND owner IS NOT NULL AND expires_at > {NOW_MS}"
+        ),
+    }
+}
+
+fn statements(tables: &Tables<'_>) -> Statements {
+    let (t, h, g, e) = (
+        tables.locks,
+        tables.holders,
+        tables.groups,
+        tables.elections,
+    );
+    Statements {
+        mutex: one_row(t, false),
+        election: one_row(e, true),
+        proclaim: format!(
+            "UPDATE {e} SET value = ?1
+             WHERE name = ?2 AND owner = ?3 AND version = ?4 AND expires_at > {NOW_MS}"
         ),
         // `BEGIN IMMEDIATE` takes the write lock before the first read, so
         // the transaction reads every commit before it and cannot fail to
@@ -240,7 +265,9 @@ fn statements(tables: &Tables<'_>) -> Statements {
                  FROM {g} AS g LEFT JOIN {h} AS h ON h.family = g.family AND h.name = g.name
                  WHERE g.family = ?1 AND g.name = ?2"
             ),
-            prune: format!("DELETE FROM {h} WHERE family = ?1 AND name = ?2 AND expires_at <= {NOW_MS}"),
+            prune: format!(
+                "DELETE FROM {h} WHERE family = ?1 AND name = ?2 AND expires_at <= {NOW_MS}"
+            ),
             extend: format!(
                 "UPDATE {h} SET expires_at = {NOW_MS} + ?1 WHERE family = ?2 AND name = ?3 AND owner = ?4"
             ),

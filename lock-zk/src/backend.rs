@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use lock_core::backend::Family;
 use lock_core::backend::{
-    AcquireRequest, BackendStats, Backoff, Holder, Lease, LockBackend, Retry, WaitBudget,
+    AcquireRequest, BackendStats, Backoff, Holder, Leader, Lease, LockBackend, Retry, WaitBudget,
     async_trait,
 };
 use lock_core::{Capabilities, Error, LockKind, LockName, Result};
@@ -166,7 +166,8 @@ pub const MIN_TTL: Duration = Duration::from_millis(100);
 
 const CAPABILITIES: Capabilities = Capabilities::consensus_queue(crate::NAME, MIN_TTL)
     .with_semaphores(true)
-    .with_read_write(true);
+    .with_read_write(true)
+    .with_elections(true);
 
 #[async_trait]
 impl LockBackend for ZkBackend {
@@ -345,10 +346,39 @@ impl LockBackend for ZkBackend {
             .await
     }
 
+    /// Sets the data of the lease's node, checked to be the lease's own
+    /// (its czxid) by the stat the write answers with; refused while a
+    /// Curator latch is next in line (see the crate docs, Elections).
+    async fn proclaim(&self, lease: &Lease, value: &str) -> Result<()> {
+        self.core.proclaim(lease, value).await
+    }
+
+    /// The first candidate node, read after a `sync`: a Curator latch's as
+    /// well as distlock's.
+    async fn leader(&self, name: &LockName) -> Result<Option<Leader>> {
+        self.core.leader(name).await
+    }
+
+    /// A watch on the leader's node (or on the election's children while
+    /// nobody leads): no poll.
+    async fn leader_changed(
+        &self,
+        name: &LockName,
+        seen: Option<&Leader>,
+        within: Duration,
+    ) -> Result<()> {
+        self.core.leader_changed(name, seen, within).await
+    }
+
     async fn holders(&self, name: &LockName, kind: LockKind) -> Result<Vec<Holder>> {
-        if kind.family() != Family::Mutex {
-            return self.core.group_holders(name, kind).await;
+        match kind.family() {
+            Family::Mutex | Family::Election => Ok(self
+                .core
+                .first_holder(name, kind)
+                .await?
+                .into_iter()
+                .collect()),
+            _ => self.core.group_holders(name, kind).await,
         }
-        Ok(self.core.mutex_holder(name).await?.into_iter().collect())
     }
 }

@@ -1,7 +1,9 @@
-//! Who holds a semaphore or a read-write lock, read from its nodes by the
-//! rules that admit them (Curator's): the `N` oldest of a semaphore's
-//! leases; a read-write lock's nodes that `Queue::blocker` lets through.
+//! Who holds a lock, read from its nodes by the rules that admit them
+//! (Curator's): the first node of a mutex or an election; the `N` oldest
+//! of a semaphore's leases; a read-write lock's nodes that
+//! `Queue::blocker` lets through.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use lock_core::backend::Holder;
@@ -42,45 +44,73 @@ impl Core {
             if waits {
                 continue;
             }
-            if let Some(holder) = self.holder_at(&client, parent, node).await? {
+            let path = format!("{parent}/{node}");
+            if let Some(holder) = self.holder_at(&client, &path, node).await? {
                 holders.push(holder.of_kind(side));
             }
         }
         Ok(holders)
     }
 
-    /// The mutex's holder: its first node, looked up again if that node is
-    /// released between the listing and the read.
-    pub(crate) async fn mutex_holder(self: &Arc<Self>, name: &LockName) -> Result<Option<Holder>> {
+    /// The holder of the mutex or the election (`kind`'s) of `name`: its
+    /// first node.
+    pub(crate) async fn first_holder(
+        self: &Arc<Self>,
+        name: &LockName,
+        kind: LockKind,
+    ) -> Result<Option<Holder>> {
         let client = self.client().await?;
-        let queue = Queue::mutex(name);
+        let queue = Queue::of_lease(name, kind);
+        self.catch_up(&client, &queue.parent).await;
+        let holder = self
+            .read_first(&client, &queue, name, |path, node| {
+                let client = &client;
+                async move { self.holder_at(client, &path, &node).await }
+            })
+            .await?;
+        Ok(holder.map(|h| h.of_kind(kind)))
+    }
+
+    /// What `read` makes of the first node of `queue` (given its path and
+    /// name), looked up again if that node goes between the listing and
+    /// the read (`read` gives `None`); `None` if the queue is empty.
+    pub(crate) async fn read_first<T, F, Fut>(
+        &self,
+        client: &zk::Client,
+        queue: &Queue,
+        name: &LockName,
+        read: F,
+    ) -> Result<Option<T>>
+    where
+        F: Fn(String, String) -> Fut,
+        Fut: Future<Output = Result<Option<T>>>,
+    {
         let parent = &queue.parent;
-        self.catch_up(&client, parent).await;
         for _ in 0..3 {
-            let Some(children) = self.children(&client, parent).await? else {
+            let Some(children) = self.children(client, parent).await? else {
                 return Ok(None);
             };
             let Some((_, first)) = queue.order(&children).first().copied() else {
                 return Ok(None);
             };
-            if let Some(holder) = self.holder_at(&client, parent, first).await? {
-                return Ok(Some(holder));
+            if let Some(found) = read(format!("{parent}/{first}"), first.clone()).await? {
+                return Ok(Some(found));
             }
         }
         Err(unavailable(format!("the holder of {name} kept changing")))
     }
 
-    /// The holder whose node is `parent/node`, named as Curator names it
-    /// and with its `czxid` as the token; `None` if the node is gone.
+    /// The holder whose node is `path` (named `node`), named as Curator
+    /// names it and with its `czxid` as the token; `None` if the node is
+    /// gone.
     async fn holder_at(
         &self,
         client: &zk::Client,
-        parent: &str,
+        path: &str,
         node: &str,
     ) -> Result<Option<Holder>> {
-        let path = format!("{parent}/{node}");
         let Some(stat) = self
-            .call("read a holder", client.check_stat(&path))
+            .call("read a holder", client.check_stat(path))
             .await?
             .map_err(|e| convert("read a holder", e))?
         else {

@@ -1,7 +1,8 @@
 //! Where each family's nodes live and what they are called: Apache
 //! Curator's layouts (`InterProcessMutex`, `InterProcessSemaphoreV2`,
-//! `InterProcessReadWriteLock`), each family under its own root so that a
-//! mutex, a semaphore and a read-write lock of one name never meet.
+//! `InterProcessReadWriteLock`, `LeaderLatch`), each family under its own
+//! root so that a mutex, a semaphore, a read-write lock and an election of
+//! one name never meet.
 
 use lock_core::backend::{Family, OwnerToken};
 use lock_core::{LockKind, LockName};
@@ -12,6 +13,8 @@ pub const ROOT: &str = "/locks";
 const SEMAPHORES: &str = "/semaphores";
 /// Read-write locks: `/rwlocks/<name>`.
 const RW_LOCKS: &str = "/rwlocks";
+/// Elections: `/elections/<name>`, the path of Curator's `LeaderLatch`.
+const ELECTIONS: &str = "/elections";
 
 /// Curator's protection prefix: `_c_<uuid>-` starts every node name.
 pub(crate) const PROTECTED: &str = "_c_";
@@ -24,6 +27,8 @@ const LEASE: &str = "lease-";
 /// `InterProcessReadWriteLock`'s two lock names (of equal length there).
 const READ: &str = "__READ__";
 const WRITE: &str = "__WRIT__";
+/// `LeaderLatch`'s candidate nodes.
+const LATCH: &str = "latch-";
 
 /// Who of a parent's nodes holds, and what a waiter watches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,6 +104,18 @@ impl Queue {
         }
     }
 
+    /// The candidates of the election `name`, queued as the mutex's
+    /// acquirers are (the first leads):
+    /// `/elections/<name>/_c_<uuid>-latch-<seq>`.
+    pub(crate) fn election(name: &LockName) -> Self {
+        Self {
+            parent: format!("{ELECTIONS}/{name}"),
+            marker: LATCH,
+            markers: &[LATCH],
+            rule: Rule::First,
+        }
+    }
+
     /// Where the node of a granted lease of `kind` lives (for a semaphore:
     /// among the leases).
     pub(crate) fn of_lease(name: &LockName, kind: LockKind) -> Self {
@@ -106,6 +123,7 @@ impl Queue {
             LockKind::Permit { .. } => Self::semaphore_leases(name),
             LockKind::Read => Self::read_write(name, false),
             LockKind::Write => Self::read_write(name, true),
+            LockKind::Leader => Self::election(name),
             _ => Self::mutex(name),
         }
     }
@@ -115,6 +133,7 @@ impl Queue {
         match family {
             Family::Semaphore => vec![Self::semaphore_mutex(name), Self::semaphore_leases(name)],
             Family::ReadWrite => vec![Self::read_write(name, false)],
+            Family::Election => vec![Self::election(name)],
             _ => vec![Self::mutex(name)],
         }
     }
@@ -164,16 +183,20 @@ impl Queue {
 
 /// `_c_<uuid>-`: how every node of one owner starts, whatever the family.
 /// The UUID is the owner's short holder id (the token's first 32 bits, as
-/// `distlock status` shows it) and 96 bits of the token's SHA-256: the same
+/// `distlock status` shows it) and 90 bits of the token's SHA-256: the same
 /// for every node of the owner, so they are found again after a lost
 /// reply, yet not the token itself, which a node name would show to every
-/// reader of its parent and to the driver's debug log.
+/// reader of its parent and to the driver's debug log. Its version and
+/// variant bits make it an RFC 9562 version-8 (custom) UUID, which Curator's
+/// random (version-4) UUIDs never are: see [`owner_of`].
 pub(crate) fn owner_prefix(owner: OwnerToken) -> String {
     let token = owner.to_u128();
     let digest = ring::digest::digest(&ring::digest::SHA256, &token.to_be_bytes());
     let mut tail = [0u8; 16];
     tail[4..].copy_from_slice(&digest.as_ref()[..12]);
     let v = (token & (0xffff_ffff << 96)) | u128::from_be_bytes(tail);
+    let v = (v & !(0xf << 76)) | (0x8 << 76);
+    let v = (v & !(0x3 << 62)) | (0x2 << 62);
     format!(
         "{PROTECTED}{:08x}-{:04x}-{:04x}-{:04x}-{:012x}-",
         v >> 96,
@@ -182,6 +205,17 @@ pub(crate) fn owner_prefix(owner: OwnerToken) -> String {
         (v >> 48) & 0xffff,
         v & 0xffff_ffff_ffff
     )
+}
+
+/// The holder id of the distlock owner that made the node `name`, `None`
+/// for a node another client made (a Curator `LeaderLatch`'s, say): the
+/// first 8 hex digits of its UUID when that is distlock's version-8 UUID
+/// (see [`owner_prefix`]).
+pub(crate) fn owner_of(name: &str) -> Option<&str> {
+    let uuid = name.strip_prefix(PROTECTED)?.get(..36)?;
+    let bytes = uuid.as_bytes();
+    let variant = matches!(bytes[19], b'8' | b'9' | b'a' | b'b');
+    (bytes[14] == b'8' && variant).then(|| &uuid[..8])
 }
 
 /// `path` as logs show it: the owner's UUID in a node name cut to its
@@ -201,7 +235,7 @@ pub(crate) fn shown(path: &str) -> String {
 
 /// Whether `path` is one of the families' roots, which stay when empty.
 pub(crate) fn is_root(path: &str) -> bool {
-    path.is_empty() || [ROOT, SEMAPHORES, RW_LOCKS].contains(&path)
+    path.is_empty() || [ROOT, SEMAPHORES, RW_LOCKS, ELECTIONS].contains(&path)
 }
 
 #[cfg(test)]
@@ -256,6 +290,11 @@ mod tests {
                 "/rwlocks/x",
                 "__WRIT__",
             ),
+            (
+                Queue::of_lease(&name, LockKind::Leader),
+                "/elections/x",
+                "latch-",
+            ),
         ] {
             assert_eq!(queue.parent, parent);
             assert_eq!(queue.node_prefix(owner), format!("{uuid}{prefix}"));
@@ -263,6 +302,24 @@ mod tests {
             assert_eq!(queue.sequence_of(&node), Some(42));
             assert_eq!(queue.sequence_of("unrelated"), None);
         }
+    }
+
+    /// distlock's UUIDs are version 8, Curator's version 4: a reader tells
+    /// whose a node is, and who of distlock's owners made it.
+    #[test]
+    fn our_nodes_are_told_from_curators() {
+        for hex in [
+            "0123456789abcdef0011223344556677",
+            "ffffffffffffffffffffffffffffffff",
+        ] {
+            let owner = OwnerToken::from_hex(hex).unwrap();
+            let node = format!("{}latch-0000000003", owner_prefix(owner));
+            assert_eq!(owner_of(&node), Some(owner.short().as_str()), "{node}");
+        }
+        let curator = "_c_5b7e0c3a-1f2d-4c8e-9a6b-0d1e2f3a4b5c-latch-0000000001";
+        assert_eq!(owner_of(curator), None);
+        assert_eq!(owner_of("latch-0000000001"), None);
+        assert_eq!(owner_of("_c_short-latch-0000000001"), None);
     }
 
     #[test]

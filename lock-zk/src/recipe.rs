@@ -93,20 +93,25 @@ impl Core {
             Some((s, node)) if *s == session => node.clone(),
             _ => {
                 budget.attempted();
-                self.enqueue(client, queue, req.owner, look_first).await?
+                let data = req.value.as_bytes();
+                self.enqueue(client, queue, req.owner, data, look_first)
+                    .await?
             }
         };
         *slot = Some((session, node.clone()));
         Ok((session, node))
     }
 
-    /// Creates our node in `queue`, or finds the one an earlier attempt
-    /// created (when `look_first`: its reply may have been lost).
+    /// Creates our node in `queue` holding `data` (a candidate's value, as
+    /// a `LeaderLatch` node holds its participant id; nothing for a lock),
+    /// or finds the one an earlier attempt created (when `look_first`: its
+    /// reply may have been lost).
     pub(crate) async fn enqueue(
         &self,
         client: &zk::Client,
         queue: &Queue,
         owner: OwnerToken,
+        data: &[u8],
         look_first: bool,
     ) -> Result<Node> {
         let parent = &queue.parent;
@@ -127,7 +132,7 @@ impl Core {
             // its future is first polled, and the server answers a
             // session's requests in order: the listing is sent right behind
             // the create, in the same round trip, and includes our node.
-            let create = client.create(&path, &[], &options);
+            let create = client.create(&path, data, &options);
             let list = client.list_children(parent);
             let created = self.call("create the lock node", create).await;
             match created {

@@ -10,6 +10,8 @@
 //! the tests that started it.
 
 pub mod backends;
+#[cfg(feature = "zk")]
+pub mod curator;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 #[cfg(feature = "etcd")]

@@ -106,6 +106,7 @@ impl SqlTeams {
             table.to_owned(),
             format!("{table}_holders"),
             format!("{table}_groups"),
+            format!("{table}_elections"),
         ];
         let statements: Vec<String> = match self.dialect {
             #[cfg(feature = "postgres")]

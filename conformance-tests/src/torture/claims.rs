@@ -70,6 +70,7 @@ fn lock_named(cell: &str) -> Option<Lock> {
         Lock::Mutex,
         Lock::Semaphore { permits: PERMITS },
         Lock::ReadWrite,
+        Lock::Election,
     ]
     .into_iter()
     .find(|l| l.label() == cell)

@@ -1,43 +1,13 @@
 //! The command line.
 
-use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use distlock::LockKind;
 
-const DEFAULT_URL: &str = "sqlite://distlock.db";
-
-/// The environment variable that gives `--url`.
-pub(crate) const URL_ENV: &str = "DISTLOCK_URL";
-
-/// A lock store's URL, which may hold a password: `Debug` shows it
-/// redacted.
-#[derive(Clone)]
-pub(crate) struct StoreUrl(String);
-
-impl std::ops::Deref for StoreUrl {
-    type Target = str;
-
-    fn deref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::str::FromStr for StoreUrl {
-    type Err = std::convert::Infallible;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(Self(s.to_owned()))
-    }
-}
-
-impl std::fmt::Debug for StoreUrl {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&distlock::url::redact(&self.0))
-    }
-}
+pub(crate) use super::shared_args::{Backend, HoldArgs, StoreUrl, URL_ENV};
+use super::shared_args::{duration, positive_duration};
 
 /// Run commands under a distributed lock.
 ///
@@ -75,15 +45,41 @@ pub(crate) enum Command {
     /// Show who holds a lock. Exits 0 if it is free, 75 if it is held.
     Status(StatusArgs),
 
+    /// Lead an election while a command runs; with --again, stand by to lead
+    /// again.
+    ///
+    /// Campaigns to lead the election --name, one leader at a time among
+    /// every candidate of the name, and runs the command once it leads, as
+    /// `run` runs one under a lock: in a process group of its own with a
+    /// watchdog, stopped (SIGTERM while --grace is left, SIGKILL) when the
+    /// lead is lost or distlock dies. Besides DISTLOCK_NAME, the command gets
+    /// DISTLOCK_TOKEN, the term (the fencing token of this leadership,
+    /// greater for every new leader where the backend's tokens are strict),
+    /// and DISTLOCK_LEADER, the --value proclaimed. distlock resigns when
+    /// the command ends, and with --again campaigns again, after a lost lead
+    /// too. SIGTERM, SIGHUP, SIGQUIT and SIGINT are passed on to the command;
+    /// once it has ended, distlock resigns and exits without campaigning
+    /// again.
+    Elect(ElectArgs),
+
+    /// Show who leads an election, or follow each change with --watch.
+    /// Exits 0 if nobody leads, 75 if somebody does.
+    Leader(LeaderArgs),
+
     /// Measure a backend: the library against the backend's raw primitive.
     ///
-    /// Runs six workloads (uncontended, contended, hand-off, wake-ups per
-    /// release, many names, and a semaphore with half as many permits as
-    /// clients where the backend keeps semaphores) for --duration each,
-    /// with the library and with the backend's bare acquire and release
-    /// (the floor) taking turns, and reports every library result as a
-    /// ratio to the floor. The semaphore's floor is that primitive on one
-    /// lock name per permit. Prints a
+    /// Runs seven workloads (uncontended, contended, hand-off, wake-ups per
+    /// release, many names, a semaphore with half as many permits as
+    /// clients where the backend keeps semaphores, and an election where it
+    /// keeps elections) for --duration each, with the library and with the
+    /// backend's bare acquire and release (the floor) taking turns, and
+    /// reports every library result as a ratio to the floor. The
+    /// semaphore's floor is that primitive on one lock name per permit; the
+    /// election's is the bare lock, whoever holds it leading. The election
+    /// reports the time from a leader's resign to the next leader, and the
+    /// failover after 5 leaders die holding a lease of 1 s (or the backend's
+    /// shortest TTL) that nothing renews: about one more TTL per contender.
+    /// Prints a
     /// table and writes bench-BACKEND.json and bench-BACKEND.svg to --out.
     /// Lock names are unique to each run, so it can share a database with
     /// real locks, but it adds a few rows to it.
@@ -133,35 +129,9 @@ pub(crate) enum Command {
 }
 
 #[derive(Debug, Args)]
-pub(crate) struct Backend {
-    /// Where the locks live: sqlite://PATH, memory://, … Query options such
-    /// as ?ttl=10s are accepted too. A password here shows in `ps`: give the
-    /// URL in DISTLOCK_URL, or the password as ?password_file=PATH.
-    #[arg(long, env = URL_ENV, default_value = DEFAULT_URL, hide_env_values = true)]
-    pub(crate) url: StoreUrl,
-
-    /// The lock name: 1-128 ASCII letters, digits, '-', '_', '.', ':'.
-    #[arg(long, short = 'n')]
-    pub(crate) name: String,
-}
-
-#[derive(Debug, Args)]
 pub(crate) struct RunArgs {
     #[command(flatten)]
     pub(crate) backend: Backend,
-
-    /// Lease length; renewed every third of it while the command runs. A
-    /// holder that dies keeps the lock at most this long.
-    #[arg(long, value_parser = duration, default_value = "30s")]
-    pub(crate) ttl: Duration,
-
-    /// Wait at most this long for the lock (default: as long as it takes).
-    #[arg(long, value_parser = duration, conflicts_with = "no_wait")]
-    pub(crate) wait: Option<Duration>,
-
-    /// Fail at once (status 75) if somebody else holds the lock.
-    #[arg(long)]
-    pub(crate) no_wait: bool,
 
     /// Hold one of N permits of the semaphore --name instead of the lock:
     /// at most N commands run at once. Every caller of the name must pass
@@ -180,23 +150,8 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     pub(crate) write: bool,
 
-    /// How long before the lease runs out the command gets SIGTERM when
-    /// renewal keeps failing (at most a third of the lease granted); SIGKILL
-    /// follows when the lease runs out. Must be shorter than --ttl [default:
-    /// 10s or a third of --ttl, whichever is less]
-    #[arg(long, value_parser = duration)]
-    pub(crate) grace: Option<Duration>,
-
-    /// Give the command the lock store's URL, password included, as
-    /// DISTLOCK_URL. Without it the command gets no DISTLOCK_URL, even if
-    /// distlock was given one: the lock store's credentials are not the
-    /// command's.
-    #[arg(long)]
-    pub(crate) pass_url: bool,
-
-    /// The command and its arguments.
-    #[arg(required = true, last = true, value_name = "COMMAND")]
-    pub(crate) command: Vec<OsString>,
+    #[command(flatten)]
+    pub(crate) hold: HoldArgs,
 }
 
 impl RunArgs {
@@ -210,12 +165,51 @@ impl RunArgs {
             (None, false, false) => LockKind::Exclusive,
         }
     }
+}
 
-    /// `--grace`, or its default for this `--ttl`.
-    pub(crate) fn grace(&self) -> Duration {
-        self.grace
-            .unwrap_or_else(|| (self.ttl / 3).min(Duration::from_secs(10)))
-    }
+#[derive(Debug, Args)]
+pub(crate) struct ElectArgs {
+    #[command(flatten)]
+    pub(crate) backend: Backend,
+
+    /// What this candidate proclaims while it leads: what `distlock leader`
+    /// shows, and the command gets as DISTLOCK_LEADER; an identity such as
+    /// an address, at most 4096 bytes [default: HOST:PID, this host's name
+    /// and distlock's process id]
+    #[arg(long)]
+    pub(crate) value: Option<String>,
+
+    /// Campaign again once the command has ended or the lead was lost, for
+    /// as long as distlock runs: a standby that takes over when the leader
+    /// dies. Campaigns start at most once a second; a signal that ends the
+    /// command ends distlock too.
+    #[arg(long, conflicts_with_all = ["wait", "no_wait"])]
+    pub(crate) again: bool,
+
+    #[command(flatten)]
+    pub(crate) hold: HoldArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct LeaderArgs {
+    #[command(flatten)]
+    pub(crate) backend: Backend,
+
+    /// Print one line of JSON instead of a sentence:
+    /// {"name":"scheduler","led":true,"value":"web-1:4242","term":42,
+    /// "owner":"3f2a9c1b","expires_in_ms":27500}. term is the leader's
+    /// fencing token; owner the first 8 hex digits of its owner token (null
+    /// for a leader elected by another client, such as etcdctl elect);
+    /// expires_in_ms the lease left by the server's clock, null where the
+    /// backend cannot tell. While nobody leads, led is false and the other
+    /// four null.
+    #[arg(long)]
+    pub(crate) json: bool,
+
+    /// Print the leader now, then a line (or JSON object) at each change,
+    /// as it happens, until interrupted (exit status 0).
+    #[arg(long)]
+    pub(crate) watch: bool,
 }
 
 #[derive(Debug, Args)]
@@ -265,8 +259,8 @@ pub(crate) struct BenchArgs {
     #[arg(long, env = URL_ENV, hide_env_values = true, required = true)]
     pub(crate) url: Vec<StoreUrl>,
 
-    /// Clients in the contended, hand-off, wake-ups and many-names
-    /// workloads.
+    /// Clients in every workload but uncontended (the election's
+    /// candidates).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(2..=256))]
     pub(crate) clients: u16,
 
@@ -279,7 +273,7 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub(crate) names: Option<u32>,
 
-    /// Instead of the six workloads: contended at 1, 4, 16, 64 and 256
+    /// Instead of the seven workloads: contended at 1, 4, 16, 64 and 256
     /// clients on one name, hand-off and wake-ups at 4 to 256, many-names at
     /// 10, 1,000 and 100,000 names; each point runs for --duration.
     /// Writes bench-sweep-BACKEND.json and .svg.
@@ -333,6 +327,11 @@ pub(crate) struct TortureArgs {
     #[arg(long)]
     pub(crate) read_write: bool,
 
+    /// Measure an election instead of the lock: one leader at a time,
+    /// writing the register with its term.
+    #[arg(long, conflicts_with_all = ["permits", "read_write"])]
+    pub(crate) election: bool,
+
     /// Print the figures as JSON instead of a table.
     #[arg(long)]
     pub(crate) json: bool,
@@ -343,12 +342,14 @@ pub(crate) struct TortureArgs {
 }
 
 impl TortureArgs {
-    /// The lock `--permits` or `--read-write` ask for; the mutex without.
+    /// The lock `--permits`, `--read-write` or `--election` ask for; the
+    /// mutex without.
     pub(crate) fn lock(&self) -> distlock_torture::Lock {
-        match (self.permits, self.read_write) {
-            (Some(permits), _) => distlock_torture::Lock::Semaphore { permits },
-            (None, true) => distlock_torture::Lock::ReadWrite,
-            (None, false) => distlock_torture::Lock::Mutex,
+        match (self.permits, self.read_write, self.election) {
+            (Some(permits), _, _) => distlock_torture::Lock::Semaphore { permits },
+            (None, true, _) => distlock_torture::Lock::ReadWrite,
+            (None, false, true) => distlock_torture::Lock::Election,
+            (None, false, false) => distlock_torture::Lock::Mutex,
         }
     }
 }
@@ -379,17 +380,6 @@ pub(crate) struct TortureWorkerArgs {
     pub(crate) plan: Vec<String>,
 }
 
-fn positive_duration(text: &str) -> Result<Duration, String> {
-    match duration(text)? {
-        Duration::ZERO => Err("must be more than zero".to_owned()),
-        d => Ok(d),
-    }
-}
-
-fn duration(text: &str) -> Result<Duration, String> {
-    distlock::url::parse_duration(text)
-}
-
 #[cfg(test)]
 mod tests {
     use clap::Parser;
@@ -416,6 +406,6 @@ mod tests {
             panic!("not run")
         };
         assert_eq!(&*run.backend.url, "postgres://app:hunter2@db/locks");
-        assert!(!run.pass_url);
+        assert!(!run.hold.pass_url);
     }
 }

@@ -32,6 +32,10 @@ distlock run --name deploy --wait 10m -- ./deploy.sh
 # Who holds it, as JSON
 distlock status --name deploy --json
 
+# One leader among hosts, the others standing by; and who leads
+distlock elect --url postgres://db/app --name scheduler --again -- ./scheduler
+distlock leader --url postgres://db/app --name scheduler
+
 # Shell completions and man pages
 distlock completions bash > ~/.local/share/bash-completion/completions/distlock
 distlock man --out ~/.local/share/man/man1",
@@ -86,6 +90,62 @@ const STATUS_EXIT_STATUS: Section = Section {
 69   the backend is unreachable or failed",
 };
 
+const ELECT_EXAMPLES: Section = Section {
+    title: "Examples",
+    body: "\
+# One scheduler among all hosts; the others stand by and take over
+distlock elect --url postgres://db/app --name scheduler --again -- ./scheduler
+
+# Proclaim an address, for clients that look it up with `distlock leader`
+distlock elect --url etcd://10.0.0.1:2379 --name api --value 10.0.0.7:8080 --again -- ./api
+
+# Pass the term on, so the storage can refuse a deposed leader's writes
+distlock elect --url redis://cache:6379 --name compactor -- \\
+    sh -c 'exec ./compact --fence \"$DISTLOCK_TOKEN\" --as \"$DISTLOCK_LEADER\"'
+
+# Lead once, if nobody leads now (exit 75 if somebody does)
+distlock elect --name migrate --no-wait -- ./migrate.sh",
+};
+
+const ELECT_EXIT_STATUS: Section = Section {
+    title: "Exit status",
+    body: "\
+the command's own status   when the command ran (128+N if signal N ended it);
+     with --again, the last command's, once a signal passed on ended it
+64   bad usage or invalid input (flag, election name, value, TTL, URL)
+69   the backend is unreachable, failed, or keeps no elections
+70   internal error
+75   somebody leads and --no-wait was given
+124  --wait ran out before this candidate led
+125  the lead was lost (or renewal kept failing) while the command ran;
+     the command was stopped (or never started: too little lease left)
+126  the command could not be executed
+127  the command was not found
+128+N  signal N came while campaigning",
+};
+
+const LEADER_EXAMPLES: Section = Section {
+    title: "Examples",
+    body: "\
+# One sentence for a person
+distlock leader --name scheduler
+
+# The leader's value for a script
+distlock leader --url etcd://10.0.0.1:2379 --name api --json | jq -r .value
+
+# Each change as it happens, one line of JSON each, until Ctrl-C
+distlock leader --url etcd://10.0.0.1:2379 --name api --watch --json",
+};
+
+const LEADER_EXIT_STATUS: Section = Section {
+    title: "Exit status",
+    body: "\
+0    nobody leads (with --watch: interrupted by SIGINT or SIGTERM)
+75   somebody leads
+64   bad usage or invalid input (flag, election name, URL)
+69   the backend is unreachable, failed, or keeps no elections",
+};
+
 const COMPLETIONS_EXAMPLES: Section = Section {
     title: "Examples",
     body: "\
@@ -115,6 +175,8 @@ pub(crate) fn sections(name: &str) -> &'static [Section] {
         "distlock" => &[TOP_EXAMPLES, EXIT_STATUS],
         "run" => &[RUN_EXAMPLES, EXIT_STATUS],
         "status" => &[STATUS_EXAMPLES, STATUS_EXIT_STATUS],
+        "elect" => &[ELECT_EXAMPLES, ELECT_EXIT_STATUS],
+        "leader" => &[LEADER_EXAMPLES, LEADER_EXIT_STATUS],
         "torture" => &[EXIT_STATUS],
         "completions" => &[COMPLETIONS_EXAMPLES],
         "man" => &[MAN_EXAMPLES],

@@ -3,11 +3,15 @@
 mod args;
 mod bench;
 mod completions;
+mod elect;
 mod exit;
 mod group;
 mod help;
+mod job;
+mod leader;
 mod man;
 mod run;
+mod shared_args;
 mod show;
 mod signals;
 mod status;
@@ -61,6 +65,8 @@ pub(crate) fn main() -> ExitCode {
         match command {
             Command::Run(args) => run::run(args).await,
             Command::Status(args) => status::status(args).await,
+            Command::Elect(args) => elect::elect(args).await,
+            Command::Leader(args) => leader::leader(args).await,
             Command::Bench(args) => bench::bench(args).await,
             Command::Torture(args) => torture::torture(args).await,
             Command::TortureWorker(args) => torture::worker(args).await,

@@ -1,4 +1,5 @@
-//! The signals `distlock run` passes on to the command's group.
+//! The signals `distlock run` and `distlock elect` pass on to the
+//! command's group.
 
 use nix::sys::signal::Signal;
 use tokio::signal::unix::{SignalKind, signal};
@@ -11,6 +12,8 @@ use tokio::signal::unix::{SignalKind, signal};
 /// `&`) is left alone, so the command inherits it ignored too.
 pub(crate) struct Forwarded {
     streams: Vec<(Signal, tokio::signal::unix::Signal)>,
+    /// The first signal passed on that asks distlock to end.
+    ending: Option<Signal>,
 }
 
 impl Forwarded {
@@ -32,7 +35,10 @@ impl Forwarded {
             .filter(|(sig, _)| !ignored.contains(sig))
             .filter_map(|(sig, kind)| signal(kind).ok().map(|s| (sig, s)))
             .collect();
-        Self { streams }
+        Self {
+            streams,
+            ending: None,
+        }
     }
 
     /// The next signal to pass on.
@@ -40,7 +46,7 @@ impl Forwarded {
         if self.streams.is_empty() {
             return std::future::pending().await;
         }
-        std::future::poll_fn(|cx| {
+        let sig = std::future::poll_fn(|cx| {
             for (sig, stream) in &mut self.streams {
                 if stream.poll_recv(cx).is_ready() {
                     return std::task::Poll::Ready(*sig);
@@ -48,7 +54,18 @@ impl Forwarded {
             }
             std::task::Poll::Pending
         })
-        .await
+        .await;
+        if sig != Signal::SIGTSTP {
+            self.ending.get_or_insert(sig);
+        }
+        sig
+    }
+
+    /// The first signal passed on (by [`next`](Self::next)) that ends a
+    /// process by default, if any: `elect --again` campaigns no more after
+    /// one, whatever the command made of it.
+    pub(crate) fn ending(&self) -> Option<Signal> {
+        self.ending
     }
 }
 

@@ -66,3 +66,16 @@ pub(crate) fn kill_all(pids: &[i32]) {
         let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
     }
 }
+
+/// Waits up to `limit` for every one of `pids` to be gone; how long it took,
+/// or `None`.
+pub(crate) fn all_gone_within(pids: &[i32], limit: Duration) -> Option<Duration> {
+    let started = Instant::now();
+    while pids.iter().any(|&pid| alive(pid)) {
+        if started.elapsed() > limit {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Some(started.elapsed())
+}

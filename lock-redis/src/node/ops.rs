@@ -1,33 +1,21 @@
-//! The mutex's operations on one server: each one script, or one `EVAL`
+//! The mutex's operations on one server, and the election's, which is a
+//! mutex of its own keys (`Keys::mutex`): each one script, or one `EVAL`
 //! for a cleanup, under the node's timeout.
 
 use std::time::Duration;
 
 use lock_core::backend::OwnerToken;
-use lock_core::backend::{AcquireRequest, millis};
+use lock_core::backend::{AcquireRequest, Lease, millis};
 use lock_core::{FencingToken, LockKind, LockName, Result};
 use redis::{ErrorKind, ScriptInvocation, ServerErrorKind};
 
 use super::{Node, NodeHolder};
+use crate::keys::{Notice, mutex_like};
 use crate::scripts::{
     ACQUIRE_SCRIPT, HOLDER_SCRIPT, RELEASE, RELEASE_UNANNOUNCED, RENEW_SCRIPT, eval,
 };
 
 impl Node {
-    /// Takes the lock for `owner` if it is free (or already `owner`'s);
-    /// returns the fencing token, or `None` if somebody else holds it.
-    pub async fn acquire(
-        &self,
-        name: &LockName,
-        owner: OwnerToken,
-        ttl: Duration,
-    ) -> Result<Option<FencingToken>> {
-        let token: u64 = self
-            .run(self.acquire_invocation(name, owner, ttl), "acquire")
-            .await?;
-        Ok((token > 0).then_some(FencingToken::new(token)))
-    }
-
     /// Takes the lock for `owner` if it is free with a bare
     /// `SET key owner NX PX ttl`, and reads the server's clock (`TIME`) in
     /// the same pipeline; returns that time in microseconds as the token,
@@ -67,10 +55,12 @@ impl Node {
     /// Grants `req` of any kind if it is free (or already `req.owner`'s):
     /// the lock's token, or `None` if it is held.
     pub async fn grant(&self, req: &AcquireRequest) -> Result<Option<FencingToken>> {
-        if req.kind == LockKind::Exclusive {
-            return self.acquire(&req.name, req.owner, req.ttl).await;
-        }
-        let token: u64 = self.run(self.join_invocation(req), "acquire").await?;
+        let invocation = if mutex_like(req.kind) {
+            self.acquire_invocation(req)
+        } else {
+            self.join_invocation(req)
+        };
+        let token: u64 = self.run(invocation, "acquire").await?;
         Ok((token > 0).then_some(FencingToken::new(token)))
     }
 
@@ -86,20 +76,27 @@ impl Node {
             .map_err(|e| self.fail(operation, e))
     }
 
-    pub(crate) fn acquire_invocation(
-        &self,
-        name: &LockName,
-        owner: OwnerToken,
-        ttl: Duration,
-    ) -> ScriptInvocation<'static> {
+    /// The acquire script for `req`, a mutex's or an election's (whose
+    /// grant sets the leader's value and tells the observers).
+    pub(crate) fn acquire_invocation(&self, req: &AcquireRequest) -> ScriptInvocation<'static> {
+        let keys = self.keys.mutex(&req.name, req.kind);
         let mut invocation = ACQUIRE_SCRIPT.prepare_invoke();
         invocation
-            .key(self.keys.lock(name))
-            .key(self.keys.fence(name))
-            .key(self.keys.waiting(name))
-            .arg(owner.to_hex())
-            .arg(millis(ttl))
+            .key(keys.lock)
+            .key(keys.fence)
+            .key(keys.waiting)
+            .arg(req.owner.to_hex())
+            .arg(millis(req.ttl))
             .arg(millis(self.keys.waiting_mark()));
+        if let Some(value) = keys.value {
+            let (channel, publish) = self.keys.release_channel(&req.name);
+            invocation
+                .key(value)
+                .arg(&req.value)
+                .arg(channel)
+                .arg(publish)
+                .arg(Notice::Elected.payload(&req.name));
+        }
         invocation
     }
 
@@ -134,46 +131,68 @@ impl Node {
         sent.map_err(|e| self.fail(operation, e))
     }
 
-    /// Extends the lock if `owner` still holds it.
-    pub async fn renew(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<bool> {
-        let done: i64 = self
-            .run(self.renew_invocation(name, owner, ttl), "renew")
-            .await?;
+    /// Extends `lease`'s lock (and an election's value) if its owner still
+    /// holds it.
+    pub async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool> {
+        let done: i64 = self.run(self.renew_invocation(lease, ttl), "renew").await?;
         Ok(done == 1)
     }
 
     pub(crate) fn renew_invocation(
         &self,
-        name: &LockName,
-        owner: OwnerToken,
+        lease: &Lease,
         ttl: Duration,
     ) -> ScriptInvocation<'static> {
+        let keys = self.keys.mutex(lease.name(), lease.kind());
         let mut invocation = RENEW_SCRIPT.prepare_invoke();
-        invocation
-            .key(self.keys.lock(name))
-            .arg(owner.to_hex())
-            .arg(millis(ttl));
+        invocation.key(keys.lock);
+        if let Some(value) = keys.value {
+            invocation.key(value);
+        }
+        invocation.arg(lease.owner().to_hex()).arg(millis(ttl));
         invocation
     }
 
-    /// Deletes the lock if `owner` holds it, and announces the release; as
-    /// one `EVAL`, like every cleanup (`eval`).
+    /// Deletes `kind`'s lock of `name` (and an election's value) if
+    /// `owner` holds it, and announces the release; as one `EVAL`, like
+    /// every cleanup (`eval`).
     ///
     /// Without waiting marks (Redlock), nothing is announced, and the
     /// script is the bare compare-and-delete.
-    pub async fn release(&self, name: &LockName, owner: OwnerToken) -> Result<bool> {
-        let lock = self.keys.lock(name);
-        let cleanup = if self.keys.waiting_mark().is_zero() {
-            let mut cmd = eval(RELEASE_UNANNOUNCED, &[lock]);
-            cmd.arg(owner.to_hex());
-            cmd
-        } else {
+    pub async fn release(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        owner: OwnerToken,
+    ) -> Result<bool> {
+        let keys = self.keys.mutex(name, kind);
+        let cleanup = if self.keys.announces() {
             let (channel, publish) = self.keys.release_channel(name);
-            let mut cmd = eval(RELEASE, &[lock, self.keys.waiting(name)]);
+            let notice = match keys.value {
+                Some(_) => Notice::Resigned,
+                None => Notice::Released,
+            };
+            let mut cmd = eval(
+                RELEASE,
+                &[keys.lock, keys.waiting]
+                    .into_iter()
+                    .chain(keys.value)
+                    .collect::<Vec<_>>(),
+            );
             cmd.arg(owner.to_hex())
                 .arg(channel)
-                .arg(name.as_str())
+                .arg(notice.payload(name))
                 .arg(publish);
+            cmd
+        } else {
+            let mut cmd = eval(
+                RELEASE_UNANNOUNCED,
+                &[keys.lock]
+                    .into_iter()
+                    .chain(keys.value)
+                    .collect::<Vec<_>>(),
+            );
+            cmd.arg(owner.to_hex());
             cmd
         };
         let done: i64 = self.clean_up(cleanup, "release").await?;
@@ -192,32 +211,37 @@ impl Node {
             .map_err(|e| self.fail(operation, e))
     }
 
-    /// Whether `owner` holds the lock: its key is there, unexpired, with
-    /// `owner` as its value.
-    pub async fn holds(&self, name: &LockName, owner: OwnerToken) -> Result<bool> {
+    /// Whether `owner` holds `kind`'s lock of `name`: its key is there,
+    /// unexpired, with `owner` as its value.
+    pub async fn holds(&self, name: &LockName, kind: LockKind, owner: OwnerToken) -> Result<bool> {
         let value: Option<String> = redis::cmd("GET")
-            .arg(self.keys.lock(name))
+            .arg(self.keys.mutex(name, kind).lock)
             .query_async(&mut self.conn.clone())
             .await
             .map_err(|e| self.fail("check the owner", e))?;
         Ok(value.is_some_and(|v| v == owner.to_hex()))
     }
 
-    /// The current holder, if any.
-    pub async fn holder(&self, name: &LockName) -> Result<Option<NodeHolder>> {
-        let reply: Vec<String> = HOLDER_SCRIPT
-            .key(self.keys.lock(name))
-            .key(self.keys.fence(name))
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| self.fail("holder", e))?;
-        let [owner, pttl, counter] = reply.as_slice() else {
-            return Ok(None);
+    /// The current holder of `kind`'s lock of `name`, if any (with the
+    /// value, for an election).
+    pub async fn holder(&self, name: &LockName, kind: LockKind) -> Result<Option<NodeHolder>> {
+        let keys = self.keys.mutex(name, kind);
+        let mut invocation = HOLDER_SCRIPT.prepare_invoke();
+        invocation.key(keys.lock).key(keys.fence);
+        if let Some(value) = keys.value {
+            invocation.key(value);
+        }
+        let reply: Vec<String> = self.run(invocation, "holder").await?;
+        let (owner, pttl, counter, value) = match reply.as_slice() {
+            [owner, pttl, counter] => (owner, pttl, counter, None),
+            [owner, pttl, counter, value] => (owner, pttl, counter, Some(value.clone())),
+            _ => return Ok(None),
         };
         Ok(Some(NodeHolder {
             owner: owner.clone(),
             remaining: Duration::from_millis(pttl.parse::<u64>().unwrap_or(0)),
             counter: counter.parse().unwrap_or(0),
+            value,
         }))
     }
 }

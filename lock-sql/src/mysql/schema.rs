@@ -1,5 +1,5 @@
-//! What the MySQL backend keeps in the database: the locks, holders and
-//! groups tables; made at start, or only looked for with
+//! What the MySQL backend keeps in the database: the locks, holders,
+//! groups and elections tables; made at start, or only looked for with
 //! `create_tables=false`.
 
 use lock_core::Result;
@@ -7,6 +7,7 @@ use sqlx::AssertSqlSafe;
 use sqlx::mysql::MySqlPool;
 
 use crate::error::ErrorMap;
+use crate::provision::Elections;
 use crate::table::TableName;
 
 /// MySQL's and MariaDB's "table doesn't exist".
@@ -54,19 +55,26 @@ pub(super) async fn prepare(
             Ok(_) => {}
         }
     }
-    crate::provision::require(errors.backend, &lacking, || {
-        tables.into_iter().map(|(_, create)| create).collect()
+    let (name, create) = &tables[3];
+    let elections = Elections {
+        lacking: &format!("table {name}"),
+        create,
+    };
+    crate::provision::require(errors.backend, &lacking, elections, || {
+        tables.iter().map(|(_, create)| create.clone()).collect()
     })
 }
 
-/// Each table's name and the statement that makes it. Names compare byte
-/// for byte (`ascii_bin`), as on the other backends; the default collation
-/// would make "Job" and "job" one lock.
-fn tables(table: &TableName) -> [(String, String); 3] {
-    let (t, h, g) = (
+/// Each table's name and the statement that makes it, the elections
+/// table last. Names compare byte for byte (`ascii_bin`), as on the other
+/// backends; the default collation would make "Job" and "job" one lock. A
+/// leader's value is any UTF-8 text.
+fn tables(table: &TableName) -> [(String, String); 4] {
+    let (t, h, g, e) = (
         table.as_str().to_owned(),
         table.companion("holders"),
         table.companion("groups"),
+        table.companion("elections"),
     );
     let ascii = "CHARACTER SET ascii COLLATE ascii_bin";
     let locks = format!(
@@ -96,5 +104,14 @@ fn tables(table: &TableName) -> [(String, String); 3] {
     PRIMARY KEY (family, name)
 ) ENGINE = InnoDB"
     );
-    [(t, locks), (h, holders), (g, groups)]
+    let elections = format!(
+        "CREATE TABLE IF NOT EXISTS {e} (
+    name VARCHAR(255) {ascii} NOT NULL PRIMARY KEY,
+    owner CHAR(32) {ascii} NULL,
+    version BIGINT NOT NULL,
+    expires_at BIGINT NOT NULL,
+    value TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL
+) ENGINE = InnoDB"
+    );
+    [(t, locks), (h, holders), (g, groups), (e, elections)]
 }

@@ -1,5 +1,5 @@
 //! What the PostgreSQL backend keeps in the database: its schema if one is
-//! named, the locks, holders and groups tables, and the function that
+//! named, the locks, holders, groups and elections tables, and the function that
 //! admits holders; made at start, or only looked for with
 //! `create_tables=false`.
 
@@ -10,6 +10,7 @@ use sqlx::postgres::PgPool;
 
 use super::location::Location;
 use crate::error::ErrorMap;
+use crate::provision::Elections;
 
 /// The types of the admitting function's arguments, as `to_regprocedure`
 /// and `GRANT EXECUTE` name them.
@@ -34,7 +35,8 @@ pub(super) async fn prepare(
 /// Each object by its qualified name, with the statement that makes it.
 struct Objects {
     schema: Option<String>,
-    tables: [(String, String); 3],
+    /// The elections table last.
+    tables: [(String, String); 4],
     function: String,
     /// The function's PL/pgSQL source, as `pg_proc.prosrc` keeps it.
     body: String,
@@ -42,10 +44,11 @@ struct Objects {
 
 impl Objects {
     fn of(at: &Location) -> Self {
-        let (t, h, g) = (
+        let (t, h, g, e) = (
             at.qualified(),
             at.companion("holders"),
             at.companion("groups"),
+            at.companion("elections"),
         );
         let tables = [
             (
@@ -81,6 +84,18 @@ impl Objects {
     name VARCHAR(255) NOT NULL,
     last_token BIGINT NOT NULL,
     PRIMARY KEY (family, name)
+)"
+                ),
+            ),
+            (
+                e.clone(),
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {e} (
+    name VARCHAR(255) NOT NULL PRIMARY KEY,
+    owner CHAR(32),
+    version BIGINT NOT NULL,
+    expires_at TIMESTAMPTZ NOT NULL,
+    value TEXT NOT NULL
 )"
                 ),
             ),
@@ -187,7 +202,12 @@ impl Objects {
             ),
             Some(_) => {}
         }
-        crate::provision::require(errors.backend, &lacking, || self.script())
+        let (name, create) = &self.tables[3];
+        let elections = Elections {
+            lacking: &format!("table {name}"),
+            create,
+        };
+        crate::provision::require(errors.backend, &lacking, elections, || self.script())
     }
 }
 

@@ -1,5 +1,5 @@
-//! What the SQLite backend keeps in the database: the locks, holders and
-//! groups tables; made at start, or only looked for with
+//! What the SQLite backend keeps in the database: the locks, holders,
+//! groups and elections tables; made at start, or only looked for with
 //! `create_tables=false`.
 
 use lock_core::Result;
@@ -7,18 +7,22 @@ use sqlx::AssertSqlSafe;
 use sqlx::sqlite::SqlitePool;
 
 use crate::error::ErrorMap;
+use crate::provision::Elections;
 
-/// The locks table and its companions for semaphores and read-write locks.
+/// The locks table and its companions for semaphores, read-write locks
+/// and elections.
 pub(super) struct Tables<'a> {
     pub(super) locks: &'a str,
     pub(super) holders: &'a str,
     pub(super) groups: &'a str,
+    pub(super) elections: &'a str,
 }
 
 impl Tables<'_> {
-    /// Each table's name and the statement that makes it.
-    fn creates(&self) -> [(&str, String); 3] {
-        let (t, h, g) = (self.locks, self.holders, self.groups);
+    /// Each table's name and the statement that makes it; the elections
+    /// table last.
+    fn creates(&self) -> [(&str, String); 4] {
+        let (t, h, g, e) = (self.locks, self.holders, self.groups, self.elections);
         [
             (
                 t,
@@ -53,6 +57,18 @@ impl Tables<'_> {
     name TEXT NOT NULL,
     last_token INTEGER NOT NULL,
     PRIMARY KEY (family, name)
+)"
+                ),
+            ),
+            (
+                e,
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {e} (
+    name TEXT NOT NULL PRIMARY KEY,
+    owner TEXT,
+    version INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL,
+    value TEXT NOT NULL
 )"
                 ),
             ),
@@ -92,7 +108,12 @@ pub(super) async fn prepare(
             lacking.push(format!("table {name}"));
         }
     }
-    crate::provision::require(errors.backend, &lacking, || {
-        creates.into_iter().map(|(_, c)| c).collect()
+    let (name, create) = &creates[3];
+    let elections = Elections {
+        lacking: &format!("table {name}"),
+        create,
+    };
+    crate::provision::require(errors.backend, &lacking, elections, || {
+        creates.iter().map(|(_, c)| c.clone()).collect()
     })
 }

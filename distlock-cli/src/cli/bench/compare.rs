@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use super::contender::{Role, Subject};
 use super::report::{Metric, Report, WorkloadReport};
+use super::workload::Workload;
 
 /// The backend's own name for its library, `backend/peer` for a peer.
 fn rename(backend: &str, subject: &Subject) -> String {
@@ -119,16 +120,25 @@ pub(crate) fn comparison(reports: &[Report]) -> Option<Report> {
     })
 }
 
+/// Besides each workload's headline, the metrics the brief shows: the
+/// election's failover, with the TTL that it waits out.
+const ALSO_IN_BRIEF: [(Workload, &str); 2] = [
+    (Workload::Election, "failover p50"),
+    (Workload::Election, "dying leader's TTL"),
+];
+
 /// The comparison in brief, as Markdown (`bench-comparison.md`): a row per
 /// backend (and peer), a column per workload, each cell the headline value
-/// and its paired ratio to that backend's own floor.
+/// and its paired ratio to that backend's own floor; then the election's
+/// failover and its TTL, values alone.
 pub(crate) fn summary(all: &Report) -> String {
     use std::fmt::Write as _;
 
     let mut out = format!(
         "distlock bench, {} on {} cores ({} {}): {} clients, {} per contender and workload in \
          {} interleaved slices. Each cell: the headline value, then ÷ the backend's own floor, \
-         median of the per-round ratios [95 % interval].\n\n| backend |",
+         median of the per-round ratios [95 % interval]; the election's failover and the TTL \
+         its dying leaders held: values alone.\n\n| backend |",
         all.date,
         all.machine.cores,
         all.machine.os,
@@ -137,20 +147,25 @@ pub(crate) fn summary(all: &Report) -> String {
         super::report::show_micros(all.settings.share_ms * 1e3),
         all.settings.slices,
     );
-    let headlines: Vec<_> = all
+    let columns: Vec<_> = all
         .workloads
         .iter()
-        .filter_map(|w| Some((w.workload, w.metrics.iter().find(|m| m.headline)?)))
+        .flat_map(|w| {
+            w.metrics
+                .iter()
+                .filter(|m| m.headline || ALSO_IN_BRIEF.contains(&(w.workload, m.name)))
+                .map(move |m| (w.workload, m))
+        })
         .collect();
-    for (workload, metric) in &headlines {
+    for (workload, metric) in &columns {
         let _ = write!(out, " {} ({}) |", workload.id(), metric.name);
     }
     out.push_str("\n|---|");
-    out.push_str(&"---|".repeat(headlines.len()));
+    out.push_str(&"---|".repeat(columns.len()));
     out.push('\n');
     for subject in &all.subjects {
         let _ = write!(out, "| {} |", subject.name);
-        for (_, metric) in &headlines {
+        for (_, metric) in &columns {
             let value = metric.values.get(&subject.name);
             let ratio = metric.paired_ratio_to_floor.get(&subject.name);
             let cell = match (value, ratio) {

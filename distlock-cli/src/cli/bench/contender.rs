@@ -1,12 +1,13 @@
-//! What a workload drives: anything that can wait for a named lock and give
-//! it back. The library, each backend's floor and each peer are one of these,
-//! so every workload is written once and runs the same way on all of them.
+//! What a workload drives: anything that can wait for a named lock (or lead
+//! an election) and give it back. The library, each backend's floor and each
+//! peer are one of these, so every workload is written once and runs the
+//! same way on all of them.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use distlock::backend::{acquire_kind, async_trait};
-use distlock::{AcquireOptions, Error, LockGuard, LockKind, Locker, Result, Wait};
+use distlock::backend::{acquire_kind, acquire_lease, async_trait};
+use distlock::{AcquireOptions, Error, LeaderGuard, LockGuard, LockKind, Locker, Result, Wait};
 use serde::Serialize;
 
 use super::counting::Counting;
@@ -72,11 +73,37 @@ pub(crate) trait Contender: Send + Sync {
         Err(Error::unsupported("a benchmark peer", "semaphores"))
     }
 
+    /// Campaigns in the election `name` until `until`: `Ok(None)` if it
+    /// did not lead by then. Only the library, the floor (its bare lock:
+    /// whoever holds the name leads) and the election peers campaign.
+    async fn campaign(&self, name: &str, until: Instant) -> Result<Option<Box<dyn Held>>> {
+        let _ = (name, until);
+        Err(Error::unsupported("a benchmark peer", "elections"))
+    }
+
+    /// Takes the lead of the election `name` (waiting until `until` at
+    /// most) on a lease of `ttl` that nothing renews or releases: a leader
+    /// that died on the spot. Returns the TTL the lease was granted with
+    /// (a server may round it up), or `None` where a lease left alone does
+    /// not expire in this process (a ZooKeeper session's ephemeral node).
+    async fn abandoned_lead(
+        &self,
+        name: &str,
+        ttl: Duration,
+        until: Instant,
+    ) -> Result<Option<Duration>> {
+        let _ = (name, ttl, until);
+        Ok(None)
+    }
+
     /// Counters of the waiting done so far; the workloads take differences.
     fn wakeups(&self) -> Wakeups {
         Wakeups::default()
     }
 }
+
+/// What the library's candidates proclaim.
+const CANDIDATE: &str = "distlock-bench";
 
 /// The library as an application uses it.
 pub(crate) struct Library {
@@ -168,6 +195,30 @@ impl Contender for Library {
         self.lock(name, LockKind::permit(permits), until).await
     }
 
+    async fn campaign(&self, name: &str, until: Instant) -> Result<Option<Box<dyn Held>>> {
+        let wait = until.saturating_duration_since(Instant::now());
+        let election = self.locker.election(name);
+        match election.campaign_with(CANDIDATE, self.options(wait)).await {
+            Ok(leading) => Ok(Some(Box::new(leading))),
+            Err(Error::WaitTimeout { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn abandoned_lead(
+        &self,
+        name: &str,
+        ttl: Duration,
+        until: Instant,
+    ) -> Result<Option<Duration>> {
+        let wait = until.saturating_duration_since(Instant::now());
+        let opts = self.options(wait).ttl(ttl);
+        // A bare lease, dropped here: no guard renews it and nobody
+        // releases it, as if its holder had been killed.
+        acquire_lease(&self.locker, name, LockKind::Leader, opts).await?;
+        Ok(Some(ttl))
+    }
+
     fn wakeups(&self) -> Wakeups {
         if self.notices {
             return Wakeups {
@@ -188,5 +239,12 @@ impl Contender for Library {
 impl Held for LockGuard {
     async fn release(self: Box<Self>) -> Result<()> {
         LockGuard::release(*self).await
+    }
+}
+
+#[async_trait]
+impl Held for LeaderGuard {
+    async fn release(self: Box<Self>) -> Result<()> {
+        LeaderGuard::resign(*self).await
     }
 }

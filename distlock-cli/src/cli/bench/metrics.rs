@@ -53,6 +53,20 @@ fn attempts_per_release(r: &Run) -> Option<f64> {
 fn notices_per_release(r: &Run) -> Option<f64> {
     r.per_release(r.notices)
 }
+fn failover_p50(r: &Run) -> Option<f64> {
+    r.failover.as_ref().map(|d| d.p50_us)
+}
+fn failover_max(r: &Run) -> Option<f64> {
+    r.failover.as_ref().map(|d| d.max_us)
+}
+fn dying_ttl(r: &Run) -> Option<f64> {
+    r.failover_ttl_ms.map(|ms| ms * 1e3)
+}
+/// What the failover takes beyond the lease it waits out: the lease's round
+/// trip and the backend's detection of the expiry.
+fn failover_past_ttl(r: &Run) -> Option<f64> {
+    Some(failover_p50(r)? - dying_ttl(r)?)
+}
 
 /// The metrics of each workload, headline first.
 fn specs(w: Workload) -> Vec<Spec> {
@@ -81,6 +95,14 @@ fn specs(w: Workload) -> Vec<Spec> {
         Workload::HandOff => vec![
             spec("hand-off p50", Micros, Lower, p50),
             spec("hand-off p99", Micros, Lower, p99),
+        ],
+        Workload::Election => vec![
+            spec("resign p50", Micros, Lower, p50),
+            spec("resign p99", Micros, Lower, p99),
+            spec("failover p50", Micros, Lower, failover_p50),
+            spec("failover max", Micros, Lower, failover_max),
+            spec("failover past TTL p50", Micros, Lower, failover_past_ttl),
+            spec("dying leader's TTL", Micros, Lower, dying_ttl),
         ],
         Workload::Wakeups => vec![
             spec("attempts per release", Count, Lower, attempts_per_release),
@@ -203,6 +225,8 @@ mod tests {
             acquire_p50_us: None,
             busy_attempts: busy,
             notices: None,
+            failover: None,
+            failover_ttl_ms: None,
         }
     }
 
@@ -240,6 +264,25 @@ mod tests {
         assert!((p.confidence - (1.0 - 2.0 / 64.0)).abs() < 1e-12);
         assert!(!p.low.is_nan() && m[1].paired_ratio_to_floor.is_empty());
         assert_eq!(show_interval(p), "0.93× [0.80–1.00]");
+    }
+
+    #[test]
+    fn failover_is_read_against_the_ttl_it_waits_out() {
+        let mut s = Samples::new();
+        for ms in [1010, 1020, 1040] {
+            s.record(Duration::from_millis(ms));
+        }
+        let dying = |name: &str| Run {
+            failover: Distribution::of(&s, false),
+            failover_ttl_ms: Some(1000.0),
+            ..run(name, 10, None)
+        };
+        let m = metrics(Workload::Election, &[dying("library")], &[], "floor");
+        let value = |name: &str| m.iter().find(|m| m.name == name).unwrap().values["library"];
+        assert!((value("failover p50") - 1_020_000.0).abs() < 1_020.0);
+        assert!((value("failover past TTL p50") - 20_000.0).abs() < 1_020.0);
+        assert_eq!(value("dying leader's TTL"), 1_000_000.0);
+        assert!(m[0].headline && m[0].name == "resign p50" && m[0].values.is_empty());
     }
 
     #[test]

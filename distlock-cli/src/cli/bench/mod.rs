@@ -142,6 +142,10 @@ async fn measure(
             running[i].round(workload, plan, round).await?;
         }
     }
+    // Parts that take longer than a slice, once per target.
+    for target in running.iter_mut() {
+        target.failovers(workload, plan).await?;
+    }
     Ok(running
         .into_iter()
         .map(|t| (t.backend(), t.finish(workload, plan)))

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 
 use super::report::WorkloadReport;
-use super::workload::{Plan, Workload};
+use super::workload::{DYING_TTL, Plan, Workload};
 
 /// How far the benchmark has come.
 pub(crate) struct Progress {
@@ -34,11 +34,13 @@ impl Progress {
         let total = per_workload * u32::try_from(Workload::ALL.len()).unwrap_or(u32::MAX);
         eprintln!(
             "distlock bench: {} workloads of {:.1}s per backend, each contender's share in {} \
-             interleaved slices; about {:.0}s in all",
+             interleaved slices; about {:.0}s in all, and a TTL ({:.0}s or the backend's \
+             shortest) per contender for the election's leaders that die",
             Workload::ALL.len(),
             plan.duration.as_secs_f64(),
             plan.slices,
             total.as_secs_f64(),
+            DYING_TTL.as_secs_f64(),
         );
         Self {
             done: 0,

@@ -11,7 +11,7 @@ use distlock::Result;
 use super::contender::{Contender, Library, Subject};
 use super::counting::Counting;
 use super::report::{Machine, Report, Settings, WorkloadReport};
-use super::workload::{HOLD, Plan, Run, Slice, Workload};
+use super::workload::{DYING_TTL, HOLD, Plan, Run, Slice, Workload, failovers};
 use super::{floor, metrics, peer};
 
 pub(crate) struct Target {
@@ -22,15 +22,24 @@ pub(crate) struct Target {
     /// The library as the wake-ups workload measures it (see `Counting`).
     counted: Arc<dyn Contender>,
     floor: Arc<dyn Contender>,
+    /// Other crates' locks.
     peers: Vec<Arc<dyn Contender>>,
+    /// Other crates' elections: the election workload's peers, instead of
+    /// `peers`.
+    candidates: Vec<Arc<dyn Contender>>,
     /// Floor, library, peers: the order contenders take turns in.
     contenders: Vec<Arc<dyn Contender>>,
     /// The contenders of the workload under way: all of them, but for the
-    /// semaphore workload (floor and library: peers keep no semaphores).
+    /// semaphore workload (floor and library: peers keep no semaphores)
+    /// and the election workload (floor, library and `candidates`).
     active: Vec<Arc<dyn Contender>>,
     /// Whether the backend keeps semaphores (else the semaphore workload
     /// is skipped).
     semaphores: bool,
+    /// Whether it keeps elections (else the election workload is skipped).
+    elections: bool,
+    /// The lease of the election workload's dying leaders.
+    dying_ttl: Duration,
     workloads: Vec<WorkloadReport>,
     /// The workload under way: each contender's slices merged so far, and
     /// each one's per-slice summaries, round by round, for the paired ratios.
@@ -43,6 +52,8 @@ impl Target {
         let locker = distlock::connect(url).await?;
         let backend = locker.capabilities().backend;
         let semaphores = locker.capabilities().semaphores;
+        let elections = locker.capabilities().elections;
+        let dying_ttl = DYING_TTL.max(locker.capabilities().min_ttl);
         let ttl = locker.defaults().ttl;
         let (library, counted): (Arc<dyn Contender>, Arc<dyn Contender>) = if Counting::fits(url) {
             (
@@ -59,6 +70,7 @@ impl Target {
         };
         let floor = floor::connect(backend, url, ttl).await?;
         let peers = peer::for_backend(url, ttl).await?;
+        let candidates = peer::candidates_for_backend(url, ttl).await?;
         let mut contenders = vec![floor.clone(), library.clone()];
         contenders.extend(peers.iter().cloned());
         Ok(Self {
@@ -69,9 +81,12 @@ impl Target {
             counted,
             floor,
             peers,
+            candidates,
             active: contenders.clone(),
             contenders,
             semaphores,
+            elections,
+            dying_ttl,
             workloads: Vec::new(),
             totals: Vec::new(),
             slices: Vec::new(),
@@ -88,24 +103,31 @@ impl Target {
         distlock::url::redact(&self.url)
     }
 
-    /// Library first, then the floor, then any peers.
+    /// Library first, then the floor, then any peers, then any election
+    /// peers.
     pub(crate) fn subjects(&self) -> Vec<Subject> {
         [&self.library, &self.floor]
             .into_iter()
             .chain(&self.peers)
+            .chain(&self.candidates)
             .map(|c| c.subject())
             .collect()
     }
 
-    /// How many contenders take turns (the plan divides the time by it).
+    /// How many contenders take turns in a workload at most (the plan
+    /// divides the time by it).
     pub(crate) fn contenders(&self) -> usize {
-        self.contenders.len()
+        2 + self.peers.len().max(self.candidates.len())
     }
 
-    /// Whether this target runs `workload` (the semaphore workload only
-    /// where the backend keeps semaphores).
+    /// Whether this target runs `workload` (the semaphore and election
+    /// workloads only where the backend keeps semaphores or elections).
     pub(crate) fn runs(&self, workload: Workload) -> bool {
-        workload != Workload::Semaphore || self.semaphores
+        match workload {
+            Workload::Semaphore => self.semaphores,
+            Workload::Election => self.elections,
+            _ => true,
+        }
     }
 
     /// Gets ready to measure `workload`.
@@ -116,6 +138,10 @@ impl Target {
         match workload {
             Workload::Wakeups => self.active[1] = self.counted.clone(),
             Workload::Semaphore => self.active.truncate(2),
+            Workload::Election => {
+                self.active.truncate(2);
+                self.active.extend(self.candidates.iter().cloned());
+            }
             _ => {}
         }
         self.totals = self.active.iter().map(|_| Slice::default()).collect();
@@ -142,6 +168,20 @@ impl Target {
             let slice = workload.slice(contender, plan).await?;
             self.slices[i].push(slice.summary(&contender.subject().name));
             self.totals[i].merge(slice);
+        }
+        Ok(())
+    }
+
+    /// After the rounds of the election workload, its failover part, one
+    /// contender after the other (see [`failovers`]).
+    pub(crate) async fn failovers(&mut self, workload: Workload, plan: &Plan) -> Result<()> {
+        if workload != Workload::Election {
+            return Ok(());
+        }
+        for (contender, total) in self.active.iter().zip(&mut self.totals) {
+            if let Some(dying) = failovers(contender, plan, self.dying_ttl).await? {
+                total.merge(dying);
+            }
         }
         Ok(())
     }

@@ -1,4 +1,4 @@
-//! The six workloads, each written once against [`Contender`] and bounded
+//! The seven workloads, each written once against [`Contender`] and bounded
 //! by a deadline, so every run stops by itself.
 
 use std::sync::Arc;
@@ -13,9 +13,11 @@ use super::contender::Contender;
 use super::stats::{Distribution, Samples};
 
 mod clients;
+mod election;
 
 pub(crate) use clients::HOLD;
-use clients::{Relay, Tally, clients, hand_offs, pairs, pairs_on, permit_waits, waits};
+use clients::{Baton, Relay, Tally, clients, hand_offs, pairs, pairs_on, permit_waits, waits};
+pub(crate) use election::{DYING_TTL, FAILOVERS};
 
 /// One workload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -35,6 +37,10 @@ pub(crate) enum Workload {
     /// Every client on one semaphore of half as many permits, releasing
     /// at once.
     Semaphore,
+    /// Every client campaigns in one election, each leader resigning after
+    /// [`HOLD`]; then leaders that die without resigning, and their
+    /// standbys.
+    Election,
 }
 
 /// The parameters every workload shares.
@@ -134,6 +140,11 @@ pub(crate) struct Run {
     pub(crate) busy_attempts: Option<u64>,
     /// Release notices to local waiters, where the contender counts them.
     pub(crate) notices: Option<u64>,
+    /// Election only: from the call that took a dying leader's lease to its
+    /// standby leading (see [`failovers`]).
+    pub(crate) failover: Option<Distribution>,
+    /// The TTL of the dying leaders' leases, in ms.
+    pub(crate) failover_ttl_ms: Option<f64>,
 }
 
 impl Run {
@@ -160,13 +171,14 @@ impl Run {
 
 impl Workload {
     /// In the order they run.
-    pub(crate) const ALL: [Workload; 6] = [
+    pub(crate) const ALL: [Workload; 7] = [
         Workload::Uncontended,
         Workload::Contended,
         Workload::HandOff,
         Workload::Wakeups,
         Workload::ManyNames,
         Workload::Semaphore,
+        Workload::Election,
     ];
 
     pub(crate) fn id(self) -> &'static str {
@@ -177,6 +189,7 @@ impl Workload {
             Workload::Wakeups => "wake-ups",
             Workload::ManyNames => "many-names",
             Workload::Semaphore => "semaphore",
+            Workload::Election => "election",
         }
     }
 
@@ -207,6 +220,13 @@ impl Workload {
                 "{n} clients on one semaphore of {} permits, each releasing as soon as it holds",
                 plan.permits()
             ),
+            Workload::Election => format!(
+                "{n} clients campaign in one election; a leader resigns after {hold} ms and sits \
+                 out until another client leads. Then {FAILOVERS} leaders, each in an election of \
+                 its own, take the lead on a lease of {} s (or the backend's shortest TTL) that \
+                 nothing renews or releases, and a standby campaigns in each",
+                DYING_TTL.as_secs_f64()
+            ),
         }
     }
 
@@ -216,6 +236,7 @@ impl Workload {
             Workload::Uncontended | Workload::ManyNames => "acquire + release pair",
             Workload::Contended | Workload::Wakeups | Workload::Semaphore => "acquire wait",
             Workload::HandOff => "release call → next holder",
+            Workload::Election => "resign call → next leader",
         }
     }
 
@@ -263,6 +284,22 @@ impl Workload {
                         until,
                         relay.clone(),
                         me,
+                        Baton::Lock,
+                        t,
+                    )
+                })
+                .await
+            }
+            Workload::Election => {
+                let relay = Arc::new(Relay::default());
+                clients(tallies, |me, t| {
+                    hand_offs(
+                        contender.clone(),
+                        one_name.clone(),
+                        until,
+                        relay.clone(),
+                        me,
+                        Baton::Lead,
                         t,
                     )
                 })
@@ -311,6 +348,30 @@ impl Workload {
     }
 }
 
+/// The election workload's failover part on `contender`: [`FAILOVERS`]
+/// leaders that die, each in an election of its own (names 1… of the
+/// workload; name 0 is the resign part's), on leases of `ttl`, and their
+/// standbys. Their leases must run out first, so the samples are taken at
+/// once: the part costs one TTL per contender. `None` where the contender
+/// cannot leave a lease to expire.
+pub(crate) async fn failovers(
+    contender: &Arc<dyn Contender>,
+    plan: &Plan,
+    ttl: Duration,
+) -> Result<Option<Slice>> {
+    let names = (1..=FAILOVERS)
+        .map(|i| plan.name(Workload::Election, i))
+        .collect();
+    let Some(dying) = election::dying_leaders(contender, names, ttl).await? else {
+        return Ok(None);
+    };
+    Ok(Some(Slice {
+        failovers: dying.samples,
+        failover_ttl: Some(dying.ttl),
+        ..Slice::default()
+    }))
+}
+
 /// What one contender did in one or more slices of a workload.
 #[derive(Debug, Default)]
 pub(crate) struct Slice {
@@ -320,6 +381,8 @@ pub(crate) struct Slice {
     acquire_latencies: Samples,
     busy_attempts: Option<u64>,
     notices: Option<u64>,
+    failovers: Samples,
+    failover_ttl: Option<Duration>,
 }
 
 impl Slice {
@@ -340,6 +403,8 @@ impl Slice {
         };
         self.busy_attempts = add(self.busy_attempts, next.busy_attempts);
         self.notices = add(self.notices, next.notices);
+        self.failovers.merge(&next.failovers);
+        self.failover_ttl = next.failover_ttl.or(self.failover_ttl);
     }
 
     /// The summary of all the slices, under the contender's column name.
@@ -363,6 +428,37 @@ impl Slice {
             acquire_p50_us: self.acquire_latencies.p50_us(),
             busy_attempts: self.busy_attempts,
             notices: self.notices,
+            // A handful of samples: no curve to draw.
+            failover: Distribution::of(&self.failovers, false),
+            failover_ttl_ms: self.failover_ttl.map(|t| t.as_secs_f64() * 1e3),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::bench::contender::Library;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn leaders_hand_over_on_resign_and_after_dying() {
+        let c: Arc<dyn Contender> = Arc::new(Library::new(distlock::Locker::new(
+            distlock::MemoryBackend::new(),
+        )));
+        let plan = Plan::new(3, 1, Duration::from_millis(300), 1);
+        let mut total = Slice::default();
+        for _ in 0..plan.slices {
+            total.merge(Workload::Election.slice(&c, &plan).await.unwrap());
+        }
+        let ttl = Duration::from_millis(100);
+        total.merge(failovers(&c, &plan, ttl).await.unwrap().unwrap());
+        let run = total.into_run("library".to_owned());
+        let resign = run.latency.expect("leaders resigned to waiting candidates");
+        assert!(resign.samples >= 1, "{resign:?}");
+        let failover = run.failover.expect("standbys took over");
+        assert_eq!(failover.samples, FAILOVERS as u64);
+        // No standby led before the dead leader's lease ran out.
+        assert!(failover.p50_us >= 100_000.0 * 0.999, "{failover:?}");
+        assert_eq!(run.failover_ttl_ms, Some(100.0));
     }
 }

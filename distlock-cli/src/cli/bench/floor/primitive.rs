@@ -29,6 +29,12 @@ pub(crate) trait Floor: Send + Sync + 'static {
 
     /// Releases a grant if it is still the owner's.
     async fn release(&self, grant: &Self::Grant) -> Result<()>;
+
+    /// Whether a grant nobody releases is freed by its TTL while this
+    /// process lives: the failover of the election workload waits for that.
+    fn leases_expire(&self) -> bool {
+        true
+    }
 }
 
 /// `url` without its query string: what the floors hand their drivers.

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use distlock::Result;
 use distlock::backend::OwnerToken;
 use distlock::backend::async_trait;
+use distlock::{Error, Result};
 
 use super::primitive::Floor;
 use crate::cli::bench::contender::{Contender, Held, Role, Subject, Wakeups};
@@ -45,17 +45,31 @@ impl<F: Floor> Contender for Spinning<F> {
     }
 
     async fn acquire(&self, name: &str, until: Instant) -> Result<Option<Box<dyn Held>>> {
-        // One owner for the whole wait, as a client of the raw primitive
-        // would pick one random value per acquisition.
-        let owner = OwnerToken::random();
-        loop {
-            if let Some(held) = self.attempt(name, owner).await? {
-                return Ok(Some(held));
-            }
-            if Instant::now() >= until {
-                return Ok(None);
-            }
-            tokio::task::yield_now().await;
+        self.spin(name, self.ttl, until).await
+    }
+
+    /// The bare lock as a leadership: whoever holds the election's name
+    /// leads.
+    async fn campaign(&self, name: &str, until: Instant) -> Result<Option<Box<dyn Held>>> {
+        self.spin(name, self.ttl, until).await
+    }
+
+    async fn abandoned_lead(
+        &self,
+        name: &str,
+        ttl: Duration,
+        until: Instant,
+    ) -> Result<Option<Duration>> {
+        if !self.floor.leases_expire() {
+            return Ok(None);
+        }
+        // The grant is dropped unreleased: `FloorHeld` only releases when
+        // asked to.
+        match self.spin(name, ttl, until).await? {
+            Some(_) => Ok(Some(ttl)),
+            None => Err(Error::backend(format!(
+                "the floor could not take the fresh name {name} for a leader to abandon"
+            ))),
         }
     }
 
@@ -74,7 +88,7 @@ impl<F: Floor> Contender for Spinning<F> {
         loop {
             for k in 0..permits {
                 let slot = format!("{name}.permit-{}", (first + k) % permits);
-                if let Some(held) = self.attempt(&slot, owner).await? {
+                if let Some(held) = self.attempt(&slot, owner, self.ttl).await? {
                     return Ok(Some(held));
                 }
             }
@@ -94,9 +108,36 @@ impl<F: Floor> Contender for Spinning<F> {
 }
 
 impl<F: Floor> Spinning<F> {
+    /// Attempts at `name` with leases of `ttl` until one is granted or
+    /// `until` passes.
+    async fn spin(
+        &self,
+        name: &str,
+        ttl: Duration,
+        until: Instant,
+    ) -> Result<Option<Box<dyn Held>>> {
+        // One owner for the whole wait, as a client of the raw primitive
+        // would pick one random value per acquisition.
+        let owner = OwnerToken::random();
+        loop {
+            if let Some(held) = self.attempt(name, owner, ttl).await? {
+                return Ok(Some(held));
+            }
+            if Instant::now() >= until {
+                return Ok(None);
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+
     /// One attempt at `name`; a refusal is counted as a busy attempt.
-    async fn attempt(&self, name: &str, owner: OwnerToken) -> Result<Option<Box<dyn Held>>> {
-        match self.floor.try_acquire(name, owner, self.ttl).await {
+    async fn attempt(
+        &self,
+        name: &str,
+        owner: OwnerToken,
+        ttl: Duration,
+    ) -> Result<Option<Box<dyn Held>>> {
+        match self.floor.try_acquire(name, owner, ttl).await {
             Ok(Some(grant)) => Ok(Some(Box::new(FloorHeld {
                 floor: self.floor.clone(),
                 grant,

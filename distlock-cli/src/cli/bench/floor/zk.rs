@@ -113,6 +113,11 @@ impl Floor for ZkFloor {
             Err(_) => Err(Error::timeout("delete", self.timeout)),
         }
     }
+
+    /// An ephemeral node lasts as long as its session, which lives on.
+    fn leases_expire(&self) -> bool {
+        false
+    }
 }
 
 /// Connection loss is worth retrying; anything else ends the run.

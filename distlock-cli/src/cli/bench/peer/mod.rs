@@ -1,7 +1,10 @@
-//! Peers: other crates' locks, measured in the same run as the library and
-//! the floor. A peer is a [`Contender`] that waits its own way; a backend
-//! adds one with one impl in a module here and one entry in [`for_backend`].
+//! Peers: other crates' locks and elections, measured in the same run as
+//! the library and the floor. A peer is a [`Contender`] that waits its own
+//! way; a backend adds one with one impl in a module here and one entry in
+//! [`for_backend`] (a lock) or [`candidates_for_backend`] (an election).
 
+#[cfg(feature = "etcd")]
+mod etcd_election;
 #[cfg(feature = "etcd")]
 mod etcd_lock;
 #[cfg(feature = "redlock")]
@@ -38,4 +41,21 @@ pub(crate) async fn for_backend(url: &str, ttl: Duration) -> Result<Vec<Arc<dyn 
         }
         _ => Vec::new(),
     })
+}
+
+/// The elections of other crates worth comparing with the backend `url`'s
+/// scheme picks, on the same store: the election workload's peers.
+pub(crate) async fn candidates_for_backend(
+    url: &str,
+    ttl: Duration,
+) -> Result<Vec<Arc<dyn Contender>>> {
+    #[cfg(feature = "etcd")]
+    if distlock::backends::etcd::SCHEMES.contains(&crate::cli::bench::url::scheme(url)) {
+        return Ok(vec![Arc::new(
+            etcd_election::EtcdElection::open(url, ttl).await?,
+        )]);
+    }
+    // Not every build has a peer that needs them.
+    let _ = (url, ttl);
+    Ok(Vec::new())
 }

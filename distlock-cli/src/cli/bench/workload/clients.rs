@@ -123,6 +123,14 @@ pub(super) async fn permit_waits(
     Ok(tally)
 }
 
+/// What a hand-off passes on: a lock, or the lead of an election (the
+/// grant is then a leadership, and its release a resignation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Baton {
+    Lock,
+    Lead,
+}
+
 /// What the hand-off clients share: who released last and when, on this
 /// process's monotonic clock, and a count of grants.
 #[derive(Default)]
@@ -131,7 +139,8 @@ pub(super) struct Relay {
     grants: watch::Sender<u64>,
 }
 
-/// Holds, releases, and sits out until another client holds the lock, so
+/// Holds, releases, and sits out until another client holds the lock (or
+/// leads the election, resigns, and sits out until another client leads), so
 /// every release is a hand-off to a client that was already waiting, never
 /// a re-grab by the releaser. The latency is from the moment the releaser
 /// calls release to the moment the next holder's acquire returns: the lock
@@ -143,11 +152,16 @@ pub(super) async fn hand_offs(
     until: Instant,
     relay: Arc<Relay>,
     me: usize,
+    baton: Baton,
     mut tally: Tally,
 ) -> Result<Tally> {
     let mut grants = relay.grants.subscribe();
     while Instant::now() < until {
-        let Some(held) = c.acquire(&name, until).await? else {
+        let granted = match baton {
+            Baton::Lock => c.acquire(&name, until).await?,
+            Baton::Lead => c.campaign(&name, until).await?,
+        };
+        let Some(held) = granted else {
             break;
         };
         let held_at = Instant::now();
