@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::backend::LockBackend;
+use crate::capabilities::Fencing;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::handle::LockHandle;
@@ -98,6 +99,7 @@ impl Election {
             guard,
             backend: self.locker.backend().clone(),
             value: Mutex::new(value),
+            proclaiming: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -117,6 +119,7 @@ impl Election {
             backend: self.locker.backend().clone(),
             name: self.name.clone(),
             seen: None,
+            newest: None,
             every: LeaderWatch::POLL,
         }
     }
@@ -146,6 +149,9 @@ pub struct LeaderGuard {
     guard: LockGuard,
     backend: Arc<dyn LockBackend>,
     value: Mutex<String>,
+    /// One proclaim at a time, so that `value` is the one the store got
+    /// last.
+    proclaiming: tokio::sync::Mutex<()>,
 }
 
 impl LeaderGuard {
@@ -156,7 +162,8 @@ impl LeaderGuard {
         self.guard.token()
     }
 
-    /// The value this leader proclaims.
+    /// The value this leader proclaims: its campaign's, or the last one a
+    /// [`proclaim`](Self::proclaim) saw the store take.
     pub fn value(&self) -> String {
         self.value.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
@@ -168,6 +175,7 @@ impl LeaderGuard {
     pub async fn proclaim(&self, value: impl Into<String>) -> Result<()> {
         let value = value.into();
         Leader::check_value(&value)?;
+        let _one_at_a_time = self.proclaiming.lock().await;
         if self.guard.is_lost() {
             return Err(Error::Lost {
                 name: self.guard.name().to_string(),
@@ -236,6 +244,10 @@ pub struct LeaderWatch {
     name: String,
     /// What `changed` returned last; `None` before its first call.
     seen: Option<Option<Leader>>,
+    /// The greatest term returned so far: where terms are strict, a read
+    /// showing a smaller one is older than what was returned (a store
+    /// that answered from a state it has since left) and is not reported.
+    newest: Option<FencingToken>,
     every: Duration,
 }
 
@@ -262,15 +274,24 @@ impl LeaderWatch {
     /// is returned as it comes; the watch can be asked again.
     pub async fn changed(&mut self) -> Result<Option<Leader>> {
         let name = LockName::new(&self.name)?;
-        self.backend.capabilities().check_kind(LockKind::Leader)?;
+        let capabilities = self.backend.capabilities();
+        capabilities.check_kind(LockKind::Leader)?;
+        let strict = capabilities.fencing == Fencing::Strict;
         loop {
             let now = self.backend.leader(&name).await?;
-            let new = match (&self.seen, &now) {
-                (None, _) => true,
-                (Some(Some(a)), Some(b)) => !a.same(b),
-                (Some(a), b) => a.is_some() != b.is_some(),
+            let older = strict
+                && now
+                    .as_ref()
+                    .zip(self.newest)
+                    .is_some_and(|(now, newest)| now.term < newest);
+            let new = match &self.seen {
+                None => true,
+                Some(seen) => !older && !Leader::unchanged(seen.as_ref(), now.as_ref()),
             };
             if new {
+                if let Some(leader) = &now {
+                    self.newest = self.newest.max(Some(leader.term));
+                }
                 self.seen = Some(now.clone());
                 return Ok(now);
             }

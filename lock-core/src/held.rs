@@ -24,13 +24,13 @@ use crate::per_name::Entry;
 use crate::record::{Caller, Hold, Record, Records};
 
 /// Whether a task holding `held` of a name would wait on itself asking for
-/// `asked` of it: the mutex again, or a side of a read-write lock that
-/// excludes a side it holds. A second permit or a second read may well be
-/// granted (a read may still wait on itself behind a writer that queued in
-/// between; nothing here can see that).
+/// `asked` of it: the mutex or the leadership again, or a side of a
+/// read-write lock that excludes a side it holds. A second permit or a
+/// second read may well be granted (a read may still wait on itself behind
+/// a writer that queued in between; nothing here can see that).
 fn waits_on_itself(asked: LockKind, held: LockKind) -> bool {
     match asked {
-        LockKind::Exclusive | LockKind::Write => true,
+        LockKind::Exclusive | LockKind::Write | LockKind::Leader => true,
         LockKind::Read => held == LockKind::Write,
         _ => false,
     }

@@ -62,9 +62,14 @@ impl Leader {
         })
     }
 
-    /// The same leadership with the same value: what an observer reports
-    /// once (the time left changes with every read).
-    pub(crate) fn same(&self, other: &Leader) -> bool {
-        self.term == other.term && self.value == other.value && self.owner == other.owner
+    /// Whether two reads of an election show the same state: nobody
+    /// leading in both, or the same leadership (term and owner) with the
+    /// same value. The time left, which changes with every read, is not
+    /// compared: an observer reports a state once.
+    pub fn unchanged(a: Option<&Leader>, b: Option<&Leader>) -> bool {
+        match (a, b) {
+            (Some(a), Some(b)) => a.term == b.term && a.value == b.value && a.owner == b.owner,
+            (a, b) => a.is_none() && b.is_none(),
+        }
     }
 }

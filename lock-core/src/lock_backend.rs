@@ -130,16 +130,17 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     }
 
     /// The leader of the election `name` now: its value and term, or
-    /// `None` while nobody leads. A leader whose lease ran out is not
-    /// listed.
+    /// `None` while nobody leads. A grant the store has dropped (expired,
+    /// released, its session gone) is not listed.
     async fn leader(&self, name: &LockName) -> Result<Option<Leader>> {
         let _ = name;
         Err(no_elections(self.capabilities().backend))
     }
 
     /// Returns once the leader of `name` may differ from `seen` (as
-    /// [`leader`](Self::leader) read it), or after `within` at the latest:
-    /// what an observer of the election waits on between reads. The
+    /// [`leader`](Self::leader) read it), or once `within` has passed (plus
+    /// at most the requests it makes, each bounded by the backend's
+    /// timeout): what an observer of the election waits on between reads. The
     /// default sleeps `within` (polling); a backend whose server tells of
     /// changes (a watch, a notification) returns as soon as it does. A
     /// spurious return is harmless: the observer reads again.

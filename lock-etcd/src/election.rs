@@ -90,11 +90,7 @@ impl Queue {
             .await?;
         let (first, read_at) = self.first_in_line(name).await?;
         let now = first.as_ref().map(|kv| leader_of(kv, None));
-        let same = match (seen, &now) {
-            (Some(a), Some(b)) => (a.term, &a.value, &a.owner) == (b.term, &b.value, &b.owner),
-            (a, b) => a.is_none() && b.is_none(),
-        };
-        if !same {
+        if !Leader::unchanged(seen, now.as_ref()) {
             return Ok(());
         }
         let leader_key = first.as_ref().map(KeyValue::key);

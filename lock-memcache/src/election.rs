@@ -123,8 +123,7 @@ impl MemcacheBackend {
         let mut notified = std::pin::pin!(notified);
         notified.as_mut().enable();
         let now = self.read_leader(name).await?;
-        let key = |l: &Leader| (l.term, l.value.clone(), l.owner.clone());
-        if now.as_ref().map(key) != seen.map(key) {
+        if !Leader::unchanged(seen, now.as_ref()) {
             return Ok(());
         }
         let _ = tokio::time::timeout(within, notified).await;

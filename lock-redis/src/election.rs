@@ -90,15 +90,6 @@ impl Node {
     }
 }
 
-/// Whether two reads of an election show the same leadership, its value
-/// included (the time left changes with every read).
-pub fn same_leader(a: Option<&Leader>, b: Option<&Leader>) -> bool {
-    match (a, b) {
-        (Some(a), Some(b)) => a.term == b.term && a.value == b.value && a.owner == b.owner,
-        (a, b) => a.is_none() && b.is_none(),
-    }
-}
-
 /// How long an observer that saw `seen` waits at most: `within`, and no
 /// longer than `seen`'s lease, which announces nothing when it runs out.
 pub fn observation(seen: Option<&Leader>, within: Duration) -> Duration {
@@ -128,7 +119,7 @@ pub(crate) async fn leader_changed(
         Some(sharded) => Some(sharded.observe(name, within).await),
         None => None,
     };
-    if !same_leader(seen, node.leader(name).await?.as_ref()) {
+    if !Leader::unchanged(seen, node.leader(name).await?.as_ref()) {
         return Ok(());
     }
     let _ = tokio::time::timeout_at(until, notified).await;

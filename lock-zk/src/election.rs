@@ -162,9 +162,7 @@ impl Core {
             match self.call("watch the leader", read).await? {
                 Ok((data, stat, watcher)) => {
                     let now = leader_of(first, &data, stat.czxid);
-                    let same = seen.is_some_and(|s| {
-                        (s.term, &s.value, &s.owner) == (now.term, &now.value, &now.owner)
-                    });
+                    let same = Leader::unchanged(seen, Some(&now));
                     return Ok(same.then_some(watcher));
                 }
                 // Gone since the listing: look again.

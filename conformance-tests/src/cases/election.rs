@@ -356,8 +356,9 @@ pub async fn election_cancelled_campaigns_leave_nothing(t: &dyn Target) -> Verdi
     Verdict::Passed
 }
 
-/// Bad values and names are refused before any request, and a leader's
-/// lease shows as one holder of the election's own family.
+/// Bad values and names are refused before any request, a leader that
+/// campaigns again is told it leads instead of waiting on itself, and a
+/// leader's guard is of the election's own family.
 pub async fn election_rejects_bad_input(t: &dyn Target) -> Verdict {
     let l = candidate(t).await;
     let name = unique("elect-bad");
@@ -379,6 +380,16 @@ pub async fn election_rejects_bad_input(t: &dyn Target) -> Verdict {
         .campaign_with("ok", ten_seconds(Wait::No))
         .await
         .expect("lead");
+    let again = timeout(
+        PROMPT,
+        election.campaign_with("again", ten_seconds(Wait::For(PROMPT * 2))),
+    )
+    .await
+    .expect("a leader campaigning again does not wait on itself");
+    assert!(
+        matches!(again, Err(Error::AlreadyHeld { .. })),
+        "a leader's second campaign: {again:?}"
+    );
     let e = g.proclaim("x".repeat(Leader::MAX_VALUE + 1)).await;
     assert!(matches!(e, Err(Error::InvalidValue { .. })), "{e:?}");
     assert_eq!(g.value(), "ok", "a refused proclaim changes nothing");

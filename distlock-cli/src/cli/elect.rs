@@ -71,9 +71,9 @@ pub(crate) async fn elect(args: ElectArgs) -> Result<u8> {
                 pause = BETWEEN_CAMPAIGNS;
                 eprintln!("distlock: lost the lead of election \"{name}\"; campaigning again");
             }
-            Err(
-                e @ (Error::Unavailable { .. } | Error::Timeout { .. } | Error::Backend { .. }),
-            ) => {
+            // A store that is down comes back; a refusal that no retry can
+            // change (a missing table, a denied right) ends the daemon.
+            Err(e) if e.is_retryable() => {
                 pause = (pause * 2).min(MAX_PAUSE);
                 eprintln!("distlock: {e}; campaigning again in {}", human(pause));
             }
