@@ -88,16 +88,23 @@ async fn run_contenders(
         children.push(
             command
                 .kill_on_drop(true)
+                // Kept for the failure message: which call failed, and how.
+                .stderr(std::process::Stdio::piped())
                 .spawn()
                 .expect("start the contender binary"),
         );
     }
-    for mut child in children {
-        let status = timeout(Duration::from_secs(120), child.wait())
+    for child in children {
+        let out = timeout(Duration::from_secs(120), child.wait_with_output())
             .await
             .expect("a contender hung")
             .expect("wait for a contender");
-        assert!(status.success(), "a contender failed: {status}");
+        assert!(
+            out.status.success(),
+            "a contender failed: {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     Some((dir, log))
 }
