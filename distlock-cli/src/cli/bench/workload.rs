@@ -275,7 +275,14 @@ impl Workload {
                 })
                 .await
             }
-            Workload::HandOff => {
+            Workload::HandOff | Workload::Election => {
+                // An election hands over as the lock does, through
+                // `resign` and `campaign` instead of `release` and `lock`.
+                let baton = if self == Workload::Election {
+                    Baton::Lead
+                } else {
+                    Baton::Lock
+                };
                 let relay = Arc::new(Relay::default());
                 clients(tallies, |me, t| {
                     hand_offs(
@@ -284,22 +291,7 @@ impl Workload {
                         until,
                         relay.clone(),
                         me,
-                        Baton::Lock,
-                        t,
-                    )
-                })
-                .await
-            }
-            Workload::Election => {
-                let relay = Arc::new(Relay::default());
-                clients(tallies, |me, t| {
-                    hand_offs(
-                        contender.clone(),
-                        one_name.clone(),
-                        until,
-                        relay.clone(),
-                        me,
-                        Baton::Lead,
+                        baton,
                         t,
                     )
                 })
