@@ -6,6 +6,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use distlock::LockKind;
 
+pub(crate) use super::bench::Workload;
+
 pub(crate) use super::shared_args::{Backend, HoldArgs, StoreUrl, URL_ENV};
 use super::shared_args::{duration, positive_duration};
 
@@ -279,6 +281,17 @@ pub(crate) struct BenchArgs {
     /// Writes bench-sweep-BACKEND.json and .svg.
     #[arg(long)]
     pub(crate) sweep: bool,
+
+    /// Run only this workload (repeat for several; default: all). With
+    /// --sweep, only the sweep's workloads among these.
+    #[arg(long, value_name = "WORKLOAD")]
+    pub(crate) workload: Vec<Workload>,
+
+    /// With --sweep: the client counts of the workloads on one name
+    /// (default 1,4,16,64,256; hand-off and wake-ups skip 1).
+    #[arg(long, value_name = "N,…", value_delimiter = ',', requires = "sweep",
+          value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub(crate) points: Vec<u16>,
 
     /// Where the JSON data file and the SVG chart go; created if missing.
     #[arg(long, default_value = "bench-results")]

@@ -29,7 +29,8 @@ use progress::Progress;
 use report::{Machine, Report, WorkloadReport};
 use sweep::Sweep;
 use target::Target;
-use workload::{Plan, Workload};
+use workload::Plan;
+pub(crate) use workload::Workload;
 
 pub(crate) async fn bench(args: BenchArgs) -> Result<u8> {
     if let Err(e) = std::fs::create_dir_all(&args.out) {
@@ -72,8 +73,9 @@ pub(crate) async fn bench(args: BenchArgs) -> Result<u8> {
         most_contenders(&targets),
     );
 
-    let mut progress = Progress::new(&plan, targets.len());
-    for workload in Workload::ALL {
+    let workloads = chosen(&args.workload);
+    let mut progress = Progress::new(&plan, targets.len(), workloads.len());
+    for workload in workloads {
         let underway = progress.start(workload);
         let measured = measure(&mut targets, workload, &plan).await?;
         progress.finish(underway, &measured);
@@ -118,6 +120,15 @@ pub(crate) async fn bench(args: BenchArgs) -> Result<u8> {
     finish(written)
 }
 
+/// The workloads `--workload` names, in the order they run; all of them
+/// when it names none.
+fn chosen(named: &[Workload]) -> Vec<Workload> {
+    Workload::ALL
+        .into_iter()
+        .filter(|w| named.is_empty() || named.contains(w))
+        .collect()
+}
+
 /// The most contenders any target has: the plan divides each workload's
 /// time among that many.
 fn most_contenders(targets: &[Target]) -> usize {
@@ -160,7 +171,27 @@ async fn sweep(
     machine: Machine,
 ) -> Result<u8> {
     let clients = usize::from(args.clients);
-    let points: usize = sweep::AXES.iter().map(|a| a.points.len()).sum();
+    let named = chosen(&args.workload);
+    let chosen_points: Vec<usize> = args.points.iter().map(|&n| usize::from(n)).collect();
+    let axes: Vec<(Workload, &str, Vec<usize>)> = sweep::AXES
+        .iter()
+        .filter(|a| named.contains(&a.workload))
+        .map(|a| {
+            // Chosen client counts replace the axis's, down to its
+            // smallest (hand-off and wake-ups need a waiter).
+            let points = if a.varies == "clients" && !chosen_points.is_empty() {
+                chosen_points
+                    .iter()
+                    .copied()
+                    .filter(|x| *x >= a.points[0])
+                    .collect()
+            } else {
+                a.points.to_vec()
+            };
+            (a.workload, a.varies, points)
+        })
+        .collect();
+    let points: usize = axes.iter().map(|a| a.2.len()).sum();
     eprintln!(
         "distlock bench --sweep: {points} points of {:.1}s per backend; about {:.0}s in all",
         args.duration.as_secs_f64(),
@@ -171,23 +202,22 @@ async fn sweep(
         .iter()
         .map(|t| Sweep::new(t, date.clone(), machine.clone(), duration_ms))
         .collect();
-    for axis in &sweep::AXES {
-        for &x in axis.points {
-            let (n, k) = match axis.varies {
+    for (workload, varies, xs) in &axes {
+        for &x in xs {
+            let (n, k) = match *varies {
                 "names" => (clients, x),
                 _ => (x, 1),
             };
             let plan = Plan::new(n, k, args.duration, most_contenders(&targets));
             let started = std::time::Instant::now();
-            let measured = measure(&mut targets, axis.workload, &plan).await?;
+            let measured = measure(&mut targets, *workload, &plan).await?;
             eprintln!(
-                "{:<12} {x:>6} {}  {:>5.1}s",
-                axis.workload.id(),
-                axis.varies,
+                "{:<12} {x:>6} {varies}  {:>5.1}s",
+                workload.id(),
                 started.elapsed().as_secs_f64()
             );
             for (sweep, (_, m)) in sweeps.iter_mut().zip(&measured) {
-                sweep.add(axis.varies, x, m);
+                sweep.add(varies, x, m);
             }
         }
     }

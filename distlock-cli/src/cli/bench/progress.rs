@@ -12,6 +12,8 @@ use super::workload::{DYING_TTL, Plan, Workload};
 /// How far the benchmark has come.
 pub(crate) struct Progress {
     done: usize,
+    /// Workloads to run.
+    workloads: usize,
     /// Backends measured side by side.
     targets: usize,
     /// The expected time of one workload.
@@ -29,14 +31,14 @@ pub(crate) struct Underway {
 }
 
 impl Progress {
-    pub(crate) fn new(plan: &Plan, targets: usize) -> Self {
+    pub(crate) fn new(plan: &Plan, targets: usize, workloads: usize) -> Self {
         let per_workload = plan.duration * u32::try_from(targets).unwrap_or(u32::MAX);
-        let total = per_workload * u32::try_from(Workload::ALL.len()).unwrap_or(u32::MAX);
+        let total = per_workload * u32::try_from(workloads).unwrap_or(u32::MAX);
         eprintln!(
             "distlock bench: {} workloads of {:.1}s per backend, each contender's share in {} \
              interleaved slices; about {:.0}s in all, and a TTL ({:.0}s or the backend's \
              shortest) per contender for the election's leaders that die",
-            Workload::ALL.len(),
+            workloads,
             plan.duration.as_secs_f64(),
             plan.slices,
             total.as_secs_f64(),
@@ -44,6 +46,7 @@ impl Progress {
         );
         Self {
             done: 0,
+            workloads,
             targets,
             per_workload,
             started: Instant::now(),
@@ -55,7 +58,7 @@ impl Progress {
         let label = format!(
             "[{}/{}] {:<12}",
             self.done + 1,
-            Workload::ALL.len(),
+            self.workloads,
             workload.id()
         );
         let started = Instant::now();
@@ -93,7 +96,7 @@ impl Progress {
                 _ => format!("{backend} {} {}", r.subject, r.acquisitions),
             })
             .collect();
-        let total = self.per_workload * u32::try_from(Workload::ALL.len()).unwrap_or(u32::MAX);
+        let total = self.per_workload * u32::try_from(self.workloads).unwrap_or(u32::MAX);
         let erase = if self.terminal { "\r\x1b[K" } else { "" };
         eprintln!(
             "{erase}{} {:>5.1}s   acquisitions: {}   ({:.0}s of about {:.0}s)",

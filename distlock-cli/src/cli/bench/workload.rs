@@ -20,7 +20,7 @@ use clients::{Baton, Relay, Tally, clients, hand_offs, pairs, pairs_on, permit_w
 pub(crate) use election::{DYING_TTL, FAILOVERS};
 
 /// One workload.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub(crate) enum Workload {
     /// One client, acquire + release pairs on one name.
@@ -29,8 +29,10 @@ pub(crate) enum Workload {
     Contended,
     /// Every client on one name, each release passed to a waiter.
     HandOff,
-    /// Every client on one name, holding [`HOLD`], counting waiters' attempts.
+    /// Every client on one name, each holding 2 ms ([`HOLD`]), counting the
+    /// waiters' attempts.
     #[serde(rename = "wake-ups")]
+    #[value(name = "wake-ups")]
     Wakeups,
     /// Every client on its share of several names.
     ManyNames,
@@ -38,7 +40,7 @@ pub(crate) enum Workload {
     /// at once.
     Semaphore,
     /// Every client campaigns in one election, each leader resigning after
-    /// [`HOLD`]; then leaders that die without resigning, and their
+    /// 2 ms ([`HOLD`]); then leaders that die without resigning, and their
     /// standbys.
     Election,
 }
