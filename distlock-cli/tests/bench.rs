@@ -8,13 +8,14 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_distlock");
-const WORKLOADS: [&str; 7] = [
+const WORKLOADS: [&str; 8] = [
     "uncontended",
     "contended",
     "hand-off",
     "wake-ups",
     "many-names",
     "semaphore",
+    "read-write",
     "election",
 ];
 
@@ -129,7 +130,17 @@ fn bench_writes_everything(url: &str, backend: &str, out: &Path) {
     );
     // The election's leaders that die: every standby took over, after the
     // dying lease's TTL (1 s on these backends).
-    let election = &workloads[6];
+    let read_write = &workloads[6];
+    for run in read_write["runs"].as_array().unwrap() {
+        let (all, writes) = (run["acquisitions"].as_u64(), run["writes"].as_u64());
+        assert!(
+            writes.is_some_and(|w| w > 0 && Some(w) < all),
+            "readers and writers both got in: {run}"
+        );
+        assert!(run["write_wait"]["p99_us"].is_f64(), "{run}");
+    }
+    assert!(table.contains("writer wait p99"), "{table}");
+    let election = &workloads[7];
     for run in election["runs"].as_array().unwrap() {
         let failover = &run["failover"];
         assert_eq!(failover["samples"], 5, "{run}");
@@ -299,4 +310,75 @@ fn a_sweep_follows_each_workload_along_its_axis() {
     assert_eq!(axis("many-names", "pairs/s"), [10, 1_000, 100_000]);
     let svg = std::fs::read_to_string(dir.path().join("bench-sweep-memory.svg")).unwrap();
     assert!(svg.contains("<polyline") && svg.trim_end().ends_with("</svg>"));
+}
+
+#[test]
+fn workloads_and_sweep_points_can_be_picked() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let run = bench(&[
+        "--url",
+        "memory://",
+        "--workload",
+        "read-write",
+        "--workload",
+        "contended",
+        "--duration",
+        "200ms",
+        "--out",
+        out,
+    ]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    assert!(stderr.contains("2 workloads"), "{stderr}");
+    let data = std::fs::read_to_string(dir.path().join("bench-memory.json")).unwrap();
+    let report: Value = serde_json::from_str(&data).unwrap();
+    let ids: Vec<&str> = report["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["workload"].as_str().unwrap())
+        .collect();
+    // In the order they always run, whatever the order asked.
+    assert_eq!(ids, ["contended", "read-write"]);
+
+    let run = bench(&[
+        "--url",
+        "memory://",
+        "--sweep",
+        "--workload",
+        "hand-off",
+        "--workload",
+        "semaphore",
+        "--points",
+        "2,256",
+        "--duration",
+        "300ms",
+        "--out",
+        out,
+    ]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let data = std::fs::read_to_string(dir.path().join("bench-sweep-memory.json")).unwrap();
+    let sweep: Value = serde_json::from_str(&data).unwrap();
+    let series = sweep["series"].as_array().unwrap();
+    assert!(
+        series.iter().all(|s| s["workload"] == "hand-off"),
+        "{series:?}"
+    );
+    // Hand-off needs a waiter: 2 is below its axis, so only 256 is left.
+    let xs: Vec<u64> = series[0]["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["x"].as_u64().unwrap())
+        .collect();
+    assert_eq!(xs, [256]);
+
+    let bad = bench(&["--url", "memory://", "--workload", "nap", "--out", out]);
+    assert_eq!(bad.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("read-write"));
 }

@@ -70,14 +70,18 @@ pub(crate) enum Command {
 
     /// Measure a backend: the library against the backend's raw primitive.
     ///
-    /// Runs seven workloads (uncontended, contended, hand-off, wake-ups per
+    /// Runs eight workloads (uncontended, contended, hand-off, wake-ups per
     /// release, many names, a semaphore with half as many permits as
-    /// clients where the backend keeps semaphores, and an election where it
-    /// keeps elections) for --duration each, with the library and with the
-    /// backend's bare acquire and release (the floor) taking turns, and
-    /// reports every library result as a ratio to the floor. The
-    /// semaphore's floor is that primitive on one lock name per permit; the
-    /// election's is the bare lock, whoever holds it leading. The election
+    /// clients where the backend keeps semaphores, a read-write lock with a
+    /// quarter of the clients writing where it keeps read-write locks, and
+    /// an election where it keeps elections; --workload picks some) for
+    /// --duration each, with the library and with the backend's bare
+    /// acquire and release (the floor) taking turns, and reports every
+    /// library result as a ratio to the floor. The semaphore's floor is
+    /// that primitive on one lock name per permit; the read-write lock's,
+    /// on one name per client (every read or write one acquire and one
+    /// release, nothing shared or excluded); the election's is the bare
+    /// lock, whoever holds it leading. The election
     /// reports the time from a leader's resign to the next leader, and the
     /// failover after 5 leaders die holding a lease of 1 s (or the backend's
     /// shortest TTL) that nothing renews: about one more TTL per contender.
@@ -275,7 +279,7 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub(crate) names: Option<u32>,
 
-    /// Instead of the seven workloads: contended at 1, 4, 16, 64 and 256
+    /// Instead of the eight workloads: contended at 1, 4, 16, 64 and 256
     /// clients on one name, hand-off and wake-ups at 4 to 256, many-names at
     /// 10, 1,000 and 100,000 names; each point runs for --duration.
     /// Writes bench-sweep-BACKEND.json and .svg.

@@ -73,6 +73,22 @@ pub(crate) trait Contender: Send + Sync {
         Err(Error::unsupported("a benchmark peer", "semaphores"))
     }
 
+    /// Waits for the read side of the read-write lock `name` (the write
+    /// side when `write`) until `until`; `Ok(None)` if not granted by then.
+    /// `client` is the asking client's index: the floor, which has no
+    /// read-write lock, takes a name of that client's own instead. Peers
+    /// have none.
+    async fn acquire_side(
+        &self,
+        name: &str,
+        client: usize,
+        write: bool,
+        until: Instant,
+    ) -> Result<Option<Box<dyn Held>>> {
+        let _ = (name, client, write, until);
+        Err(Error::unsupported("a benchmark peer", "read-write locks"))
+    }
+
     /// Campaigns in the election `name` until `until`: `Ok(None)` if it
     /// did not lead by then. Only the library, the floor (its bare lock:
     /// whoever holds the name leads) and the election peers campaign.
@@ -193,6 +209,21 @@ impl Contender for Library {
         until: Instant,
     ) -> Result<Option<Box<dyn Held>>> {
         self.lock(name, LockKind::permit(permits), until).await
+    }
+
+    async fn acquire_side(
+        &self,
+        name: &str,
+        _client: usize,
+        write: bool,
+        until: Instant,
+    ) -> Result<Option<Box<dyn Held>>> {
+        let kind = if write {
+            LockKind::Write
+        } else {
+            LockKind::Read
+        };
+        self.lock(name, kind, until).await
     }
 
     async fn campaign(&self, name: &str, until: Instant) -> Result<Option<Box<dyn Held>>> {

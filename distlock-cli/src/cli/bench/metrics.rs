@@ -44,6 +44,18 @@ fn p99(r: &Run) -> Option<f64> {
 fn max(r: &Run) -> Option<f64> {
     r.latency.as_ref().map(|d| d.max_us)
 }
+fn reads_per_second(r: &Run) -> Option<f64> {
+    Some((r.acquisitions - r.writes?) as f64 / (r.elapsed_ms / 1e3))
+}
+fn writes_per_second(r: &Run) -> Option<f64> {
+    Some(r.writes? as f64 / (r.elapsed_ms / 1e3))
+}
+fn write_p50(r: &Run) -> Option<f64> {
+    r.write_wait.as_ref().map(|d| d.p50_us)
+}
+fn write_p99(r: &Run) -> Option<f64> {
+    r.write_wait.as_ref().map(|d| d.p99_us)
+}
 fn fairness(r: &Run) -> Option<f64> {
     r.fairness()
 }
@@ -91,6 +103,15 @@ fn specs(w: Workload) -> Vec<Spec> {
             spec("wait p50", Micros, Lower, p50),
             spec("wait p99", Micros, Lower, p99),
             spec("fairness max/min", Count, Lower, fairness),
+        ],
+        Workload::ReadWrite => vec![
+            spec("operations/s", PerSecond, Higher, rate),
+            spec("reads/s", PerSecond, Higher, reads_per_second),
+            spec("writes/s", PerSecond, Higher, writes_per_second),
+            spec("reader wait p50", Micros, Lower, p50),
+            spec("reader wait p99", Micros, Lower, p99),
+            spec("writer wait p50", Micros, Lower, write_p50),
+            spec("writer wait p99", Micros, Lower, write_p99),
         ],
         Workload::HandOff => vec![
             spec("hand-off p50", Micros, Lower, p50),
@@ -221,6 +242,8 @@ mod tests {
             elapsed_ms: 1000.0,
             acquisitions,
             per_client: vec![acquisitions],
+            writes: None,
+            write_wait: None,
             latency: None,
             acquire_p50_us: None,
             busy_attempts: busy,

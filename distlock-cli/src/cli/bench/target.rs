@@ -36,6 +36,9 @@ pub(crate) struct Target {
     /// Whether the backend keeps semaphores (else the semaphore workload
     /// is skipped).
     semaphores: bool,
+    /// Whether it keeps read-write locks (else the read-write workload is
+    /// skipped).
+    read_write: bool,
     /// Whether it keeps elections (else the election workload is skipped).
     elections: bool,
     /// The lease of the election workload's dying leaders.
@@ -53,6 +56,7 @@ impl Target {
         let backend = locker.capabilities().backend;
         let semaphores = locker.capabilities().semaphores;
         let elections = locker.capabilities().elections;
+        let read_write = locker.capabilities().read_write;
         let dying_ttl = DYING_TTL.max(locker.capabilities().min_ttl);
         let ttl = locker.defaults().ttl;
         let (library, counted): (Arc<dyn Contender>, Arc<dyn Contender>) = if Counting::fits(url) {
@@ -85,6 +89,7 @@ impl Target {
             active: contenders.clone(),
             contenders,
             semaphores,
+            read_write,
             elections,
             dying_ttl,
             workloads: Vec::new(),
@@ -125,6 +130,7 @@ impl Target {
     pub(crate) fn runs(&self, workload: Workload) -> bool {
         match workload {
             Workload::Semaphore => self.semaphores,
+            Workload::ReadWrite => self.read_write,
             Workload::Election => self.elections,
             _ => true,
         }
@@ -137,7 +143,7 @@ impl Target {
         // that needs its counts pays for it.
         match workload {
             Workload::Wakeups => self.active[1] = self.counted.clone(),
-            Workload::Semaphore => self.active.truncate(2),
+            Workload::Semaphore | Workload::ReadWrite => self.active.truncate(2),
             Workload::Election => {
                 self.active.truncate(2);
                 self.active.extend(self.candidates.iter().cloned());

@@ -16,7 +16,9 @@ mod clients;
 mod election;
 
 pub(crate) use clients::HOLD;
-use clients::{Baton, Relay, Tally, clients, hand_offs, pairs, pairs_on, permit_waits, waits};
+use clients::{
+    Baton, Relay, Tally, clients, hand_offs, pairs, pairs_on, permit_waits, side_waits, waits,
+};
 pub(crate) use election::{DYING_TTL, FAILOVERS};
 
 /// One workload.
@@ -39,6 +41,9 @@ pub(crate) enum Workload {
     /// Every client on one semaphore of half as many permits, releasing
     /// at once.
     Semaphore,
+    /// Every client on one read-write lock, a quarter of them (at least
+    /// one) writers, each releasing as soon as it holds.
+    ReadWrite,
     /// Every client campaigns in one election, each leader resigning after
     /// 2 ms ([`HOLD`]); then leaders that die without resigning, and their
     /// standbys.
@@ -91,6 +96,12 @@ impl Plan {
         u32::try_from(self.clients / 2).unwrap_or(u32::MAX).max(1)
     }
 
+    /// The read-write workload's writers: a quarter of the clients, at
+    /// least one; the others read.
+    pub(crate) fn writers(&self) -> usize {
+        (self.clients / 4).max(1)
+    }
+
     /// Each contender's time in each workload.
     pub(crate) fn share(&self) -> Duration {
         self.slice * self.slices
@@ -132,6 +143,12 @@ pub(crate) struct Run {
     pub(crate) elapsed_ms: f64,
     /// Grants, each released before the next acquire of the same client.
     pub(crate) acquisitions: u64,
+    /// Read-write only: how many of the grants were writes (the rest were
+    /// reads).
+    pub(crate) writes: Option<u64>,
+    /// Read-write only: the writers' acquire waits (`latency` holds the
+    /// readers').
+    pub(crate) write_wait: Option<Distribution>,
     pub(crate) per_client: Vec<u64>,
     /// The workload's latency (see [`Workload::latency`]).
     pub(crate) latency: Option<Distribution>,
@@ -173,13 +190,14 @@ impl Run {
 
 impl Workload {
     /// In the order they run.
-    pub(crate) const ALL: [Workload; 7] = [
+    pub(crate) const ALL: [Workload; 8] = [
         Workload::Uncontended,
         Workload::Contended,
         Workload::HandOff,
         Workload::Wakeups,
         Workload::ManyNames,
         Workload::Semaphore,
+        Workload::ReadWrite,
         Workload::Election,
     ];
 
@@ -191,6 +209,7 @@ impl Workload {
             Workload::Wakeups => "wake-ups",
             Workload::ManyNames => "many-names",
             Workload::Semaphore => "semaphore",
+            Workload::ReadWrite => "read-write",
             Workload::Election => "election",
         }
     }
@@ -222,6 +241,11 @@ impl Workload {
                 "{n} clients on one semaphore of {} permits, each releasing as soon as it holds",
                 plan.permits()
             ),
+            Workload::ReadWrite => format!(
+                "{n} clients on one read-write lock, {} of them writers and the others readers, \
+                 each releasing as soon as it holds",
+                plan.writers()
+            ),
             Workload::Election => format!(
                 "{n} clients campaign in one election; a leader resigns after {hold} ms and sits \
                  out until another client leads. Then {FAILOVERS} leaders, each in an election of \
@@ -238,6 +262,7 @@ impl Workload {
             Workload::Uncontended | Workload::ManyNames => "acquire + release pair",
             Workload::Contended | Workload::Wakeups | Workload::Semaphore => "acquire wait",
             Workload::HandOff => "release call → next holder",
+            Workload::ReadWrite => "reader's acquire wait",
             Workload::Election => "resign call → next leader",
         }
     }
@@ -318,6 +343,20 @@ impl Workload {
                 })
                 .await
             }
+            Workload::ReadWrite => {
+                let writers = plan.writers();
+                clients(tallies, |i, t| {
+                    side_waits(
+                        contender.clone(),
+                        one_name.clone(),
+                        i,
+                        i < writers,
+                        until,
+                        t,
+                    )
+                })
+                .await
+            }
         }?;
         let elapsed = started.elapsed();
         if self == Workload::ManyNames {
@@ -330,6 +369,7 @@ impl Workload {
         let mut slice = Slice {
             elapsed,
             per_client: tallies.iter().map(|t| t.acquisitions).collect(),
+            writes: (self == Workload::ReadWrite).then(|| tallies.iter().map(|t| t.writes).sum()),
             busy_attempts: since(after.busy_attempts, before.busy_attempts),
             notices: since(after.notices, before.notices),
             ..Slice::default()
@@ -337,6 +377,7 @@ impl Workload {
         for t in &tallies {
             slice.latencies.merge(&t.latencies);
             slice.acquire_latencies.merge(&t.acquire_latencies);
+            slice.write_latencies.merge(&t.write_latencies);
         }
         Ok(slice)
     }
@@ -371,8 +412,10 @@ pub(crate) async fn failovers(
 pub(crate) struct Slice {
     elapsed: Duration,
     per_client: Vec<u64>,
+    writes: Option<u64>,
     latencies: Samples,
     acquire_latencies: Samples,
+    write_latencies: Samples,
     busy_attempts: Option<u64>,
     notices: Option<u64>,
     failovers: Samples,
@@ -391,12 +434,14 @@ impl Slice {
         }
         self.latencies.merge(&next.latencies);
         self.acquire_latencies.merge(&next.acquire_latencies);
+        self.write_latencies.merge(&next.write_latencies);
         let add = |a: Option<u64>, b: Option<u64>| match (a, b) {
             (Some(a), Some(b)) => Some(a + b),
             (a, b) => a.or(b),
         };
         self.busy_attempts = add(self.busy_attempts, next.busy_attempts);
         self.notices = add(self.notices, next.notices);
+        self.writes = add(self.writes, next.writes);
         self.failovers.merge(&next.failovers);
         self.failover_ttl = next.failover_ttl.or(self.failover_ttl);
     }
@@ -419,6 +464,8 @@ impl Slice {
             acquisitions: self.per_client.iter().sum(),
             per_client: self.per_client.clone(),
             latency: Distribution::of(&self.latencies, curve),
+            writes: self.writes,
+            write_wait: Distribution::of(&self.write_latencies, false),
             acquire_p50_us: self.acquire_latencies.p50_us(),
             busy_attempts: self.busy_attempts,
             notices: self.notices,
@@ -433,6 +480,30 @@ impl Slice {
 mod tests {
     use super::*;
     use crate::cli::bench::contender::Library;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn readers_and_writers_both_get_in_and_are_told_apart() {
+        let c: Arc<dyn Contender> = Arc::new(Library::new(distlock::Locker::new(
+            distlock::MemoryBackend::new(),
+        )));
+        let plan = Plan::new(8, 1, Duration::from_millis(200), 1);
+        assert_eq!(plan.writers(), 2);
+        let mut total = Slice::default();
+        for _ in 0..plan.slices {
+            total.merge(Workload::ReadWrite.slice(&c, &plan).await.unwrap());
+        }
+        let run = total.into_run("library".to_owned());
+        let writes = run.writes.expect("writes are counted");
+        assert!(writes > 0 && writes < run.acquisitions, "{run:?}");
+        let (reads, written) = (
+            run.latency.clone().unwrap(),
+            run.write_wait.clone().unwrap(),
+        );
+        assert_eq!(reads.samples + written.samples, run.acquisitions);
+        assert_eq!(written.samples, writes);
+        // Clients 0 and 1 write, the others read; every one got in.
+        assert!(run.per_client.iter().all(|n| *n > 0), "{run:?}");
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn leaders_hand_over_on_resign_and_after_dying() {

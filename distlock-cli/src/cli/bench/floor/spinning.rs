@@ -99,6 +99,20 @@ impl<F: Floor> Contender for Spinning<F> {
         }
     }
 
+    /// What every read or write costs without sharing or exclusion: the
+    /// primitive on a name of the client's own (`NAME.client-I`), which is
+    /// never contended.
+    async fn acquire_side(
+        &self,
+        name: &str,
+        client: usize,
+        _write: bool,
+        until: Instant,
+    ) -> Result<Option<Box<dyn Held>>> {
+        self.spin(&format!("{name}.client-{client}"), self.ttl, until)
+            .await
+    }
+
     fn wakeups(&self) -> Wakeups {
         Wakeups {
             busy_attempts: Some(self.busy.load(Ordering::Relaxed)),

@@ -22,6 +22,10 @@ pub(super) struct Tally {
     pub(super) acquisitions: u64,
     pub(super) latencies: Samples,
     pub(super) acquire_latencies: Samples,
+    /// Read-write only: the writer's grants and waits (a reader's go to
+    /// `acquisitions` and `latencies` alone).
+    pub(super) writes: u64,
+    pub(super) write_latencies: Samples,
 }
 
 /// Runs `n` clients as tasks, so that every contender is driven from the
@@ -118,6 +122,35 @@ pub(super) async fn permit_waits(
         };
         tally.latencies.record(start.elapsed());
         tally.acquisitions += 1;
+        held.release().await?;
+    }
+    Ok(tally)
+}
+
+/// Waits for one side of the read-write lock `name` (the write side when
+/// `write`), releases it at once; times each wait, a writer's apart.
+/// `client` tells the floor which of its names is this client's.
+pub(super) async fn side_waits(
+    c: Arc<dyn Contender>,
+    name: String,
+    client: usize,
+    write: bool,
+    until: Instant,
+    mut tally: Tally,
+) -> Result<Tally> {
+    while Instant::now() < until {
+        let start = Instant::now();
+        let Some(held) = c.acquire_side(&name, client, write, until).await? else {
+            break;
+        };
+        let waited = start.elapsed();
+        tally.acquisitions += 1;
+        if write {
+            tally.writes += 1;
+            tally.write_latencies.record(waited);
+        } else {
+            tally.latencies.record(waited);
+        }
         held.release().await?;
     }
     Ok(tally)
