@@ -275,6 +275,13 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_parser = positive_duration, default_value = "5s")]
     pub(crate) duration: Duration,
 
+    /// About how long each slice is: the contenders take turns in slices
+    /// of this long, every client starting afresh in each. Longer slices
+    /// measure the steady state of many waiters rather than their arrival
+    /// and departure.
+    #[arg(long, value_parser = positive_duration, default_value = "100ms")]
+    pub(crate) slice: Duration,
+
     /// Distinct lock names in the many-names workload (default: --clients).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub(crate) names: Option<u32>,

@@ -71,6 +71,7 @@ pub(crate) async fn bench(args: BenchArgs) -> Result<u8> {
             .map_or(clients, |k| usize::try_from(k).unwrap_or(usize::MAX)),
         args.duration,
         most_contenders(&targets),
+        args.slice,
     );
 
     let workloads = chosen(&args.workload);
@@ -208,7 +209,7 @@ async fn sweep(
                 "names" => (clients, x),
                 _ => (x, 1),
             };
-            let plan = Plan::new(n, k, args.duration, most_contenders(&targets));
+            let plan = Plan::new(n, k, args.duration, most_contenders(&targets), args.slice);
             let started = std::time::Instant::now();
             let measured = measure(&mut targets, *workload, &plan).await?;
             eprintln!(

@@ -71,14 +71,16 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
-    /// Slices of about this long.
-    const SLICE: Duration = Duration::from_millis(100);
-
-    pub(crate) fn new(clients: usize, names: usize, duration: Duration, contenders: usize) -> Self {
+    /// A plan of slices of about `slice` each.
+    pub(crate) fn new(
+        clients: usize,
+        names: usize,
+        duration: Duration,
+        contenders: usize,
+        slice: Duration,
+    ) -> Self {
         let share = duration / u32::try_from(contenders.max(1)).unwrap_or(u32::MAX);
-        let slices = (share.as_secs_f64() / Self::SLICE.as_secs_f64())
-            .round()
-            .max(1.0) as u32;
+        let slices = (share.as_secs_f64() / slice.as_secs_f64()).round().max(1.0) as u32;
         Self {
             clients,
             names,
@@ -486,7 +488,13 @@ mod tests {
         let c: Arc<dyn Contender> = Arc::new(Library::new(distlock::Locker::new(
             distlock::MemoryBackend::new(),
         )));
-        let plan = Plan::new(8, 1, Duration::from_millis(200), 1);
+        let plan = Plan::new(
+            8,
+            1,
+            Duration::from_millis(200),
+            1,
+            Duration::from_millis(100),
+        );
         assert_eq!(plan.writers(), 2);
         let mut total = Slice::default();
         for _ in 0..plan.slices {
@@ -510,7 +518,13 @@ mod tests {
         let c: Arc<dyn Contender> = Arc::new(Library::new(distlock::Locker::new(
             distlock::MemoryBackend::new(),
         )));
-        let plan = Plan::new(3, 1, Duration::from_millis(300), 1);
+        let plan = Plan::new(
+            3,
+            1,
+            Duration::from_millis(300),
+            1,
+            Duration::from_millis(100),
+        );
         let mut total = Slice::default();
         for _ in 0..plan.slices {
             total.merge(Workload::Election.slice(&c, &plan).await.unwrap());

@@ -102,10 +102,12 @@ impl Floor for EtcdFloor {
 /// anything else ends the run.
 pub(crate) fn convert(operation: &str, e: etcd_client::Error) -> Error {
     use etcd_client::Error as E;
-    // gRPC codes: 2 unknown, 4 deadline exceeded, 8 resource exhausted,
-    // 10 aborted, 14 unavailable (tonic's `Code` is not re-exported).
+    // gRPC codes: 1 cancelled (the client's own request timeout, as
+    // lock-etcd reads it), 2 unknown, 4 deadline exceeded, 8 resource
+    // exhausted, 10 aborted, 14 unavailable (tonic's `Code` is not
+    // re-exported).
     let transient = match &e {
-        E::GRpcStatus(status) => matches!(status.code() as i32, 2 | 4 | 8 | 10 | 14),
+        E::GRpcStatus(status) => matches!(status.code() as i32, 1 | 2 | 4 | 8 | 10 | 14),
         E::TransportError(_) | E::IoError(_) | E::EndpointError(_) => true,
         _ => false,
     };

@@ -11,6 +11,7 @@ use distlock::backend::async_trait;
 use distlock::{Error, Result};
 use etcd_client::{Client, LeaderKey, ResignOptions};
 
+use super::etcd_wait::{Waited, on_lease};
 use crate::cli::bench::contender::{Contender, Held, Role, Subject};
 use crate::cli::bench::floor::etcd::{client, convert, lease_seconds};
 
@@ -42,33 +43,28 @@ impl EtcdElection {
         Ok((granted.id(), Duration::from_secs(seconds)))
     }
 
-    /// Campaigns in `name` on `lease` until `until`; revokes the lease
-    /// (which deletes the candidate's key) if it does not lead by then.
-    async fn campaign_on(
+    /// Campaigns in `name` on leases of `ttl` until `until`: the leader's
+    /// key and lease, and the TTL the server granted it.
+    async fn campaign_until(
         &self,
         name: &str,
-        lease: i64,
+        ttl: Duration,
         until: Instant,
-    ) -> Result<Option<LeaderKey>> {
+    ) -> Result<Option<(LeaderKey, i64, Duration)>> {
         let name = format!("/distlock-bench-peer/{name}");
-        let mut election = self.client.election_client();
-        let campaign = election.campaign(name, CANDIDATE, lease);
-        let until = tokio::time::Instant::from_std(until);
-        match tokio::time::timeout_at(until, campaign).await {
-            Ok(Ok(mut led)) => led
-                .take_leader()
-                .map(Some)
-                .ok_or_else(|| Error::backend("etcd's Campaign answered without a leader key")),
-            other => {
-                self.client
-                    .clone()
-                    .lease_revoke(lease)
-                    .await
-                    .map_err(|e| convert("revoke a lease", e))?;
-                match other {
-                    Ok(Err(e)) => Err(convert("campaign", e)),
-                    _ => Ok(None),
+        loop {
+            let (lease, granted) = self.lease(ttl).await?;
+            let mut election = self.client.election_client();
+            let campaign = election.campaign(name.clone(), CANDIDATE, lease);
+            match on_lease(&self.client, lease, until, "campaign", campaign).await? {
+                Waited::Granted(mut led) => {
+                    let leader = led.take_leader().ok_or_else(|| {
+                        Error::backend("etcd's Campaign answered without a leader key")
+                    })?;
+                    return Ok(Some((leader, lease, granted)));
                 }
+                Waited::Again => {}
+                Waited::TimedOut => return Ok(None),
             }
         }
     }
@@ -95,11 +91,10 @@ impl Contender for EtcdElection {
     async fn campaign(&self, name: &str, until: Instant) -> Result<Option<Box<dyn Held>>> {
         // A lease that outlives the wait: a standby sends no keep-alives.
         let wait = until.saturating_duration_since(Instant::now());
-        let (lease, _) = self.lease(self.ttl.max(wait)).await?;
         Ok(self
-            .campaign_on(name, lease, until)
+            .campaign_until(name, self.ttl.max(wait), until)
             .await?
-            .map(|leader| -> Box<dyn Held> {
+            .map(|(leader, lease, _)| -> Box<dyn Held> {
                 Box::new(EtcdLeader {
                     client: self.client.clone(),
                     leader,
@@ -114,10 +109,9 @@ impl Contender for EtcdElection {
         ttl: Duration,
         until: Instant,
     ) -> Result<Option<Duration>> {
-        let (lease, granted) = self.lease(ttl).await?;
         // Leading on a lease nobody keeps alive, resigns or revokes.
-        match self.campaign_on(name, lease, until).await? {
-            Some(_) => Ok(Some(granted)),
+        match self.campaign_until(name, ttl, until).await? {
+            Some((_, _, granted)) => Ok(Some(granted)),
             None => Err(Error::backend(format!(
                 "etcd's Campaign did not lead the fresh election {name}"
             ))),

@@ -9,6 +9,7 @@ use distlock::Result;
 use distlock::backend::async_trait;
 use etcd_client::{Client, LockOptions};
 
+use super::etcd_wait::{Waited, on_lease};
 use crate::cli::bench::contender::{Contender, Held, Role, Subject};
 use crate::cli::bench::floor::etcd::{client, convert, lease_seconds};
 
@@ -39,33 +40,25 @@ impl Contender for EtcdLock {
     }
 
     async fn acquire(&self, name: &str, until: Instant) -> Result<Option<Box<dyn Held>>> {
-        let mut c = self.client.clone();
-        let lease = c
-            .lease_grant(lease_seconds(self.ttl), None)
-            .await
-            .map_err(|e| convert("grant a lease", e))?
-            .id();
         let name = format!("/distlock-bench-peer/{name}");
-        let lock = c.lock(name, Some(LockOptions::new().with_lease(lease)));
-        let until = tokio::time::Instant::from_std(until);
-        let outcome = tokio::time::timeout_at(until, lock).await;
-        match outcome {
-            Ok(Ok(granted)) => Ok(Some(Box::new(EtcdHeld {
-                client: self.client.clone(),
-                key: granted.key().to_vec(),
-                lease,
-            }))),
-            other => {
-                // Revoking the lease deletes our key in the queue.
-                self.client
-                    .clone()
-                    .lease_revoke(lease)
-                    .await
-                    .map_err(|e| convert("revoke a lease", e))?;
-                match other {
-                    Ok(Err(e)) => Err(convert("lock", e)),
-                    _ => Ok(None),
+        loop {
+            let mut c = self.client.clone();
+            let lease = c
+                .lease_grant(lease_seconds(self.ttl), None)
+                .await
+                .map_err(|e| convert("grant a lease", e))?
+                .id();
+            let lock = c.lock(name.clone(), Some(LockOptions::new().with_lease(lease)));
+            match on_lease(&self.client, lease, until, "lock", lock).await? {
+                Waited::Granted(granted) => {
+                    return Ok(Some(Box::new(EtcdHeld {
+                        client: self.client.clone(),
+                        key: granted.key().to_vec(),
+                        lease,
+                    })));
                 }
+                Waited::Again => {}
+                Waited::TimedOut => return Ok(None),
             }
         }
     }

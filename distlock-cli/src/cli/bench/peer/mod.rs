@@ -7,6 +7,8 @@
 mod etcd_election;
 #[cfg(feature = "etcd")]
 mod etcd_lock;
+#[cfg(feature = "etcd")]
+mod etcd_wait;
 #[cfg(feature = "redlock")]
 mod rslock;
 mod tokio_mutex;
