@@ -2,7 +2,7 @@
 //! itself (its `grpc_server_started_total` metric, on a member of this
 //! test's own, so no other test's requests are counted): a free permit is
 //! one `Txn` and its release one more; a permit waited for is its `Txn`, a
-//! watch, and the release that hands it over.
+//! watch with a read sent beside it, and the release that hands it over.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,10 +22,7 @@ const TTL: Duration = Duration::from_secs(30);
 async fn started(addr: &str) -> HashMap<String, u64> {
     let mut stream = TcpStream::connect(addr).await.expect("connect");
     let request = format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n");
-    stream
-        .write_all(request.as_bytes())
-        .await
-        .expect("request");
+    stream.write_all(request.as_bytes()).await.expect("request");
     let mut body = String::new();
     stream.read_to_string(&mut body).await.expect("metrics");
     let mut counts = HashMap::new();
@@ -128,8 +125,9 @@ async fn a_permit_costs_one_txn_and_its_release_one() {
     granted.release().await.expect("release");
     assert_eq!(
         since(&before, &started(&addr).await),
-        counts(&[("Txn", 3), ("Watch", 1)]),
-        "the waiter's put, its watch, the release that grants it, its release"
+        counts(&[("Txn", 4), ("Watch", 1)]),
+        "the waiter's put, its watch and the read beside it, the release that grants it, its \
+         release"
     );
     second.release().await.expect("release");
 }

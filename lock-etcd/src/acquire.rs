@@ -134,4 +134,3 @@ impl Queue {
         Ok(None)
     }
 }
-

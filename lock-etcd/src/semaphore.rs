@@ -158,7 +158,10 @@ impl<'a> Permits<'a> {
                     )));
                 }
                 if kv.lease() != session.id {
-                    self.queue.core.leave(&self.key, &Mark::Owner(owner)).await?;
+                    self.queue
+                        .core
+                        .leave(&self.key, &Mark::Owner(owner))
+                        .await?;
                     return Ok(Err(Requeue));
                 }
                 let revision = kv.create_revision();

@@ -13,9 +13,8 @@
 //! A release wakes the first waiter; its grant wakes the one behind it:
 //! two wake-ups at most. A release of this backend grants a first waiter
 //! of this backend in its own `Txn` (`release_permit`), so that waiter
-//! sends nothing more when the release's deletion wakes it. Each watch starts at the present (see
-//! `wait_for_turn`), and a read follows when the store moved on since the
-//! read that chose what to watch.
+//! sends nothing more when the release's deletion wakes it. Each watch
+//! starts at the present (see `wait_for_turn`), with a read sent beside it.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -24,10 +23,10 @@ use etcd_client::{EventType, WatchFilterType, WatchOptions, WatchStream};
 use lock_core::backend::{AcquireRequest, Lease, WaitBudget};
 use lock_core::{Error, Result};
 
-use crate::queued::{Queued, REQUEUES, session_lost};
 use crate::error::convert;
 use crate::handover::PermitWaiter;
 use crate::queue::{Queue, Requeue};
+use crate::queued::{Queued, REQUEUES, session_lost};
 use crate::semaphore::{Permits, Rank, Standing};
 use crate::session::Session;
 
@@ -93,6 +92,12 @@ impl Queue {
 
     /// Waits until our key is among the `N` oldest, and takes the permit
     /// (see [`Permits::grant`]).
+    ///
+    /// Each watch is opened from the present together with a read of where
+    /// we stand: a read answered at or after the watch's start leaves no
+    /// event unseen between them, in one round trip. What to watch is the
+    /// last read's guess, and after a wake-up the range: the key before
+    /// ours changed, mostly because it was granted, which makes us first.
     async fn wait_for_permit(
         &self,
         line: &Permits<'_>,
@@ -101,48 +106,40 @@ impl Queue {
         budget: &WaitBudget,
     ) -> Result<()> {
         let name = &line.req.name;
+        let mut target = Target::of(&standing.rank);
         loop {
-            let (watched, options) = match &standing.rank {
-                Rank::Held { signal } => {
-                    return if *signal {
-                        line.grant(standing.revision, session).await
-                    } else {
-                        Ok(())
-                    };
-                }
-                Rank::First(_) => (
-                    line.leases.clone().into_bytes(),
-                    Some(
-                        WatchOptions::new()
-                            .with_prefix()
-                            .with_filters([WatchFilterType::NoPut]),
-                    ),
-                ),
-                Rank::Behind(key) => (key.clone(), None),
+            let Some(watching) = target.take() else {
+                return self.take_if_held(line, &standing, session).await;
             };
             if budget.is_over() {
                 return Err(budget.exhausted(name));
             }
-            let watch = self
-                .core
-                .watch_from_now("watch for a permit", watched, options)
-                .await;
+            let revision = standing.revision;
+            let (watch, now) = tokio::join!(
+                self.core.watch_from_now(
+                    "watch for a permit",
+                    watching.key(line),
+                    watching.options()
+                ),
+                line.read(revision, session),
+            );
             let (mut stream, created_at) = match watch {
                 Ok(watch) => watch,
                 Err(e) if e.is_retryable() && !budget.is_over() => {
                     tracing::debug!(error = %e, "could not watch for a permit; reading again");
-                    standing = line.read(standing.revision, session).await?;
+                    standing = now?;
+                    target = Target::of(&standing.rank);
                     continue;
                 }
                 Err(e) => return Err(e),
             };
-            if created_at != standing.read_at {
-                let now = line.read(standing.revision, session).await?;
-                let same = now.rank == standing.rank;
-                standing = now;
-                if !same {
-                    continue; // something else to watch, or held
-                }
+            standing = now?;
+            if standing.read_at < created_at {
+                standing = line.read(revision, session).await?;
+            }
+            if Target::of(&standing.rank).as_ref() != Some(&watching) {
+                target = Target::of(&standing.rank);
+                continue; // something else to watch, or held
             }
             // A release of this backend may grant us (see `handover.rs`);
             // a key that is not UTF-8 is none of ours.
@@ -153,7 +150,7 @@ impl Queue {
                     .map(|k| {
                         let waiter = PermitWaiter {
                             key: line.key.clone(),
-                            revision: standing.revision,
+                            revision,
                             session: session.id,
                             owner: line.req.owner.to_hex(),
                         };
@@ -168,35 +165,83 @@ impl Queue {
                 None => return Err(budget.exhausted(name)),
                 Some(Err(e)) if e.is_retryable() && !budget.is_over() => {
                     tracing::debug!(error = %e, "watch for a permit failed; reading again");
-                    standing = line.read(standing.revision, session).await?;
+                    target = Some(watching);
                 }
                 Some(outcome) => {
                     let change = outcome?;
                     self.wakeups.fetch_add(1, Ordering::Relaxed);
                     budget.attempted();
-                    match change {
-                        Change::Freed(freed) => {
-                            let mut registrations = registrations;
-                            let taken = registrations.iter().position(|(k, _)| *k == freed);
-                            if let Some(at) = taken {
-                                let (_, registration) = registrations.swap_remove(at);
-                                drop(registrations);
-                                let Some(handed) = budget.race(registration.handed_over()).await
-                                else {
-                                    return Err(budget.exhausted(name));
-                                };
-                                if handed.is_some() && !session.is_stale() && !session.is_gone() {
-                                    return Ok(());
-                                }
-                            }
-                            return line.grant(standing.revision, session).await;
-                        }
-                        Change::Moved => {
-                            standing = line.read(standing.revision, session).await?;
+                    let Change::Freed(freed) = change else {
+                        target = Some(Target::Range);
+                        continue;
+                    };
+                    let mut registrations = registrations;
+                    if let Some(at) = registrations.iter().position(|(k, _)| *k == freed) {
+                        let (_, registration) = registrations.swap_remove(at);
+                        drop(registrations);
+                        let Some(handed) = budget.race(registration.handed_over()).await else {
+                            return Err(budget.exhausted(name));
+                        };
+                        if handed.is_some() && !session.is_stale() && !session.is_gone() {
+                            return Ok(());
                         }
                     }
+                    return line.grant(revision, session).await;
                 }
             }
+        }
+    }
+
+    /// The end of a wait whose last read found our key among the `N`
+    /// oldest: the grant's put if a waiter may be behind us.
+    async fn take_if_held(
+        &self,
+        line: &Permits<'_>,
+        standing: &Standing,
+        session: &Arc<Session>,
+    ) -> Result<()> {
+        match standing.rank {
+            Rank::Held { signal: true } => line.grant(standing.revision, session).await,
+            Rank::Held { signal: false } => Ok(()),
+            _ => Err(crate::queue::unexpected()),
+        }
+    }
+}
+
+/// What a waiter watches.
+#[derive(Debug, PartialEq, Eq)]
+enum Target {
+    /// The lease range's deletions: a first waiter's.
+    Range,
+    /// The key just before ours.
+    Key(Vec<u8>),
+}
+
+impl Target {
+    /// What `rank` has us watch: nothing once held.
+    fn of(rank: &Rank) -> Option<Self> {
+        match rank {
+            Rank::Held { .. } => None,
+            Rank::First(_) => Some(Self::Range),
+            Rank::Behind(key) => Some(Self::Key(key.clone())),
+        }
+    }
+
+    fn key(&self, line: &Permits<'_>) -> Vec<u8> {
+        match self {
+            Self::Range => line.leases.clone().into_bytes(),
+            Self::Key(key) => key.clone(),
+        }
+    }
+
+    fn options(&self) -> Option<WatchOptions> {
+        match self {
+            Self::Range => Some(
+                WatchOptions::new()
+                    .with_prefix()
+                    .with_filters([WatchFilterType::NoPut]),
+            ),
+            Self::Key(_) => None,
         }
     }
 }
