@@ -474,14 +474,6 @@ fn keys_by_age(etcd: &Etcd, dir: &str) -> Vec<String> {
         .collect()
 }
 
-/// Waits until `dir` holds `len` keys (see [`wait_for_queue`]) for each
-/// `(dir, len)`.
-async fn wait_for_queues(etcd: &Etcd, queues: &[(&str, usize)]) {
-    for (dir, len) in queues {
-        wait_for_queue(etcd, dir, *len).await;
-    }
-}
-
 /// A key's create revision and value, as etcdctl reports them.
 fn created_with(etcd: &Etcd, key: &str) -> (u64, String) {
     let json = etcd.members[0]
@@ -503,19 +495,19 @@ fn permit_opts(wait: Wait) -> AcquireOptions {
     AcquireOptions::with_ttl(TTL).wait(wait)
 }
 
-/// A semaphore's keys: its internal lock's line under `{name}#sem/locks/`,
-/// one lease key per permit under `{name}#sem/leases/`, each named after
-/// the owner token, valued with it, on a session lease, and created at the
-/// grant's token; a read-write lock's `{name}#rw/read/` and `.../write/`
-/// keys, in one order by create revision. The mutex's range of the same
-/// name stays empty.
+/// A semaphore's keys: one lease key per permit taken or waited for under
+/// `{name}#sem/leases/` (and nothing else under `{name}#sem/`), each named
+/// after the owner token, valued with it, on a session lease, and created
+/// at the grant's token; a read-write lock's `{name}#rw/read/` and
+/// `.../write/` keys, in one order by create revision. The mutex's range of
+/// the same name stays empty.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn semaphore_and_read_write_keys_are_laid_out_as_documented() {
     let etcd = Etcd::shared().await;
     let prefix = fresh_table();
     let l = Locker::from_arc(backend(&etcd.url(&prefix, "")).await);
-    let (locks, leases) = (
-        format!("{prefix}/pool#sem/locks/"),
+    let (sem, leases) = (
+        format!("{prefix}/pool#sem/"),
         format!("{prefix}/pool#sem/leases/"),
     );
 
@@ -524,11 +516,7 @@ async fn semaphore_and_read_write_keys_are_laid_out_as_documented() {
         .await
         .expect("a free permit");
     let held = format!("{leases}{:x}", key_id(&holder));
-    assert_eq!(keys_by_age(etcd, &leases), std::slice::from_ref(&held));
-    assert!(
-        keys_by_age(etcd, &locks).is_empty(),
-        "the internal lock was passed on"
-    );
+    assert_eq!(keys_by_age(etcd, &sem), std::slice::from_ref(&held));
     let (revision, value) = created_with(etcd, &held);
     assert_eq!(
         revision,
@@ -545,16 +533,11 @@ async fn semaphore_and_read_write_keys_are_laid_out_as_documented() {
                 .await
         })
     };
-    // The waiter holds the internal lock and has put its lease key: the
-    // second oldest of two, with one permit.
-    wait_for_queues(etcd, &[(&locks, 1), (&leases, 2)]).await;
-    let waiting = keys_by_age(etcd, &leases)[1].clone();
-    let in_line = keys_by_age(etcd, &locks)[0].clone();
-    assert_eq!(
-        waiting.rsplit('/').next(),
-        in_line.rsplit('/').next(),
-        "one owner's keys share its ID"
-    );
+    // The waiter has put its lease key: the second oldest of two, with one
+    // permit.
+    wait_for_queue(etcd, &sem, 2).await;
+    let waiting = keys_by_age(etcd, &sem)[1].clone();
+    assert!(waiting.starts_with(&leases), "{waiting}");
     assert_eq!(
         queued(etcd, &format!("{prefix}/pool/")),
         0,
@@ -566,9 +549,13 @@ async fn semaphore_and_read_write_keys_are_laid_out_as_documented() {
         .expect("the waiter gets the permit")
         .expect("task")
         .expect("granted");
-    assert_eq!(keys_by_age(etcd, &leases), std::slice::from_ref(&waiting));
-    assert_eq!(created_with(etcd, &waiting).0, granted.token().get());
-    wait_for_queue(etcd, &locks, 0).await;
+    assert_eq!(keys_by_age(etcd, &sem), std::slice::from_ref(&waiting));
+    assert_eq!(
+        created_with(etcd, &waiting),
+        (granted.token().get(), granted.lease().owner().to_hex()),
+        "put again by its grant, with its create revision and value"
+    );
+    assert_ne!(lease_of(etcd, &waiting), 0, "still on its session lease");
     granted.release().await.expect("release");
     assert!(keys_by_age(etcd, &leases).is_empty());
 
@@ -637,7 +624,7 @@ async fn a_permit_freed_by_any_holder_wakes_a_waiter() {
     let etcd = Etcd::shared().await;
     let prefix = fresh_table();
     let l = Locker::from_arc(backend(&etcd.url(&prefix, "")).await);
-    let locks = format!("{prefix}/any#sem/locks/");
+    let leases = format!("{prefix}/any#sem/leases/");
     let ttl = Duration::from_secs(30);
     let opts = AcquireOptions::with_ttl(ttl);
     let a = l
@@ -650,7 +637,7 @@ async fn a_permit_freed_by_any_holder_wakes_a_waiter() {
         .expect("B");
     let (tx, mut granted) = tokio::sync::mpsc::unbounded_channel();
     let mut waiters = Vec::new();
-    for (who, in_line) in [("C", 1), ("D", 2)] {
+    for (who, in_line) in [("C", 3), ("D", 4)] {
         let (l, tx) = (l.clone(), tx.clone());
         waiters.push(tokio::spawn(async move {
             let g = l
@@ -663,7 +650,7 @@ async fn a_permit_freed_by_any_holder_wakes_a_waiter() {
                 .expect("a permit in turn");
             tx.send((who, g)).expect("the test listens");
         }));
-        wait_for_queue(etcd, &locks, in_line).await;
+        wait_for_queue(etcd, &leases, in_line).await;
     }
     sleep(Duration::from_millis(300)).await;
     assert!(granted.try_recv().is_err(), "granted beyond 2 permits");
@@ -694,20 +681,17 @@ async fn a_permit_freed_by_any_holder_wakes_a_waiter() {
 }
 
 /// No herd: many waiters of a semaphore on one client, and each release
-/// wakes about one of them. A release wakes the one waiter holding the
-/// semaphore's internal lock (it watches the lease keys), which takes the
-/// permit and passes that lock to the next in line (a second wake-up); the
-/// others, each watching its predecessor in line, sleep on.
+/// wakes about one of them. A release wakes the first waiter (it watches
+/// the keys ahead of it), whose grant wakes the waiter behind it (a second
+/// wake-up), which is first now; the others, each watching the key before
+/// its own, sleep on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_permit_release_wakes_about_one_waiter() {
     const WAITERS: usize = 8;
     let etcd = Etcd::shared().await;
     let prefix = fresh_table();
     let url = etcd.url(&prefix, "");
-    let (locks, leases) = (
-        format!("{prefix}/herd#sem/locks/"),
-        format!("{prefix}/herd#sem/leases/"),
-    );
+    let leases = format!("{prefix}/herd#sem/leases/");
     let holder = Locker::from_arc(backend(&url).await);
     let mut current = holder
         .lock_kind("herd", LockKind::permit(1), permit_opts(Wait::No))
@@ -728,7 +712,7 @@ async fn a_permit_release_wakes_about_one_waiter() {
             let _ = tx.send(g);
         });
     }
-    wait_for_queues(etcd, &[(&locks, WAITERS), (&leases, 2)]).await;
+    wait_for_queue(etcd, &leases, WAITERS + 1).await;
     sleep(Duration::from_millis(300)).await;
     let mut woken = Vec::new();
     for left in (0..WAITERS).rev() {
@@ -739,10 +723,8 @@ async fn a_permit_release_wakes_about_one_waiter() {
             .expect("the next waiter is granted")
             .expect("grant")
             .expect("a permit in turn");
-        // Settled: the next in line holds the internal lock and waits with
-        // its lease key put.
-        let pending = usize::from(left > 0);
-        wait_for_queues(etcd, &[(&locks, left), (&leases, 1 + pending)]).await;
+        // Settled: the holder and the waiters left.
+        wait_for_queue(etcd, &leases, 1 + left).await;
         sleep(Duration::from_millis(100)).await;
         woken.push(l.stats().wakeups - before);
     }
@@ -753,18 +735,15 @@ async fn a_permit_release_wakes_about_one_waiter() {
     );
 }
 
-/// Cancel safety: a semaphore waiter dropped while it holds the internal
-/// lock and waits for a permit leaves neither of its keys behind, and the
-/// next in line takes the internal lock over and gets the permit.
+/// Cancel safety: a semaphore's first waiter dropped while it waits for a
+/// permit leaves no key behind, and the waiter behind it is first now and
+/// gets the permit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_permit_waiter_leaves_no_key() {
     let etcd = Etcd::shared().await;
     let prefix = fresh_table();
     let l = Locker::from_arc(backend(&etcd.url(&prefix, "")).await);
-    let (locks, leases) = (
-        format!("{prefix}/drop#sem/locks/"),
-        format!("{prefix}/drop#sem/leases/"),
-    );
+    let leases = format!("{prefix}/drop#sem/leases/");
     let holder = l
         .lock_kind("drop", LockKind::permit(1), permit_opts(Wait::No))
         .await
@@ -777,23 +756,18 @@ async fn a_dropped_permit_waiter_leaves_no_key() {
         })
     };
     let dropped = spawn_waiter();
-    wait_for_queues(etcd, &[(&locks, 1), (&leases, 2)]).await;
-    let id = keys_by_age(etcd, &locks)[0]
-        .rsplit('/')
-        .next()
-        .expect("an ID")
-        .to_owned();
+    wait_for_queue(etcd, &leases, 2).await;
+    let first = keys_by_age(etcd, &leases)[1].clone();
     let next = spawn_waiter();
-    wait_for_queue(etcd, &locks, 2).await;
+    wait_for_queue(etcd, &leases, 3).await;
+    // Watching the key of the one dropped now.
+    sleep(Duration::from_millis(200)).await;
     dropped.abort();
-    // The next waiter holds the internal lock now, with its own lease key.
-    wait_for_queues(etcd, &[(&locks, 1), (&leases, 2)]).await;
-    for dir in [&locks, &leases] {
-        assert!(
-            !keys_by_age(etcd, dir).iter().any(|k| k.ends_with(&id)),
-            "a key of the dropped waiter is left under {dir}"
-        );
-    }
+    wait_for_queue(etcd, &leases, 2).await;
+    assert!(
+        !keys_by_age(etcd, &leases).contains(&first),
+        "the dropped waiter's key is left"
+    );
     holder.release().await.expect("release");
     let g = timeout(Duration::from_secs(20), next)
         .await

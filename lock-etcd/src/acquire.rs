@@ -1,39 +1,49 @@
 //! Acquiring: queueing on a live session, waiting for the turn, and the
-//! grant (for a permit, once a permit is free too); the keys of an acquire
-//! given up are deleted, now or at a later keep-alive.
+//! grant (a permit's own way is `semaphore_wait.rs`); the keys of an
+//! acquire given up are deleted, now or at a later keep-alive.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use lock_core::backend::{AcquireRequest, Backoff, Lease, Retry, WaitBudget};
-use lock_core::{Error, LockKind, Result};
+use lock_core::{LockKind, Result};
 
-use crate::handover::release_and_hand_over;
 use crate::layout::Line;
-use crate::mark::Mark;
 use crate::queue::{Ahead, Place, Queue, Requeue};
+use crate::queued::{Queued, REQUEUES, session_lost};
 use crate::session::Session;
 
 impl Queue {
-    /// One attempt: first in line is a grant, except that a semaphore's
-    /// internal lock also needs a free permit. Anybody else in line (for a
-    /// semaphore: somebody holding its internal lock, who may be about to
-    /// take the last permit) makes it `None`.
+    /// One attempt: first in line is a grant (a permit: among the `N`
+    /// oldest lease keys); anybody else in line makes it `None`.
     pub(crate) async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>> {
-        let line = self.layout.line(req);
         let mut queued = Queued::new(self, req);
-        let Some((place, session)) = self.join_queue(req, &line, &mut queued).await? else {
-            queued.leave().await;
-            return Err(session_lost());
+        let granted = if let LockKind::Permit { permits } = req.kind {
+            self.permit_attempt(req, permits, None, &mut queued).await
+        } else {
+            let line = self.layout.line(req);
+            match self.join_queue(req, &line, &mut queued).await {
+                Ok(Some((place, session))) => Ok(matches!(place.ahead, Ahead::Nobody)
+                    .then(|| self.lease_for(req, &line.key, place.revision, &session))),
+                Ok(None) => Err(session_lost()),
+                Err(e) => Err(e),
+            }
         };
-        if matches!(place.ahead, Ahead::Nobody)
-            && let Some(lease) = self.grant(req, &line, &place, &session, None).await?
-        {
-            queued.armed = false;
-            return Ok(Some(lease));
+        match granted {
+            Ok(Some(lease)) => {
+                queued.armed = false;
+                Ok(Some(lease))
+            }
+            Ok(None) => {
+                queued.leave().await;
+                Ok(None)
+            }
+            Err(e) => {
+                if !e.is_transient() {
+                    queued.leave().await;
+                }
+                Err(e)
+            }
         }
-        queued.leave().await;
-        Ok(None)
     }
 
     pub(crate) async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
@@ -74,8 +84,7 @@ impl Queue {
 
     /// One attempt of `acquire`: queue on a current session (again, at most
     /// [`REQUEUES`] times, if it turns out gone), then wait for our turn,
-    /// keeping the session alive meanwhile (for a permit, also while it
-    /// waits for a lease key to go).
+    /// keeping the session alive meanwhile.
     async fn attempt(
         &self,
         req: &AcquireRequest,
@@ -83,14 +92,18 @@ impl Queue {
         queued: &mut Queued,
     ) -> Result<Lease> {
         budget.attempted();
+        if let LockKind::Permit { permits } = req.kind {
+            return self
+                .permit_attempt(req, permits, Some(budget), queued)
+                .await?
+                .ok_or_else(|| budget.exhausted(&req.name));
+        }
         let line = self.layout.line(req);
         let Some((place, session)) = self.join_queue(req, &line, queued).await? else {
             return Err(session_lost());
         };
-        let first = matches!(place.ahead, Ahead::Nobody);
-        let permit = matches!(req.kind, LockKind::Permit { .. });
-        let _keeper = (!first || permit).then(|| self.keep_queued(&session));
-        if !first {
+        if !matches!(place.ahead, Ahead::Nobody) {
+            let _keeper = self.keep_queued(&session);
             if budget.is_over() {
                 return Err(budget.exhausted(&req.name));
             }
@@ -98,47 +111,7 @@ impl Queue {
             self.wait_for_turn(req, &line, &place, &session, budget)
                 .await?;
         }
-        self.grant(req, &line, &place, &session, Some(budget))
-            .await?
-            .ok_or_else(|| budget.exhausted(&req.name))
-    }
-
-    /// The grant to `place`, first in `line`. A permit is taken by the
-    /// holder of the semaphore's internal lock (waiting within `budget` if
-    /// it is given one), which then passes that lock on.
-    async fn grant(
-        &self,
-        req: &AcquireRequest,
-        line: &Line,
-        place: &Place,
-        session: &Arc<Session>,
-        budget: Option<&WaitBudget>,
-    ) -> Result<Option<Lease>> {
-        let LockKind::Permit { permits } = req.kind else {
-            return Ok(Some(self.lease_for(
-                req,
-                &line.key,
-                place.revision,
-                session,
-            )));
-        };
-        let lease = self.take_permit(req, permits, session, budget).await?;
-        if lease.is_some() {
-            self.pass_turn(req, line, place).await;
-        }
-        Ok(lease)
-    }
-
-    /// Releases a semaphore's internal lock once the permit is ours,
-    /// handing it to the next contender of this backend if it waits. The
-    /// permit is held whatever happens here: a key the server could not be
-    /// told to delete is left to the session's next keep-alive.
-    async fn pass_turn(&self, req: &AcquireRequest, line: &Line, place: &Place) {
-        let handed = release_and_hand_over(&self.core, &self.handovers, &line.key, place.revision);
-        if let Err(e) = handed.await {
-            tracing::debug!(error = %e, "could not pass a semaphore's internal lock on; the next keep-alive will");
-            self.sessions.orphan(&line.key, &Mark::of(req), req.ttl);
-        }
+        Ok(self.lease_for(req, &line.key, place.revision, &session))
     }
 
     /// Puts our key in `line` on a live session: the session for the
@@ -159,77 +132,5 @@ impl Queue {
             }
         }
         Ok(None)
-    }
-}
-
-/// How many sessions one attempt tries before it reports an outage.
-const REQUEUES: usize = 3;
-
-fn session_lost() -> Error {
-    Error::unavailable(
-        crate::NAME,
-        "session leases expired as soon as they were granted",
-    )
-}
-
-/// An acquisition's keys (in line, and a permit's lease key) until it is
-/// granted or has left. If the acquire's future is dropped before either (a
-/// caller of the backend that does not go through `Locker`), the keys are
-/// deleted in the background: on a session lease other locks keep alive,
-/// nothing else would ever delete them.
-struct Queued {
-    queue: Queue,
-    keys: Vec<String>,
-    mark: Mark,
-    ttl: Duration,
-    session: Option<Arc<Session>>,
-    armed: bool,
-}
-
-impl Queued {
-    fn new(queue: &Queue, req: &AcquireRequest) -> Self {
-        Self {
-            queue: queue.clone(),
-            keys: queue.layout.keys_of(req),
-            mark: Mark::of(req),
-            ttl: req.ttl,
-            session: None,
-            armed: true,
-        }
-    }
-
-    /// Leaves the queue now (or, if the server cannot be reached, at the
-    /// session's next keep-alive).
-    async fn leave(&mut self) {
-        if self.session.is_some()
-            && let Err(e) = self
-                .queue
-                .sessions
-                .leave_or_orphan(&self.keys, &self.mark, self.ttl)
-                .await
-        {
-            tracing::debug!(error = %e, "could not leave the queue; the next keep-alive will");
-        }
-        self.armed = false;
-    }
-}
-
-impl Drop for Queued {
-    fn drop(&mut self) {
-        if !self.armed || self.session.is_none() {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return; // no runtime: the session's lease expires with the process
-        };
-        let (sessions, keys, mark, ttl) = (
-            self.queue.sessions.clone(),
-            std::mem::take(&mut self.keys),
-            self.mark.clone(),
-            self.ttl,
-        );
-        runtime.spawn(async move {
-            let _ = sessions.leave_or_orphan(&keys, &mark, ttl).await;
-        });
     }
 }

@@ -1,9 +1,8 @@
 //! [`EtcdBackend`]: its constructors, and the [`LockBackend`] impl over the
 //! queue protocol in `queue.rs`, for every kind of lock: the mutex, the
-//! read-write lock and an election are lines of that queue; a semaphore
-//! adds the permit step of `semaphore.rs` once its internal lock is ours
-//! (`acquire.rs`); an election's value, leader and watch are in
-//! `election.rs`.
+//! read-write lock and an election are lines of that queue; a semaphore's
+//! lease keys are one line admitting `N` (`semaphore.rs`); an election's
+//! value, leader and watch are in `election.rs`.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -17,7 +16,7 @@ use lock_core::{Capabilities, Error, LockKind, LockName, Result};
 use crate::EtcdConfig;
 use crate::client::Core;
 use crate::config::Settings;
-use crate::handover::release_and_hand_over;
+use crate::handover::{release_and_hand_over, release_permit};
 use crate::mark::Mark;
 use crate::queue::Queue;
 use crate::session::still_ours;
@@ -117,8 +116,8 @@ impl LockBackend for EtcdBackend {
 
     /// `wakeups`: watch events that woke a waiter: one per release with FIFO
     /// waiters, since each waiter watches only its predecessor; about one
-    /// per release of a permit, which wakes the holder of the semaphore's
-    /// internal lock, plus one when that lock passes on.
+    /// per release of a permit, which wakes the semaphore's first waiter,
+    /// plus one when its grant wakes the waiter behind it.
     fn stats(&self) -> BackendStats {
         BackendStats::default().with_wakeups(self.queue.wakeups.load(Ordering::Relaxed))
     }
@@ -201,9 +200,10 @@ impl LockBackend for EtcdBackend {
     /// with this client's other locks, is left alone. A key that is gone
     /// (expired with the session, or deleted) is [`Error::NotHeld`].
     ///
-    /// Only the mutex and a writer hand over (`handover.rs`): theirs was
-    /// the oldest key. A reader's was not (older readers may hold), nor a
-    /// permit's lease key (nobody watches it alone).
+    /// The mutex and a writer hand over to the waiter behind (`handover.rs`):
+    /// theirs was the oldest key; a permit to the semaphore's first waiter,
+    /// whose keys ahead it was among. A reader's release does not (older
+    /// readers may hold).
     async fn release(&self, lease: &Lease) -> Result<()> {
         let queue = &self.queue;
         let key = queue
@@ -212,6 +212,8 @@ impl LockBackend for EtcdBackend {
         let token = lease.token().to_i64();
         let deleted = if lease.kind().is_exclusive() {
             release_and_hand_over(&queue.core, &queue.handovers, &key, token).await?
+        } else if let LockKind::Permit { .. } = lease.kind() {
+            release_permit(&queue.core, &queue.permit_handovers, &key, token).await?
         } else {
             let compare = Compare::create_revision(key.as_str(), CompareOp::Equal, token);
             queue.core.delete_if(&key, compare).await?
@@ -227,8 +229,7 @@ impl LockBackend for EtcdBackend {
     }
 
     /// Deletes every key of `req`'s owner in `req`'s family (a semaphore's
-    /// key in its internal lock's line and its lease key; a read-write
-    /// lock's keys of both sides), each only if its value is still the
+    /// lease key; a read-write lock's keys of both sides), each only if its value is still the
     /// owner's token (an election candidate's key, whose value is what it
     /// proclaims, by its name, which ends in that whole token).
     async fn abandon(&self, req: &AcquireRequest) -> Result<()> {

@@ -14,8 +14,11 @@
 //! same revision; the grant's deadline still counts from its session's last
 //! proof of life, and a waiter whose session is due for a keep-alive reads
 //! as before, which proves it.
+//!
+//! A permit's release does the same for a semaphore's first waiter (see
+//! [`release_permit`]).
 
-use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
 use lock_core::Result;
 use lock_core::backend::Handovers;
 
@@ -61,6 +64,67 @@ pub(crate) async fn release_and_hand_over(
             if still_ours(got, next.waiter.revision, next.waiter.session))
     });
     if still_there {
+        next.grant(());
+    }
+    Ok(true)
+}
+
+/// What a permit's release checks and writes of the first waiter of this
+/// backend whose keys ahead included the released one.
+#[derive(Debug)]
+pub(crate) struct PermitWaiter {
+    pub(crate) key: String,
+    pub(crate) revision: i64,
+    pub(crate) session: i64,
+    /// The key's value, which its put again keeps.
+    pub(crate) owner: String,
+}
+
+/// First waiters of semaphores, by each key ahead of them.
+pub(crate) type PermitHandovers = Handovers<PermitWaiter, ()>;
+
+/// Deletes a permit's lease `key` if its create revision is still `token`
+/// and, in the same `Txn`, grants the first waiter in `handovers` that
+/// waits for it: the deleted key was one of the `N` oldest, and the
+/// waiter's key came right after them, so it is among the `N` oldest now.
+/// The grant is the waiter's own (`Permits::grant`): its key put again if
+/// it is still there with its create revision, on its session. Whether the
+/// delete went through.
+pub(crate) async fn release_permit(
+    core: &Core,
+    handovers: &PermitHandovers,
+    key: &str,
+    token: i64,
+) -> Result<bool> {
+    let compare = Compare::create_revision(key, CompareOp::Equal, token);
+    let Some(next) = handovers.take(key) else {
+        return core.delete_if(key, compare).await;
+    };
+    let waiter = &next.waiter;
+    let grant = Txn::new()
+        .when([
+            Compare::create_revision(waiter.key.as_str(), CompareOp::Equal, waiter.revision),
+            Compare::lease(waiter.key.as_str(), CompareOp::Equal, waiter.session),
+        ])
+        .and_then([TxnOp::put(
+            waiter.key.as_str(),
+            waiter.owner.as_str(),
+            Some(PutOptions::new().with_ignore_lease()),
+        )]);
+    let txn = Txn::new()
+        .when([compare])
+        .and_then([TxnOp::delete(key, None), TxnOp::txn(grant)]);
+    let response = core
+        .call("delete our key", |mut c| async move { c.txn(txn).await })
+        .await?;
+    if !response.succeeded() {
+        return Ok(false);
+    }
+    let granted = response
+        .op_responses()
+        .get(1)
+        .is_some_and(|op| matches!(op, TxnOpResponse::Txn(txn) if txn.succeeded()));
+    if granted {
         next.grant(());
     }
     Ok(true)

@@ -7,8 +7,9 @@
 //!   in the mutex's range, as etcd's own `concurrency.Election` shares it
 //!   with its `Mutex`: the key's value is what the candidate proclaims, so
 //!   its name must tell whose it is;
-//! - a semaphore: `{prefix}{name}#sem/locks/{id}` (its internal lock) and
-//!   `{prefix}{name}#sem/leases/{id}` (one per permit taken or asked for);
+//! - a semaphore: `{prefix}{name}#sem/leases/{id}`, one per permit taken
+//!   or waited for (the range Curator's shape used for its lease keys, with
+//!   the same rule, so that older clients admit by the same count);
 //! - a read-write lock: `{prefix}{name}#rw/read/{id}` and
 //!   `{prefix}{name}#rw/write/{id}`, ordered together by create revision.
 //!
@@ -73,15 +74,16 @@ impl Layout {
         format!("{}{part}/", self.family_dir(name, family))
     }
 
-    /// The range of a semaphore's lease keys, one per permit taken (or
-    /// asked for by the holder of its internal lock).
+    /// The range of a semaphore's lease keys, one per permit taken or
+    /// waited for.
     pub(crate) fn leases_dir(&self, name: &LockName) -> String {
         self.part(name, Family::Semaphore, "leases")
     }
 
     /// The line an acquire queues in: the mutex's own (also an election
-    /// candidate's); a semaphore's internal lock; a writer behind every
-    /// older key of the read-write lock, a reader behind older writers only.
+    /// candidate's); a semaphore's lease keys (where the `N` oldest hold);
+    /// a writer behind every older key of the read-write lock, a reader
+    /// behind older writers only.
     pub(crate) fn line(&self, req: &AcquireRequest) -> Line {
         let id = key_id(req.owner);
         let (name, family) = (&req.name, req.kind.family());
@@ -92,7 +94,7 @@ impl Layout {
                     blockers: self.dir(name),
                 };
             }
-            LockKind::Permit { .. } => ("locks", self.part(name, family, "locks")),
+            LockKind::Permit { .. } => ("leases", self.leases_dir(name)),
             LockKind::Read => ("read", self.part(name, family, "write")),
             LockKind::Write => ("write", self.family_dir(name, family)),
             _ => {
@@ -121,14 +123,9 @@ impl Layout {
         }
     }
 
-    /// Every key an acquire of `req` may have put: its line's and, for a
-    /// permit, its lease key.
+    /// Every key an acquire of `req` may have put: its line's.
     pub(crate) fn keys_of(&self, req: &AcquireRequest) -> Vec<String> {
-        let mut keys = vec![self.line(req).key];
-        if let LockKind::Permit { .. } = req.kind {
-            keys.push(self.held_key(&req.name, req.owner, req.kind));
-        }
-        keys
+        vec![self.line(req).key]
     }
 
     /// Every key `req`'s owner may have in `req`'s family: what an

@@ -16,7 +16,9 @@ mod mark;
 mod names;
 mod probe;
 mod queue;
+mod queued;
 mod semaphore;
+mod semaphore_wait;
 mod session;
 
 pub use backend::{EtcdBackend, MIN_TTL};

@@ -3,8 +3,9 @@
 //! prefix, attached to its client's session lease; the lowest create
 //! revision holds, every other watches the key just before its own.
 //!
-//! The same code serves every [`Line`]: the mutex, the semaphore's internal
-//! lock, and both sides of a read-write lock. A line names our key and the
+//! The same code serves the mutex's [`Line`] and both sides of a
+//! read-write lock's; a semaphore's lease keys wait their own way
+//! (`semaphore_wait.rs`). A line names our key and the
 //! range of keys that keep us waiting while one older than ours is there.
 //!
 //! [`Queue`] holds what the protocol needs of one backend; the semaphore's
@@ -23,21 +24,22 @@ use lock_core::{Error, FencingToken, Result};
 
 use crate::client::Core;
 use crate::error::{convert, lease_not_found};
-use crate::handover::{EtcdHandovers, Waiter};
+use crate::handover::{EtcdHandovers, PermitHandovers, Waiter};
 use crate::layout::{Layout, Line};
 use crate::mark::Mark;
 use crate::session::{Session, Sessions, still_ours};
 
 /// The lock queues of one backend: its connection, its key names, the
-/// session leases its keys go on, its waiters a release can grant directly,
-/// and how many watch events woke one. Cheap to clone; clones share all of
-/// it.
+/// session leases its keys go on, its waiters a release can grant directly
+/// (a mutex's or a writer's, and a semaphore's first waiters), and how many
+/// watch events woke one. Cheap to clone; clones share all of it.
 #[derive(Clone)]
 pub(crate) struct Queue {
     pub(crate) core: Core,
     pub(crate) layout: Layout,
     pub(crate) sessions: Arc<Sessions>,
     pub(crate) handovers: Arc<EtcdHandovers>,
+    pub(crate) permit_handovers: Arc<PermitHandovers>,
     pub(crate) wakeups: Arc<AtomicU64>,
 }
 
@@ -67,6 +69,7 @@ impl Queue {
             sessions: Arc::new(Sessions::new(core.clone())),
             core,
             handovers: Arc::default(),
+            permit_handovers: Arc::default(),
             wakeups: Arc::new(AtomicU64::new(0)),
         }
     }

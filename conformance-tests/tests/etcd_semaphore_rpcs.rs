@@ -1,0 +1,133 @@
+//! The requests a semaphore's permit costs on etcd, counted by the server
+//! itself (its `grpc_server_started_total` metric, on a member of this
+//! test's own, so no other test's requests are counted): a free permit is
+//! one `Txn` and its release one more; a permit waited for is its `Txn`, a
+//! watch with a read sent beside it, and the release that hands it over.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use conformance_tests::kinds::Kinds;
+use conformance_tests::servers::etcd::Etcd;
+use distlock::backends::etcd::EtcdBackend;
+use lock_core::{AcquireOptions, LockKind, Locker, Wait};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::{sleep, timeout};
+
+const TTL: Duration = Duration::from_secs(30);
+
+/// RPCs started on the member at `addr`, by method.
+async fn started(addr: &str) -> HashMap<String, u64> {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    let request = format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("request");
+    let mut body = String::new();
+    stream.read_to_string(&mut body).await.expect("metrics");
+    let mut counts = HashMap::new();
+    for line in body.lines() {
+        let Some(labels) = line.strip_prefix("grpc_server_started_total{") else {
+            continue;
+        };
+        let method = labels
+            .split(',')
+            .find_map(|l| l.strip_prefix("grpc_method=\""))
+            .and_then(|m| m.split('"').next())
+            .expect("a method label");
+        let count: u64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|c| c.parse().ok())
+            .expect("a count");
+        // Summed: the health service has a `Watch` of its own.
+        *counts.entry(method.to_owned()).or_insert(0) += count;
+    }
+    counts
+}
+
+/// What was started between two readings, methods with none left out.
+fn since(before: &HashMap<String, u64>, after: &HashMap<String, u64>) -> HashMap<String, u64> {
+    after
+        .iter()
+        .map(|(m, n)| (m.clone(), n - before.get(m).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .collect()
+}
+
+fn counts(pairs: &[(&str, u64)]) -> HashMap<String, u64> {
+    pairs.iter().map(|(m, n)| ((*m).to_owned(), *n)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_costs_one_txn_and_its_release_one() {
+    let etcd = Etcd::start().await;
+    let addr = etcd.members[0].client_addr.clone();
+    let backend = EtcdBackend::connect(&etcd.url("rpcs", ""))
+        .await
+        .expect("connect");
+    let l = Locker::from_arc(Arc::new(backend));
+    let opts = AcquireOptions::with_ttl(TTL);
+    let kind = LockKind::permit(2);
+    // The session's lease is granted by the first acquire.
+    l.lock_kind("pool", kind, opts.wait(Wait::No))
+        .await
+        .expect("a free permit")
+        .release()
+        .await
+        .expect("release");
+
+    let before = started(&addr).await;
+    for _ in 0..5 {
+        let g = l
+            .lock_kind("pool", kind, opts.wait(Wait::No))
+            .await
+            .expect("a free permit");
+        g.release().await.expect("release");
+    }
+    assert_eq!(
+        since(&before, &started(&addr).await),
+        counts(&[("Txn", 10)]),
+        "five free permits taken and released"
+    );
+
+    // Both permits held (by tasks of their own: one task's second ask of a
+    // permit would share its first); a waiter of the same client is first
+    // in line.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let l = l.clone();
+        held.push(
+            tokio::spawn(async move { l.lock_kind("pool", kind, opts.wait(Wait::No)).await })
+                .await
+                .expect("task")
+                .expect("a free permit"),
+        );
+    }
+    let before = started(&addr).await;
+    let waiter = {
+        let l = l.clone();
+        tokio::spawn(async move {
+            l.lock_kind("pool", kind, opts.wait(Wait::For(Duration::from_secs(20))))
+                .await
+        })
+    };
+    // Time to put its key and watch.
+    sleep(Duration::from_millis(500)).await;
+    let second = held.pop().expect("two");
+    let first = held.pop().expect("two");
+    first.release().await.expect("release");
+    let granted = timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("the waiter is granted")
+        .expect("task")
+        .expect("a permit");
+    granted.release().await.expect("release");
+    assert_eq!(
+        since(&before, &started(&addr).await),
+        counts(&[("Txn", 4), ("Watch", 1)]),
+        "the waiter's put, its watch and the read beside it, the release that grants it, its \
+         release"
+    );
+    second.release().await.expect("release");
+}
