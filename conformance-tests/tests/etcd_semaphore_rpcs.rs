@@ -112,8 +112,23 @@ async fn a_permit_costs_one_txn_and_its_release_one() {
                 .await
         })
     };
-    // Time to put its key and watch.
-    sleep(Duration::from_millis(500)).await;
+    // Until its put, its watch and the read beside it have reached the
+    // server (a fixed sleep could end first on a loaded machine, and the
+    // release would then find no waiter), then a moment for their answers
+    // to come back and the waiter to stand by for a hand-over.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let now = since(&before, &started(&addr).await);
+        if now.get("Watch") >= Some(&1) && now.get("Txn") >= Some(&2) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the waiter did not put its key and watch within 20 s: {now:?}"
+        );
+        sleep(Duration::from_millis(20)).await;
+    }
+    sleep(Duration::from_millis(300)).await;
     let second = held.pop().expect("two");
     let first = held.pop().expect("two");
     first.release().await.expect("release");
