@@ -249,6 +249,7 @@ impl MetaClient {
     /// `key` as the read found it.
     ///
     /// The counter moves even when the add is refused.
+    #[cfg_attr(not(feature = "raw"), allow(dead_code))]
     pub async fn add_then_increment(
         &self,
         key: &str,

@@ -186,9 +186,10 @@ pub(crate) static ELECT_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(
 /// the holders alone, so its scripts leave the other two sets alone, since
 /// every `redis.call` is on the path of every acquire.
 ///
-/// `keep` sets the expiry only if it is later (`GT`) in one call where the
-/// key has one; a key without (a new one) reads as never expiring to `GT`,
-/// and gets one from the second call.
+/// `keep` sets the expiry only if it is later (`GT`) where the key has one,
+/// else (a new key, which `GT` reads as never expiring) sets it (`NX`):
+/// one call when the first one tried applies, so a caller that knows the
+/// key is `fresh` tries `NX` first.
 const GROUP_PROLOGUE: &str = r"
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -207,9 +208,13 @@ for i = 1, last do
         end
     end
 end
-local function keep(key, at)
-    if redis.call('PEXPIREAT', key, at, 'GT') == 0 and redis.call('PEXPIRETIME', key) == -1 then
-        redis.call('PEXPIREAT', key, at)
+local function keep(key, at, fresh)
+    local first, second = 'GT', 'NX'
+    if fresh then
+        first, second = 'NX', 'GT'
+    end
+    if redis.call('PEXPIREAT', key, at, first) == 0 then
+        redis.call('PEXPIREAT', key, at, second)
     end
 end
 ";
@@ -238,9 +243,10 @@ local function again()
     keep(KEYS[4], expires)
     return tonumber(redis.call('HGET', KEYS[4], owner))
 end
-local free
+local free, fresh
 if mode == 'p' then
-    free = redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[4])
+    local held = redis.call('ZCARD', KEYS[1])
+    free, fresh = held < tonumber(ARGV[4]), held == 0
 elseif mode == 'r' then
     free = redis.call('ZCARD', KEYS[2]) == 0 and redis.call('ZCARD', KEYS[3]) == 0
 else
@@ -272,8 +278,8 @@ if token < now * 1000 then
     redis.call('SET', KEYS[5], string.format('%d', token))
 end
 redis.call('HSET', KEYS[4], owner, string.format('%d', token))
-keep(mine, expires)
-keep(KEYS[4], expires)
+keep(mine, expires, fresh)
+keep(KEYS[4], expires, fresh)
 return token
 ";
 
