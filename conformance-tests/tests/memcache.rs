@@ -2,10 +2,10 @@
 //! and compare-and-set against a new holder, eviction of a held lock, a
 //! restart that loses the fence counter, TTL limits, an unreachable server,
 //! an `add` whose reply was lost, one request per acquire, renewal and
-//! release, and writes that land before a release's or renewal's write on
-//! the CAS it knows or between its read and its conditional write; a
-//! semaphore's slot items, read and written with plain meta commands. Calls
-//! cut mid-exchange are in `memcache_cancel.rs`.
+//! release (a permit's too), and writes that land before a release's or
+//! renewal's write on the CAS it knows or between its read and its
+//! conditional write; a semaphore's slot items, read and written with plain
+//! meta commands. Calls cut mid-exchange are in `memcache_cancel.rs`.
 
 mod common {
     pub(crate) mod memcache;
@@ -311,6 +311,41 @@ async fn an_acquire_a_renewal_and_a_release_take_one_request_each() {
         .expect("free again");
     assert!(after.token() > lease.token(), "tokens go up");
     a.release(&after).await.expect("release");
+}
+
+/// A permit whose first slot is free takes one request (its add, the
+/// counter and the read of every slot written together, as the floor's
+/// bare add is one), an attempt on a full semaphore one, and a release one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_free_permit_a_full_semaphore_and_a_release_take_one_request_each() {
+    const PERMITS: u32 = 2;
+    let proxy = Proxy::to(Memcached::shared().await.socket_addr()).await;
+    let (a, _) = proxied_pair(&proxy).await;
+    let name = LockName::new("one-permit").expect("name");
+    let req = || {
+        AcquireRequest::new(name.clone(), Duration::from_secs(10))
+            .with_kind(LockKind::permit(PERMITS))
+    };
+    let first = in_one_request(&proxy, a.try_acquire(&req()))
+        .await
+        .expect("try_acquire")
+        .expect("a free semaphore");
+    // The second may find its first slot taken by the first: then its add
+    // there is refused and the free slot the read found is added next.
+    let second = a
+        .try_acquire(&req())
+        .await
+        .expect("try_acquire")
+        .expect("a free permit");
+    assert_ne!(first.slot(), second.slot());
+    let full = in_one_request(&proxy, a.try_acquire(&req()))
+        .await
+        .expect("try_acquire");
+    assert!(full.is_none(), "both permits are held");
+    in_one_request(&proxy, a.release(&first))
+        .await
+        .expect("release");
+    a.release(&second).await.expect("release");
 }
 
 /// Runs `call` (a release or renewal through `proxy`, of a lease whose CAS

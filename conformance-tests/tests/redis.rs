@@ -1,7 +1,9 @@
 //! Redis beyond the conformance suite, on the shared server (the one
 //! `DISTLOCK_TEST_REDIS_URL` names, if set): plain `SET NX PX` clients, a
-//! fence counter rolled back, pub/sub wake-ups, and secrets. Tests that
-//! stop, freeze, replicate or configure a server are in `redis_faults.rs`.
+//! fence counter rolled back, pub/sub wake-ups, secrets, the group's keys,
+//! and (on a server of its own, whose counters it resets) the commands a
+//! permit runs on the server. Tests that stop, freeze, replicate or
+//! configure a server are in `redis_faults.rs`.
 
 mod common {
     pub(crate) mod redis;
@@ -304,4 +306,44 @@ async fn semaphores_and_read_write_locks_are_sorted_sets_of_holders() {
     );
     w.release().await.expect("release");
     assert_eq!(zcard(format!("{rw}#writers")).await, 0);
+}
+
+/// The commands a permit's uncontended acquire and release run on the
+/// server (their scripts' `redis.call`s), as its command counters count
+/// them: a semaphore's scripts touch only the holders set, its tokens and
+/// counter, and set each key's expiry in one call, so the pair stays well
+/// below the two scripts' worst case. Each call is server time on the path
+/// of every permit, where the floor's `SET NX` is one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permits_acquire_and_release_run_few_commands_on_the_server() {
+    let server = Redis::start().await;
+    let l = locker(&server.url(&format!("prefix={}", prefix()))).await;
+    let mut plain = plain(&server).await;
+    // The first pair loads the scripts.
+    let warm = l.semaphore("calls", 2).acquire().await.expect("a permit");
+    warm.release().await.expect("release");
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut plain)
+        .await
+        .expect("CONFIG RESETSTAT");
+    let permit = l.semaphore("calls", 2).acquire().await.expect("a permit");
+    permit.release().await.expect("release");
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut plain)
+        .await
+        .expect("INFO commandstats");
+    let not_the_scripts = ["eval", "evalsha", "info", "config"];
+    let calls: Vec<(&str, u64)> = stats
+        .lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest.strip_prefix("calls=")?.split(',').next()?;
+            Some((name, calls.parse().ok()?))
+        })
+        .filter(|(name, _)| !not_the_scripts.contains(&name.split('|').next().unwrap_or(name)))
+        .collect();
+    let total: u64 = calls.iter().map(|(_, n)| n).sum();
+    assert!(total <= 15, "{total} commands: {calls:?}");
 }

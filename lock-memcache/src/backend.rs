@@ -13,7 +13,7 @@ use tokio_rustls::TlsConnector;
 
 use crate::MemcacheConfig;
 use crate::ballot::owner_of;
-use crate::meta::{MetaClient, Write};
+use crate::meta::{Item, MetaClient, Write};
 use crate::place::{CLOCK_LAG, Place};
 
 /// The shortest TTL a guard can keep: its lease, two seconds short of the
@@ -200,24 +200,46 @@ impl MemcacheBackend {
         place: &Place,
         sent: Instant,
     ) -> Result<Option<Lease>> {
-        let record = place.record(req);
+        // The read tells whether a refusal found our own item.
+        let (added, token, mut read) = self.add_reading(req, place, &[&place.key]).await?;
+        if let Write::Applied(cas) = added {
+            return Ok(Some(place.lease(req, token, cas, sent)));
+        }
+        match read
+            .pop()
+            .flatten()
+            .filter(|i| owner_of(&i.value) == req.owner.to_hex())
+        {
+            Some(item) => self.take_again(req, place, item.cas, sent).await,
+            None => Ok(None),
+        }
+    }
+
+    /// The add of [`add_at`](Self::add_at), its token, and the items at
+    /// `reads` as they were right behind both, in one round trip.
+    pub(crate) async fn add_reading(
+        &self,
+        req: &AcquireRequest,
+        place: &Place,
+        reads: &[&str],
+    ) -> Result<(Write, FencingToken, Vec<Option<Item>>)> {
         // The counter is incremented right behind the add on the same
         // connection, so after the grant and before anybody else can be
         // granted: tokens follow grants. (Ahead of the add, another
         // connection's grant could come in between and draw a larger token
-        // than ours.) A refused add burns a token; the read tells whether
-        // the refusal found our own item.
-        let (added, token, item) = self
+        // than ours.) A refused add burns a token.
+        let (added, token, read) = self
             .client
-            .add_then_increment(&place.key, &record, exptime(req.ttl), &place.fence, seed())
+            .add_then_increment_reading(
+                &place.key,
+                &place.record(req),
+                exptime(req.ttl),
+                &place.fence,
+                seed(),
+                reads,
+            )
             .await?;
-        if let Write::Applied(cas) = added {
-            return Ok(Some(place.lease(req, FencingToken::new(token), cas, sent)));
-        }
-        match item.filter(|i| owner_of(&i.value) == req.owner.to_hex()) {
-            Some(item) => self.take_again(req, place, item.cas, sent).await,
-            None => Ok(None),
-        }
+        Ok((added, FencingToken::new(token), read))
     }
 
     /// Takes again the grant `req`'s owner holds at `place`, whose item an

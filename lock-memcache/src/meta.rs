@@ -249,6 +249,7 @@ impl MetaClient {
     /// `key` as the read found it.
     ///
     /// The counter moves even when the add is refused.
+    #[cfg_attr(not(feature = "raw"), allow(dead_code))]
     pub async fn add_then_increment(
         &self,
         key: &str,
@@ -257,22 +258,39 @@ impl MetaClient {
         counter: &str,
         seed: u64,
     ) -> Result<(Write, u64, Option<Item>)> {
+        let (added, counted, mut read) = self
+            .add_then_increment_reading(key, value, exptime, counter, seed, &[key])
+            .await?;
+        Ok((added, counted, read.pop().flatten()))
+    }
+
+    /// [`add_then_increment`](Self::add_then_increment) with the read of
+    /// every key of `reads` instead of `key` alone, in the same round trip
+    /// and in that order: the items as they were right behind the add.
+    pub async fn add_then_increment_reading(
+        &self,
+        key: &str,
+        value: &str,
+        exptime: u64,
+        counter: &str,
+        seed: u64,
+        reads: &[&str],
+    ) -> Result<(Write, u64, Vec<Option<Item>>)> {
         let add = format!("ms {key} {} T{exptime} ME c", value.len());
         let increment = increment_line(counter, seed);
-        let read = peek_line(key);
-        let replies = self
-            .pipeline(
-                "add",
-                &[
-                    (&add, Some(value.as_bytes())),
-                    (&increment, None),
-                    (&read, None),
-                ],
-            )
-            .await?;
-        let [added, counted, read] = <[Reply; 3]>::try_from(replies)
-            .map_err(|_| Error::backend("memcached answered a pipeline short"))?;
-        Ok((written(&added)?, counter_value(&counted)?, item(&read)))
+        let lines: Vec<String> = reads.iter().map(|key| peek_line(key)).collect();
+        let mut commands: Vec<(&str, Option<&[u8]>)> =
+            vec![(&add, Some(value.as_bytes())), (&increment, None)];
+        commands.extend(lines.iter().map(|line| (line.as_str(), None)));
+        let replies = self.pipeline("add", &commands).await?;
+        let [added, counted, read @ ..] = replies.as_slice() else {
+            return Err(Error::backend("memcached answered a pipeline short"));
+        };
+        Ok((
+            written(added)?,
+            counter_value(counted)?,
+            read.iter().map(item).collect(),
+        ))
     }
 
     /// The items at `keys`, read in one round trip and without bumping them

@@ -41,28 +41,47 @@ impl MemcacheBackend {
 
     /// One attempt at a permit of `req.name`'s semaphore of `permits`.
     ///
-    /// The slots are read first, in one round trip: if one holds our owner,
-    /// an earlier attempt's add applied and its reply was lost, and that
-    /// grant is taken again rather than a second slot. Otherwise the slots
-    /// the read found free are added one at a time, from a slot of the
-    /// owner's own (so that contenders spread over the slots instead of all
-    /// racing for slot 0), until one add is granted or all are refused. The
-    /// adds are not written together: each one that applies takes a permit,
-    /// and an attempt wants one. A full semaphore costs the read alone, and
-    /// draws no token.
+    /// The add goes first, at a slot of the owner's own (so that
+    /// contenders spread over the slots instead of all racing for slot 0),
+    /// with the token drawn and every slot read right behind it, in one
+    /// round trip: where that slot is free, as the floor's bare add finds
+    /// it, the permit costs no more. The read serves the rest:
+    /// - a slot other than the one just added holding our owner is an
+    ///   earlier attempt's add that applied and whose reply was lost: that
+    ///   grant is taken again, and the item just added deleted, so the
+    ///   owner never keeps two;
+    /// - a refused add that found our own item takes that grant again;
+    /// - otherwise the slots the read found free are added one at a time
+    ///   until one add is granted or all are refused. The adds are not
+    ///   written together: each one that applies takes a permit, and an
+    ///   attempt wants one.
+    ///
+    /// A full semaphore costs the one round trip, and burns a token.
     pub(crate) async fn try_permit(
         &self,
         req: &AcquireRequest,
         permits: u32,
         sent: Instant,
     ) -> Result<Option<Lease>> {
-        let (places, items) = self.read_slots(&req.name, permits).await?;
+        let places: Vec<Place> = (0..permits).map(|i| self.slot(&req.name, i)).collect();
+        let keys: Vec<&str> = places.iter().map(|p| p.key.as_str()).collect();
+        let start = u32::try_from(req.owner.to_u128() % u128::from(permits)).unwrap_or(0);
+        let first = &places[start as usize];
+        let (added, token, items) = self.add_reading(req, first, &keys).await?;
         let owner = req.owner.to_hex();
-        if let Some((place, item)) = ours(&places, &items, &owner).next() {
+        let added = added.applied();
+        let earlier = ours(&places, &items, &owner)
+            .find(|(place, _)| added.is_none() || place.slot != first.slot);
+        if let Some((place, item)) = earlier {
+            if let Some(cas) = added {
+                self.client.delete_if(&first.key, cas).await?;
+            }
             return self.take_again(req, place, item.cas, sent).await;
         }
-        let start = u32::try_from(req.owner.to_u128() % u128::from(permits)).unwrap_or(0);
-        for slot in (0..permits).map(|i| (start + i) % permits) {
+        if let Some(cas) = added {
+            return Ok(Some(first.lease(req, token, cas, sent)));
+        }
+        for slot in (1..permits).map(|i| (start + i) % permits) {
             let slot = slot as usize;
             if items[slot].is_some() {
                 continue;

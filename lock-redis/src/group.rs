@@ -170,13 +170,14 @@ impl Node {
     ) -> Result<bool> {
         let family = kind.family();
         let (channel, publish) = self.keys().release_channel(name);
-        let mut cleanup = eval(&LEAVE_TEXT, &self.keys().group(name, family));
+        let mut cleanup = eval(LEAVE_TEXT, &self.keys().group(name, family));
         cleanup
             .arg(owner.to_hex())
             .arg(token_arg(token))
             .arg(channel)
             .arg(notice(name, family))
-            .arg(publish);
+            .arg(publish)
+            .arg(mode(kind));
         let done = self.clean_up(cleanup, "release").await?;
         Ok(done == 1)
     }

@@ -173,18 +173,31 @@ pub(crate) static PROCLAIM_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::n
 pub(crate) static ELECT_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ELECT));
 
 /// The shared prologue of the group scripts (semaphores and read-write
-/// locks): the server's time in ms, expired members dropped from the three
-/// member sets, and `keep`, which makes a key outlive its latest member
-/// (never shortening it) so that an abandoned name's keys go away.
+/// locks) that read the group: the server's time in ms, expired members
+/// dropped from the member sets the mode reads, and `keep`, which makes a
+/// key outlive its latest member (never shortening it) so that an
+/// abandoned name's keys go away.
 ///
 /// `KEYS` of every group script: 1 the holders (a semaphore's permits, a
 /// read-write lock's readers), 2 the writers, 3 the waiting writers — sorted
 /// sets of owner tokens scored by expiry in server ms — 4 the tokens (a
 /// hash, owner → fencing token), 5 the fence counter, 6 the waiting mark.
+/// `ARGV[3]` of every one is the mode: a semaphore's (`p`) has members in
+/// the holders alone, so its scripts leave the other two sets alone, since
+/// every `redis.call` is on the path of every acquire.
+///
+/// `keep` sets the expiry only if it is later (`GT`) where the key has one,
+/// else (a new key, which `GT` reads as never expiring) sets it (`NX`):
+/// one call when the first one tried applies, so a caller that knows the
+/// key is `fresh` tries `NX` first.
 const GROUP_PROLOGUE: &str = r"
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-for i = 1, 3 do
+local last = 3
+if ARGV[3] == 'p' then
+    last = 1
+end
+for i = 1, last do
     local gone = redis.call('ZRANGEBYSCORE', KEYS[i], '-inf', now)
     if #gone > 0 then
         redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
@@ -195,9 +208,13 @@ for i = 1, 3 do
         end
     end
 end
-local function keep(key, at)
-    if redis.call('PEXPIRETIME', key) < at then
-        redis.call('PEXPIREAT', key, at)
+local function keep(key, at, fresh)
+    local first, second = 'GT', 'NX'
+    if fresh then
+        first, second = 'NX', 'GT'
+    end
+    if redis.call('PEXPIREAT', key, at, first) == 0 then
+        redis.call('PEXPIREAT', key, at, second)
     end
 end
 ";
@@ -220,21 +237,25 @@ if mode == 'w' then
     mine = KEYS[2]
 end
 local expires = now + ttl
-if redis.call('ZSCORE', mine, owner) then
+local function again()
     redis.call('ZADD', mine, expires, owner)
     keep(mine, expires)
     keep(KEYS[4], expires)
     return tonumber(redis.call('HGET', KEYS[4], owner))
 end
-local free
+local free, fresh
 if mode == 'p' then
-    free = redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[4])
+    local held = redis.call('ZCARD', KEYS[1])
+    free, fresh = held < tonumber(ARGV[4]), held == 0
 elseif mode == 'r' then
     free = redis.call('ZCARD', KEYS[2]) == 0 and redis.call('ZCARD', KEYS[3]) == 0
 else
     free = redis.call('ZCARD', KEYS[1]) == 0 and redis.call('ZCARD', KEYS[2]) == 0
 end
 if not free then
+    if redis.call('ZSCORE', mine, owner) then
+        return again()
+    end
     if mode == 'w' then
         local waits = now + tonumber(ARGV[6])
         redis.call('ZADD', KEYS[3], waits, owner)
@@ -248,15 +269,17 @@ end
 if mode == 'w' then
     redis.call('ZREM', KEYS[3], owner)
 end
+if redis.call('ZADD', mine, 'NX', expires, owner) == 0 then
+    return again()
+end
 local token = redis.call('INCR', KEYS[5])
 if token < now * 1000 then
     token = now * 1000
     redis.call('SET', KEYS[5], string.format('%d', token))
 end
-redis.call('ZADD', mine, expires, owner)
 redis.call('HSET', KEYS[4], owner, string.format('%d', token))
-keep(mine, expires)
-keep(KEYS[4], expires)
+keep(mine, expires, fresh)
+keep(KEYS[4], expires, fresh)
 return token
 ";
 
@@ -295,25 +318,45 @@ end
 return 0
 ";
 
-/// `ARGV`: owner, token (empty: any — an abandon), channel, notice,
-/// `PUBLISH` or `SPUBLISH`. Removes the owner's grant (with this token) or,
-/// without a token, everything the owner has in the group, waiting writer
-/// included; announces it if anybody waits. Returns 1 if a live grant was
-/// removed.
+/// `KEYS`: the group's (see [`GROUP_PROLOGUE`]). `ARGV`: owner, token
+/// (empty: any — an abandon), channel, notice, `PUBLISH` or `SPUBLISH`,
+/// mode. Removes the owner's grant (with this token) or, without a token,
+/// everything the owner has in the group, waiting writer included;
+/// announces it if anybody waits. Returns 1 if a live grant was removed.
+///
+/// It reads no more of the group than the owner's own members: a member
+/// is live while its expiry (its score) is ahead of the server's clock,
+/// which is read only once one is found. Expired members of others stay
+/// for the next grant's prologue to drop.
 const LEAVE: &str = r"
 local owner = ARGV[1]
 if ARGV[2] ~= '' and redis.call('HGET', KEYS[4], owner) ~= ARGV[2] then
     return 0
 end
-local removed = 0
-for i = 1, 3 do
-    removed = removed + redis.call('ZREM', KEYS[i], owner)
+local first, last = 1, 1
+if ARGV[6] == 'w' then
+    first, last = 2, 3
+end
+local now
+local live = 0
+for i = first, last do
+    local expires = redis.call('ZSCORE', KEYS[i], owner)
+    if expires then
+        redis.call('ZREM', KEYS[i], owner)
+        if not now then
+            local clock = redis.call('TIME')
+            now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+        end
+        if tonumber(expires) > now then
+            live = 1
+        end
+    end
 end
 redis.call('HDEL', KEYS[4], owner)
-if removed > 0 and redis.call('EXISTS', KEYS[6]) == 1 then
+if live == 1 and redis.call('EXISTS', KEYS[6]) == 1 then
     redis.call(ARGV[5], ARGV[3], ARGV[4])
 end
-return math.min(removed, 1)
+return live
 ";
 
 /// The group scripts with their prologue.
@@ -367,5 +410,5 @@ pub(crate) static GROUP_HOLDERS_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(GROUP_HOLDERS));
 pub(crate) static GROUP_RENEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| group(GROUP_RENEW));
 pub(crate) static GROUP_HELD_SCRIPT: LazyLock<Script> = LazyLock::new(|| group(GROUP_HELD));
-/// [`LEAVE`] with its prologue, sent as text: a cleanup (see [`eval`]).
-pub(crate) static LEAVE_TEXT: LazyLock<String> = LazyLock::new(|| with_prologue(LEAVE));
+/// [`LEAVE`], sent as text: a cleanup (see [`eval`]).
+pub(crate) const LEAVE_TEXT: &str = LEAVE;
