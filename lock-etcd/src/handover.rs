@@ -45,28 +45,18 @@ pub(crate) async fn release_and_hand_over(
     key: &str,
     token: i64,
 ) -> Result<bool> {
-    let compare = Compare::create_revision(key, CompareOp::Equal, token);
-    let Some(next) = handovers.take(key) else {
-        return core.delete_if(key, compare).await;
-    };
-    let txn = Txn::new().when([compare]).and_then([
-        TxnOp::delete(key, None),
-        TxnOp::get(next.waiter.key.as_str(), None),
-    ]);
-    let response = core
-        .call("delete our key", |mut c| async move { c.txn(txn).await })
-        .await?;
-    if !response.succeeded() {
-        return Ok(false);
-    }
-    let still_there = response.op_responses().get(1).is_some_and(|op| {
-        matches!(op, TxnOpResponse::Get(got)
-            if still_ours(got, next.waiter.revision, next.waiter.session))
-    });
-    if still_there {
-        next.grant(());
-    }
-    Ok(true)
+    delete_handing_over(
+        core,
+        handovers,
+        key,
+        token,
+        |waiter| TxnOp::get(waiter.key.as_str(), None),
+        |waiter, op| {
+            matches!(op, TxnOpResponse::Get(got)
+                if still_ours(got, waiter.revision, waiter.session))
+        },
+    )
+    .await
 }
 
 /// What a permit's release checks and writes of the first waiter of this
@@ -96,35 +86,63 @@ pub(crate) async fn release_permit(
     key: &str,
     token: i64,
 ) -> Result<bool> {
+    delete_handing_over(
+        core,
+        handovers,
+        key,
+        token,
+        |waiter| {
+            let grant = Txn::new()
+                .when([
+                    Compare::create_revision(
+                        waiter.key.as_str(),
+                        CompareOp::Equal,
+                        waiter.revision,
+                    ),
+                    Compare::lease(waiter.key.as_str(), CompareOp::Equal, waiter.session),
+                ])
+                .and_then([TxnOp::put(
+                    waiter.key.as_str(),
+                    waiter.owner.as_str(),
+                    Some(PutOptions::new().with_ignore_lease()),
+                )]);
+            TxnOp::txn(grant)
+        },
+        |_, op| matches!(op, TxnOpResponse::Txn(txn) if txn.succeeded()),
+    )
+    .await
+}
+
+/// What both releases share: deletes `key` if its create revision is still
+/// `token`; if a waiter in `handovers` watches it, `check` of that waiter
+/// goes in the same `Txn`, and the waiter is granted when `granted` reads
+/// its answer so. Whether the delete went through.
+async fn delete_handing_over<W>(
+    core: &Core,
+    handovers: &Handovers<W, ()>,
+    key: &str,
+    token: i64,
+    check: impl FnOnce(&W) -> TxnOp,
+    granted: impl FnOnce(&W, &TxnOpResponse) -> bool,
+) -> Result<bool> {
     let compare = Compare::create_revision(key, CompareOp::Equal, token);
     let Some(next) = handovers.take(key) else {
         return core.delete_if(key, compare).await;
     };
-    let waiter = &next.waiter;
-    let grant = Txn::new()
-        .when([
-            Compare::create_revision(waiter.key.as_str(), CompareOp::Equal, waiter.revision),
-            Compare::lease(waiter.key.as_str(), CompareOp::Equal, waiter.session),
-        ])
-        .and_then([TxnOp::put(
-            waiter.key.as_str(),
-            waiter.owner.as_str(),
-            Some(PutOptions::new().with_ignore_lease()),
-        )]);
     let txn = Txn::new()
         .when([compare])
-        .and_then([TxnOp::delete(key, None), TxnOp::txn(grant)]);
+        .and_then([TxnOp::delete(key, None), check(&next.waiter)]);
     let response = core
         .call("delete our key", |mut c| async move { c.txn(txn).await })
         .await?;
     if !response.succeeded() {
         return Ok(false);
     }
-    let granted = response
+    let grant = response
         .op_responses()
         .get(1)
-        .is_some_and(|op| matches!(op, TxnOpResponse::Txn(txn) if txn.succeeded()));
-    if granted {
+        .is_some_and(|op| granted(&next.waiter, op));
+    if grant {
         next.grant(());
     }
     Ok(true)
