@@ -378,6 +378,19 @@ fn workloads_and_sweep_points_can_be_picked() {
         .collect();
     assert_eq!(xs, [256]);
 
+    // A sweep of no workload it has, or of no point it can run: usage.
+    for args in [
+        &["--workload", "semaphore"][..],
+        &["--workload", "hand-off", "--points", "2"][..],
+    ] {
+        let empty = bench(&[&["--url", "memory://", "--sweep", "--out", out][..], args].concat());
+        assert_eq!(empty.status.code(), Some(64), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&empty.stderr).contains("nothing to run"),
+            "{args:?}"
+        );
+    }
+
     let bad = bench(&["--url", "memory://", "--workload", "nap", "--out", out]);
     assert_eq!(bad.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("read-write"));

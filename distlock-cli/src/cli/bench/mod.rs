@@ -193,6 +193,13 @@ async fn sweep(
         })
         .collect();
     let points: usize = axes.iter().map(|a| a.2.len()).sum();
+    if points == 0 {
+        eprintln!(
+            "distlock: --sweep has nothing to run: its workloads are contended, hand-off, \
+             wake-ups and many-names, and hand-off and wake-ups start at 4 clients"
+        );
+        return Ok(exit::USAGE);
+    }
     eprintln!(
         "distlock bench --sweep: {points} points of {:.1}s per backend; about {:.0}s in all",
         args.duration.as_secs_f64(),
