@@ -5,6 +5,7 @@
 //! [`acquire_lease`] for a lease with nothing to renew it. Applications use
 //! [`Locker`] and its guards, and rarely need this module.
 
+pub use crate::admitted::{Admissions, Admitted, Expecting};
 pub use crate::error::BoxError;
 pub use crate::handover::{Handover, Handovers, Registration};
 pub use crate::kind::Family;

@@ -3,6 +3,7 @@
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod admitted;
 pub mod backend;
 pub mod blocking;
 mod capabilities;

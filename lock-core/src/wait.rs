@@ -9,6 +9,7 @@ use std::time::Duration;
 use rand::Rng;
 use tokio::sync::Notify;
 
+use crate::admitted::Admissions;
 use crate::error::Result;
 use crate::lease::Lease;
 use crate::name::LockName;
@@ -22,6 +23,7 @@ use crate::per_name::{Entry, PerName};
 #[derive(Debug, Default)]
 pub struct Waking<'a> {
     signals: Option<&'a ReleaseSignals>,
+    admissions: Option<&'a Arc<Admissions>>,
     backoff: Backoff,
 }
 
@@ -35,8 +37,17 @@ impl<'a> Waking<'a> {
     pub fn signalled(signals: &'a ReleaseSignals) -> Self {
         Self {
             signals: Some(signals),
+            admissions: None,
             backoff: Backoff::new(),
         }
+    }
+
+    /// Granted, too, by a release in this process that admits the waiter
+    /// on the server (see [`Admissions`]): the wait ends with that grant
+    /// without another attempt.
+    pub fn admitted_by(mut self, admissions: &'a Arc<Admissions>) -> Self {
+        self.admissions = Some(admissions);
+        self
     }
 
     /// Re-checks at least every `cap`: a backend whose server wakes
@@ -72,9 +83,14 @@ pub(crate) async fn poll<A: Attempt + ?Sized>(
 ) -> Result<Lease> {
     let Waking {
         signals,
+        admissions,
         mut backoff,
     } = waking;
     let wake = signals.map(|s| s.subscribe(&req.name));
+    // Registered before the first attempt: a release answered at any time
+    // after the server refused it, and so took it as a waiter it may admit,
+    // finds it here.
+    let mut expecting = admissions.map(|a| a.expect(req.owner));
     loop {
         // Listening from before the attempt: a release announced while the
         // attempt is on its way still wakes this waiter, even by
@@ -85,6 +101,7 @@ pub(crate) async fn poll<A: Attempt + ?Sized>(
             listening.enable();
         }
         budget.attempted();
+        let sent_at = tokio::time::Instant::now();
         let failure = match backend.attempt(req).await {
             Ok(Some(lease)) => return Ok(lease),
             Ok(None) => None,
@@ -99,6 +116,9 @@ pub(crate) async fn poll<A: Attempt + ?Sized>(
         }
         if failure.is_none() {
             budget.waiting();
+            if let Some(expecting) = &expecting {
+                expecting.refused();
+            }
         }
         let nap = backoff.next_nap();
         let woken = async {
@@ -107,16 +127,30 @@ pub(crate) async fn poll<A: Attempt + ?Sized>(
                 None => std::future::pending().await,
             }
         };
+        let admitted = async {
+            match expecting.as_mut() {
+                Some(expecting) => Some(expecting.admitted().await),
+                None => std::future::pending().await,
+            }
+        };
+        let mut grant = None;
         tokio::select! {
             () = woken => {}
+            admitted = admitted => grant = admitted,
             go_on = budget.sleep(nap) => if !go_on {
                 return Err(failure.unwrap_or_else(|| budget.exhausted(&req.name)));
             },
         }
         // A wake-up and the caller's cancellation can be ready together; a
         // caller that is gone must not be granted the lock it let go of.
+        // Told by a notice, the waiter may have been admitted just before.
+        let grant = grant.or_else(|| expecting.as_mut().and_then(|e| e.try_admitted()));
         if budget.cancel_token().is_cancelled() {
             return Err(failure.unwrap_or_else(|| budget.exhausted(&req.name)));
+        }
+        if let Some(admitted) = grant {
+            let since = admitted.sent_at.unwrap_or(sent_at);
+            return Ok(Lease::granted(req, admitted.token, since));
         }
     }
 }
@@ -406,6 +440,49 @@ mod tests {
             Duration::ZERO,
             "the waiter slept through the release that let it in"
         );
+    }
+
+    /// A waiter that the backend never lets in still ends with the grant
+    /// a release admitted it to, from a release sent here (its send time
+    /// starts the lease) or from a notice (the waiter's last refused
+    /// attempt does), and asks no more once told.
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_admitted_waiter_ends_with_its_grant() {
+        for from_here in [true, false] {
+            let backend = Arc::new(AlwaysHeld::default());
+            let signals = Arc::new(ReleaseSignals::new());
+            let admissions = Arc::new(Admissions::default());
+            let req = AcquireRequest::new(LockName::new("a").unwrap(), Duration::from_secs(10));
+            let owner = req.owner;
+            let wait = {
+                let (backend, signals, admissions) =
+                    (backend.clone(), signals.clone(), admissions.clone());
+                tokio::spawn(async move {
+                    let waking = Waking::signalled(&signals)
+                        .cap(Duration::from_secs(3600))
+                        .admitted_by(&admissions);
+                    poll(&*backend, &req, &WaitBudget::forever(), waking).await
+                })
+            };
+            // Refused, and waiting.
+            while admissions.refused(owner) != Some(true) {
+                tokio::task::yield_now().await;
+            }
+            let released = tokio::time::Instant::now();
+            let token = crate::FencingToken::new(42);
+            let sent_at = from_here.then_some(released);
+            assert!(admissions.admit(owner, crate::admitted::Admitted { token, sent_at }));
+            let attempts = backend.attempts.load(Ordering::SeqCst);
+            let lease = wait.await.unwrap().expect("admitted");
+            assert_eq!(lease.token(), token);
+            assert_eq!(lease.owner(), owner);
+            if from_here {
+                assert_eq!(lease.sent_at(), released);
+            } else {
+                assert!(lease.sent_at() < released, "from its last attempt");
+            }
+            assert_eq!(backend.attempts.load(Ordering::SeqCst), attempts);
+        }
     }
 
     #[test]

@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::backend::{
-    AcquireRequest, BackendStats, Holder, Leader, Lease, LockBackend, WaitBudget, Waking,
-    async_trait, poll_acquire,
+    AcquireRequest, Admitted, BackendStats, Holder, Leader, Lease, LockBackend, OwnerToken,
+    WaitBudget, Waking, async_trait, poll_acquire,
 };
 use lock_core::{Capabilities, Error, Fencing, FencingToken, LockKind, LockName, Result};
 use redis::Client;
@@ -18,6 +18,7 @@ use crate::confirm::Confirmed;
 use crate::conn::{cluster_client, open_cluster};
 use crate::election;
 use crate::eviction::Eviction;
+use crate::group::{Joining, Left};
 use crate::node::{Keys, Node, mutex_like};
 use crate::notices::{self, Sharded, Wakers};
 
@@ -112,7 +113,7 @@ impl RedisBackend {
             .map_err(invalid)?;
         let tls = config.tls.is_enabled();
         let conn = open_cluster(&subscriber, &label, config.connect_timeout, tls).await?;
-        let wakers = Arc::new(Wakers::default());
+        let wakers = Arc::new(Wakers::new(true));
         let sharded = Sharded::new(conn, pushes, keys, config.timeout, wakers.clone());
         Ok(Self {
             capabilities: Self::capabilities_of(CLUSTER_NAME, &node, false),
@@ -198,7 +199,7 @@ impl RedisBackend {
                 Some(Box::pin(Confirmed::open(&node, replicas, config.wait_timeout)).await?)
             }
         };
-        let wakers = Arc::new(Wakers::default());
+        let wakers = Arc::new(Wakers::new(confirm.is_none()));
         let to = node
             .subscribe_to()
             .ok_or_else(|| Error::backend("a backend on one server needs that server's client"))?;
@@ -217,6 +218,39 @@ impl RedisBackend {
         })
     }
 
+    /// How a waiter for `req` learns it may go on: the release notices, and
+    /// for a read-write lock a release in this process that admits it. Not with `wait_replicas`: a grant made by a release would
+    /// not be confirmed on the replicas, so those waiters do not register.
+    fn waking(&self, req: &AcquireRequest) -> Waking<'_> {
+        let waking = Waking::signalled(&self.wakers.waiters).cap(POLL_CAP);
+        if !admitted(req.kind) || !self.wakers.admitted {
+            return waking;
+        }
+        waking.admitted_by(&self.wakers.admissions)
+    }
+
+    /// Leaves a group (see [`Node::leave`]) and hands their grants to the
+    /// local waiters the release admitted; `true` if a live grant was
+    /// removed.
+    async fn leave(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        owner: OwnerToken,
+        token: Option<FencingToken>,
+    ) -> Result<bool> {
+        let sent_at = Instant::now();
+        let admit = self.wakers.admitted;
+        let Left { live, admitted } = self.node.leave(name, kind, owner, token, admit).await?;
+        for (owner, token) in admitted {
+            let sent_at = Some(sent_at);
+            self.wakers
+                .admissions
+                .admit(owner, Admitted { token, sent_at });
+        }
+        Ok(live)
+    }
+
     /// Takes the lock and waits for the replicas to have it (see
     /// [`Confirmed::grant`]); gives it back unless they confirm, or when
     /// the answer was lost (the script may have run).
@@ -232,6 +266,12 @@ impl RedisBackend {
         let _ = self.abandon(req).await;
         Err(error)
     }
+}
+
+/// Whether a waiter for `kind` registers to be admitted by a release (see
+/// [`Joining`]).
+fn admitted(kind: LockKind) -> bool {
+    matches!(kind, LockKind::Read | LockKind::Write)
 }
 
 impl Drop for RedisBackend {
@@ -257,20 +297,21 @@ impl LockBackend for RedisBackend {
         let sent = Instant::now();
         let token = match &self.confirm {
             Some(confirm) => self.acquire_confirmed(confirm, req).await?,
-            None => self.node.grant(req).await?,
+            None => {
+                let joining = match self.wakers.admissions.refused(req.owner) {
+                    _ if !admitted(req.kind) => Joining::Unadmitted,
+                    Some(true) => Joining::Again,
+                    _ => Joining::First,
+                };
+                self.node.grant_as(req, joining).await?
+            }
         };
         Ok(token.map(|token| Lease::granted(req, token, sent)))
     }
 
     async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
         let Notices::Sharded(sharded) = &self.notices else {
-            return poll_acquire(
-                self,
-                req,
-                budget,
-                Waking::signalled(&self.wakers.waiters).cap(POLL_CAP),
-            )
-            .await;
+            return poll_acquire(self, req, budget, self.waking(req)).await;
         };
         // In a cluster a waiter subscribes to its name's releases, which
         // costs a round trip: only once the lock was found held, and before
@@ -285,13 +326,7 @@ impl LockBackend for RedisBackend {
         }
         budget.waiting();
         let _watching = sharded.watch(&req.name, budget).await;
-        poll_acquire(
-            self,
-            req,
-            budget,
-            Waking::signalled(&self.wakers.waiters).cap(POLL_CAP),
-        )
-        .await
+        poll_acquire(self, req, budget, self.waking(req)).await
     }
 
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
@@ -323,11 +358,7 @@ impl LockBackend for RedisBackend {
         let (name, owner) = (lease.name(), lease.owner());
         let released = match lease.kind() {
             kind if mutex_like(kind) => self.node.release(name, kind, owner).await?,
-            kind => {
-                self.node
-                    .leave(name, kind, owner, Some(lease.token()))
-                    .await?
-            }
+            kind => self.leave(name, kind, owner, Some(lease.token())).await?,
         };
         if released {
             Ok(())
@@ -339,7 +370,7 @@ impl LockBackend for RedisBackend {
     async fn abandon(&self, req: &AcquireRequest) -> Result<()> {
         match req.kind {
             kind if mutex_like(kind) => self.node.release(&req.name, kind, req.owner).await?,
-            kind => self.node.leave(&req.name, kind, req.owner, None).await?,
+            kind => self.leave(&req.name, kind, req.owner, None).await?,
         };
         Ok(())
     }

@@ -13,6 +13,7 @@ use std::time::Duration;
 use lock_core::backend::{AcquireRequest, Lease};
 use lock_core::{Error, FencingToken, LockName, Result};
 
+use crate::group::Joining;
 use crate::node::{Node, mutex_like};
 
 /// The connections that confirmed writes go out on.
@@ -56,7 +57,9 @@ impl Confirmed {
         let invocation = if mutex_like(req.kind) {
             node.acquire_invocation(req)
         } else {
-            node.join_invocation(req)
+            // Not admittable: a grant made by somebody else's release
+            // would not be confirmed on the replicas.
+            node.join_invocation(req, Joining::Unadmitted)
         };
         let (token, confirmed): (u64, u32) =
             node.confirmed(&invocation, self.args(), "acquire").await?;

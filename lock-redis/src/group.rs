@@ -16,12 +16,13 @@ use crate::scripts::{
 };
 
 impl Keys {
-    /// The six keys of `name`'s group of `family` in the order the group
+    /// The eight keys of `name`'s group of `family` in the order the group
     /// scripts take them: holders, writers, waiting writers, tokens, fence,
-    /// waiting mark — `prefix` `name` `#sem` (or `#rw`) and a suffix, so a
-    /// semaphore, a read-write lock and the mutex of one name never share a
-    /// key. In a cluster the name is the hash tag of every one.
-    pub fn group(&self, name: &LockName, family: Family) -> [String; 6] {
+    /// waiting mark, the other waiters, the waiters' TTLs — `prefix` `name`
+    /// `#sem` (or `#rw`) and a suffix, so a semaphore, a read-write lock and
+    /// the mutex of one name never share a key. In a cluster the name is
+    /// the hash tag of every one.
+    pub fn group(&self, name: &LockName, family: Family) -> [String; 8] {
         let base = format!("{}#{}", self.lock(name), family.tag());
         [
             base.clone(),
@@ -30,6 +31,8 @@ impl Keys {
             format!("{base}#tokens"),
             format!("{base}#fence"),
             format!("{base}#waiting"),
+            format!("{base}#waiters"),
+            format!("{base}#waiter-ttls"),
         ]
     }
 }
@@ -40,6 +43,40 @@ fn mode(kind: LockKind) -> &'static str {
         LockKind::Read => "r",
         LockKind::Write => "w",
         _ => "p",
+    }
+}
+
+/// A semaphore's size; 0 for the other kinds.
+fn permits(kind: LockKind) -> u32 {
+    match kind {
+        LockKind::Permit { permits } => permits,
+        _ => 0,
+    }
+}
+
+/// Whether a join is taken as a waiter that a release may admit (see
+/// [`Node::leave`]): a reader's or a writer's. A permit never is: a
+/// permit freed goes to whoever asks first, which is most often its
+/// holder asking again, with no wake-up to wait for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Joining {
+    /// Not admitted: it waits by retrying (Redlock, grants confirmed on
+    /// replicas).
+    Unadmitted,
+    /// Admitted if refused; its first attempt, which has no marks as a
+    /// waiter to remove when granted.
+    First,
+    /// Admitted if refused, and refused before.
+    Again,
+}
+
+impl Joining {
+    fn arg(self) -> &'static str {
+        match self {
+            Self::Unadmitted => "0",
+            Self::First => "1",
+            Self::Again => "2",
+        }
     }
 }
 
@@ -74,11 +111,12 @@ impl Node {
 
     /// The join script for `req`, as [`Node::grant`] and the acquire
     /// confirmed by `WAIT` send it.
-    pub(crate) fn join_invocation(&self, req: &AcquireRequest) -> ScriptInvocation<'static> {
-        let permits = match req.kind {
-            LockKind::Permit { permits } => permits,
-            _ => 0,
-        };
+    pub(crate) fn join_invocation(
+        &self,
+        req: &AcquireRequest,
+        joining: Joining,
+    ) -> ScriptInvocation<'static> {
+        let permits = permits(req.kind);
         let mut invocation = self.group_invocation(&JOIN_SCRIPT, &req.name, req.kind.family());
         invocation
             .arg(req.owner.to_hex())
@@ -86,7 +124,9 @@ impl Node {
             .arg(mode(req.kind))
             .arg(permits)
             .arg(millis(self.keys().waiting_mark()))
-            .arg(millis(req.writer_mark()));
+            .arg(millis(req.writer_mark()))
+            .arg(joining.arg())
+            .arg(self.client());
         invocation
     }
 
@@ -158,27 +198,50 @@ impl Node {
     }
 
     /// Removes `owner`'s grant with `token`, or with no token everything
-    /// `owner` has in the group (its grant, its waiting-writer mark), and
-    /// announces it to waiters. `true` if a live grant was removed. One
-    /// `EVAL`, like every cleanup (`eval`).
+    /// `owner` has in the group (its grant, its marks as a waiter), and
+    /// announces it to waiters; with `admit`, a read-write lock's release
+    /// grants in the same step the waiters it lets in that registered to be
+    /// admitted. One `EVAL`, like every cleanup (`eval`).
     pub async fn leave(
         &self,
         name: &LockName,
         kind: LockKind,
         owner: lock_core::backend::OwnerToken,
         token: Option<FencingToken>,
-    ) -> Result<bool> {
+        admit: bool,
+    ) -> Result<Left> {
         let family = kind.family();
         let (channel, publish) = self.keys().release_channel(name);
-        let mut cleanup = eval(LEAVE_TEXT, &self.keys().group(name, family));
+        let mut cleanup = eval(&LEAVE_TEXT, &self.keys().group(name, family));
         cleanup
             .arg(owner.to_hex())
             .arg(token_arg(token))
             .arg(channel)
             .arg(notice(name, family))
             .arg(publish)
-            .arg(mode(kind));
-        let done = self.clean_up(cleanup, "release").await?;
-        Ok(done == 1)
+            .arg(mode(kind))
+            .arg(if admit { "1" } else { "0" })
+            .arg(self.client());
+        let reply: Vec<String> = self.clean_up(cleanup, "release").await?;
+        let live = reply.first().is_some_and(|l| l == "1");
+        let admitted = reply
+            .get(1..)
+            .unwrap_or_default()
+            .chunks_exact(2)
+            .filter_map(|m| {
+                let owner = lock_core::backend::OwnerToken::from_hex(&m[0]).ok()?;
+                Some((owner, FencingToken::new(m[1].parse().ok()?)))
+            })
+            .collect();
+        Ok(Left { live, admitted })
     }
+}
+
+/// What a release of a group member did.
+#[derive(Debug)]
+pub struct Left {
+    /// Whether a live grant was removed.
+    pub live: bool,
+    /// The waiters it admitted, with their tokens.
+    pub admitted: Vec<(lock_core::backend::OwnerToken, FencingToken)>,
 }

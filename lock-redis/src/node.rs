@@ -35,6 +35,10 @@ pub struct Node {
     timeout: Duration,
     connect_timeout: Duration,
     eviction: Eviction,
+    /// This client's mark on the waiters it registers to be admitted (see
+    /// [`Node::leave`]): a release that admits only its own client's
+    /// waiters hands them their grants itself and announces nothing.
+    client: String,
 }
 
 /// Where a node's connections come from.
@@ -106,6 +110,11 @@ impl Node {
     /// The key layout.
     pub fn keys(&self) -> &Keys {
         &self.keys
+    }
+
+    /// This client's mark on the waiters it registers to be admitted.
+    pub(crate) fn client(&self) -> &str {
+        &self.client
     }
 
     /// `host:port`, for messages.

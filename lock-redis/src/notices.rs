@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use lock_core::LockName;
-use lock_core::backend::{ReleaseSignals, WaitBudget};
+use lock_core::backend::{Admissions, Admitted, OwnerToken, ReleaseSignals, WaitBudget};
+use lock_core::{FencingToken, LockName};
 use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind};
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -26,6 +26,22 @@ use crate::node::{Keys, SubscribeTo};
 pub(crate) struct Wakers {
     pub(crate) waiters: ReleaseSignals,
     pub(crate) observers: ReleaseSignals,
+    /// The local waiters a release may admit, told by the release itself
+    /// when it was sent from here, else by its notice.
+    pub(crate) admissions: Arc<Admissions>,
+    /// Whether this backend's waiters register to be admitted (not while
+    /// grants are confirmed on replicas).
+    pub(crate) admitted: bool,
+}
+
+impl Wakers {
+    /// For a backend whose waiters are admitted by releases, or not.
+    pub(crate) fn new(admitted: bool) -> Self {
+        Self {
+            admitted,
+            ..Self::default()
+        }
+    }
 }
 
 /// Pause before subscribing again after the connection was lost. Notices
@@ -77,11 +93,36 @@ pub(crate) async fn forward(
 /// every one (a read-write lock's release, which may admit many readers);
 /// an election's observers, and for a leader gone one waiting candidate.
 /// Anything else is ignored.
+///
+/// A notice of a release that admitted waiters names them with their
+/// tokens: this process's are handed their grants, and nobody else is
+/// woken, since the release admitted everyone its removal let in who
+/// waits to be admitted. Waiters that do not register (grants confirmed on
+/// replicas) are woken all the same.
 fn deliver(wakers: &Wakers, payload: &str) {
-    let (notice, name) = Notice::parse(payload);
+    let (head, admitted) = payload.split_once(' ').unwrap_or((payload, ""));
+    let (notice, name) = Notice::parse(head);
     let Ok(name) = LockName::new(name) else {
         return;
     };
+    if !admitted.is_empty() {
+        for (owner, token) in admitted.split(' ').filter_map(|a| a.split_once('=')) {
+            let (Ok(owner), Ok(token)) = (OwnerToken::from_hex(owner), token.parse()) else {
+                continue;
+            };
+            let token = FencingToken::new(token);
+            wakers.admissions.admit(
+                owner,
+                Admitted {
+                    token,
+                    sent_at: None,
+                },
+            );
+        }
+        if wakers.admitted {
+            return;
+        }
+    }
     match notice {
         Notice::Released => wakers.waiters.notify(&name),
         Notice::ReleasedAll => wakers.waiters.notify_all(&name),

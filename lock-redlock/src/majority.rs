@@ -392,7 +392,7 @@ pub(crate) async fn holds_on(n: &Node, lease: &Lease) -> Result<bool> {
 async fn release_on(n: &Node, name: &LockName, kind: LockKind, owner: OwnerToken) -> Result<bool> {
     match kind {
         kind if mutex_like(kind) => n.release(name, kind, owner).await,
-        _ => n.leave(name, kind, owner, None).await,
+        _ => Ok(n.leave(name, kind, owner, None, false).await?.live),
     }
 }
 

@@ -68,6 +68,7 @@ impl Node {
             timeout,
             connect_timeout,
             eviction: Eviction::Unknown,
+            client: lock_core::backend::OwnerToken::random().short(),
         }
     }
 

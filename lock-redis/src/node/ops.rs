@@ -10,6 +10,7 @@ use lock_core::{FencingToken, LockKind, LockName, Result};
 use redis::{ErrorKind, ScriptInvocation, ServerErrorKind};
 
 use super::{Node, NodeHolder};
+use crate::group::Joining;
 use crate::keys::{Notice, mutex_like};
 use crate::scripts::{
     ACQUIRE_SCRIPT, HOLDER_SCRIPT, RELEASE, RELEASE_UNANNOUNCED, RENEW_SCRIPT, eval,
@@ -55,10 +56,24 @@ impl Node {
     /// Grants `req` of any kind if it is free (or already `req.owner`'s):
     /// the lock's token, or `None` if it is held.
     pub async fn grant(&self, req: &AcquireRequest) -> Result<Option<FencingToken>> {
+        let joining = if self.keys.announces() {
+            Joining::First
+        } else {
+            Joining::Unadmitted
+        };
+        self.grant_as(req, joining).await
+    }
+
+    /// [`Node::grant`], joining a group as `joining` says.
+    pub(crate) async fn grant_as(
+        &self,
+        req: &AcquireRequest,
+        joining: Joining,
+    ) -> Result<Option<FencingToken>> {
         let invocation = if mutex_like(req.kind) {
             self.acquire_invocation(req)
         } else {
-            self.join_invocation(req)
+            self.join_invocation(req, joining)
         };
         let token: u64 = self.run(invocation, "acquire").await?;
         Ok((token > 0).then_some(FencingToken::new(token)))
@@ -200,11 +215,11 @@ impl Node {
     }
 
     /// Sends a cleanup made by [`eval`] on this node's connection.
-    pub(crate) async fn clean_up(
+    pub(crate) async fn clean_up<T: redis::FromRedisValue>(
         &self,
         cleanup: redis::Cmd,
         operation: &'static str,
-    ) -> Result<i64> {
+    ) -> Result<T> {
         cleanup
             .query_async(&mut self.conn.clone())
             .await

@@ -1,0 +1,244 @@
+//! Redis read-write locks hand over on release: the release script admits
+//! the waiters that the freed room lets in, in the same atomic step. Most
+//! tests keep the waiters' client behind a proxy that they stall before the
+//! release, so the waiters cannot ask again: whatever they hold after it,
+//! the release gave them. Once the proxy lets their traffic through again,
+//! each acquire ends with the grant the server holds for it, token and all.
+
+mod common {
+    pub(crate) mod redis;
+}
+
+use std::time::Duration;
+
+use common::redis::{locker, opts, prefix};
+use conformance_tests::proxy::{Fault, Proxy};
+use conformance_tests::servers::redis::Redis;
+use lock_core::{LockGuard, Locker, Result, Wait};
+use redis::aio::MultiplexedConnection;
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep};
+
+/// A server, a locker on it, a plain client of it, and a second locker
+/// whose every connection goes through a proxy.
+struct Setup {
+    _server: Redis,
+    prefix: String,
+    near: Locker,
+    far: Locker,
+    proxy: Proxy,
+    plain: MultiplexedConnection,
+}
+
+impl Setup {
+    async fn new() -> Self {
+        let server = Redis::start().await;
+        let prefix = prefix();
+        let query = format!("prefix={prefix}");
+        let proxy = Proxy::start(server.port()).await;
+        let plain = redis::Client::open(server.url(""))
+            .expect("a redis URL")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect a plain client");
+        Self {
+            near: locker(&server.url(&query)).await,
+            far: locker(&server.url_via(proxy.port(), &query)).await,
+            _server: server,
+            prefix,
+            proxy,
+            plain,
+        }
+    }
+
+    /// The key of `name`'s group of `tag` (`sem`, `rw`) with `suffix`.
+    fn key(&self, name: &str, tag: &str, suffix: &str) -> String {
+        format!("{}{name}#{tag}{suffix}", self.prefix)
+    }
+
+    async fn members(&self, key: &str) -> Vec<String> {
+        redis::cmd("ZRANGE")
+            .arg(key)
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut self.plain.clone())
+            .await
+            .expect("ZRANGE")
+    }
+
+    async fn token(&self, name: &str, tag: &str, owner: &str) -> Option<u64> {
+        redis::cmd("HGET")
+            .arg(self.key(name, tag, "#tokens"))
+            .arg(owner)
+            .query_async(&mut self.plain.clone())
+            .await
+            .expect("HGET")
+    }
+
+    /// Waits until `key` has `n` members: the waiters are refused and
+    /// registered to be admitted.
+    async fn until_members(&self, key: &str, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.members(key).await.len() < n {
+            assert!(Instant::now() < deadline, "{key} never had {n} members");
+            sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+fn waiting() -> lock_core::AcquireOptions {
+    opts(Duration::from_secs(30), Wait::For(Duration::from_secs(60)))
+}
+
+/// Each admitted waiter's acquire ends with the grant the server gave it.
+async fn granted_as_on_the_server(
+    setup: &Setup,
+    name: &str,
+    tag: &str,
+    waiters: Vec<JoinHandle<Result<LockGuard>>>,
+) -> Vec<LockGuard> {
+    let mut guards = Vec::new();
+    for waiter in waiters {
+        let guard = waiter.await.expect("task").expect("admitted");
+        let owner = guard.lease().owner().to_hex();
+        assert_eq!(
+            setup.token(name, tag, &owner).await,
+            Some(guard.token().get()),
+            "the waiter's token is the one its grant has on the server"
+        );
+        guards.push(guard);
+    }
+    guards
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writers_release_admits_every_waiting_reader() {
+    let setup = Setup::new().await;
+    let writer = setup.near.rwlock("doc").write().await.expect("write");
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let rw = setup.far.rwlock("doc");
+            tokio::spawn(async move { rw.read_with(waiting()).await })
+        })
+        .collect();
+    let waiters = setup.key("doc", "rw", "#waiters");
+    setup.until_members(&waiters, 3).await;
+    let mut expected = setup.members(&waiters).await;
+
+    setup.proxy.set(Fault::Stall);
+    let written = writer.token();
+    writer.release().await.expect("release");
+    let mut holding = setup.members(&setup.key("doc", "rw", "")).await;
+    holding.sort();
+    expected.sort();
+    assert_eq!(holding, expected, "the release admitted every reader");
+    assert!(setup.members(&waiters).await.is_empty());
+
+    setup.proxy.set(Fault::None);
+    for guard in granted_as_on_the_server(&setup, "doc", "rw", readers).await {
+        assert!(guard.token() > written, "tokens grow");
+        guard.release().await.expect("release");
+    }
+    let ttls: usize = redis::cmd("HLEN")
+        .arg(setup.key("doc", "rw", "#waiter-ttls"))
+        .query_async(&mut setup.plain.clone())
+        .await
+        .expect("HLEN");
+    assert_eq!(ttls, 0, "nothing is left of the waiters");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_readers_release_admits_the_waiting_writer() {
+    let setup = Setup::new().await;
+    let rw = setup.near.rwlock("doc");
+    let (first, second) = (
+        rw.read().await.expect("read"),
+        rw.read().await.expect("read"),
+    );
+    let far = setup.far.rwlock("doc");
+    let writer = tokio::spawn(async move { far.write_with(waiting()).await });
+    let marked = setup.key("doc", "rw", "#writers-waiting");
+    setup.until_members(&marked, 1).await;
+
+    setup.proxy.set(Fault::Stall);
+    first.release().await.expect("release");
+    let writers = setup.key("doc", "rw", "#writers");
+    assert!(
+        setup.members(&writers).await.is_empty(),
+        "a reader still holds"
+    );
+    let last = second.token();
+    second.release().await.expect("release");
+    assert_eq!(setup.members(&writers).await.len(), 1, "admitted");
+    assert!(setup.members(&marked).await.is_empty(), "no longer waiting");
+    assert!(
+        rw.try_read().await.is_err_and(|e| e.is_busy()),
+        "the admitted writer holds"
+    );
+
+    setup.proxy.set(Fault::None);
+    let guards = granted_as_on_the_server(&setup, "doc", "rw", vec![writer]).await;
+    for guard in guards {
+        assert!(guard.token() > last, "tokens grow");
+        guard.release().await.expect("release");
+    }
+}
+
+/// Waiters of the releasing client are told by the release's reply: the
+/// release announces nothing, and every one of them gets in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_that_admits_its_own_clients_waiters_announces_nothing() {
+    let setup = Setup::new().await;
+    let writer = setup.near.rwlock("doc").write().await.expect("write");
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let rw = setup.near.rwlock("doc");
+            tokio::spawn(async move { rw.read_with(waiting()).await })
+        })
+        .collect();
+    setup
+        .until_members(&setup.key("doc", "rw", "#waiters"), 3)
+        .await;
+    let publish = || async {
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut setup.plain.clone())
+            .await
+            .expect("INFO");
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_publish:calls="))
+            .and_then(|l| l.split(',').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let before = publish().await;
+    writer.release().await.expect("release");
+    for guard in granted_as_on_the_server(&setup, "doc", "rw", readers).await {
+        guard.release().await.expect("release");
+    }
+    assert_eq!(publish().await, before, "nothing was announced");
+}
+
+/// A waiter that gave up leaves nothing a release could admit: no grant
+/// nobody waits for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_gave_up_is_not_admitted() {
+    let setup = Setup::new().await;
+    let writer = setup.near.rwlock("doc").write().await.expect("write");
+    let impatient = setup
+        .far
+        .rwlock("doc")
+        .read_with(opts(
+            Duration::from_secs(30),
+            Wait::For(Duration::from_millis(200)),
+        ))
+        .await;
+    assert!(impatient.is_err_and(|e| e.is_contention()));
+    let waiters = setup.key("doc", "rw", "#waiters");
+    assert!(setup.members(&waiters).await.is_empty(), "it left no mark");
+    writer.release().await.expect("release");
+    assert!(
+        setup.members(&setup.key("doc", "rw", "")).await.is_empty(),
+        "nobody was admitted"
+    );
+}
