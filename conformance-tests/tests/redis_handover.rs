@@ -75,6 +75,22 @@ impl Setup {
             .expect("HGET")
     }
 
+    /// Asserts that no waiter of `name`'s read-write lock is left
+    /// registered, to be admitted later by nobody's wish.
+    async fn nothing_left_of_the_waiters(&self, name: &str) {
+        let ttls: usize = redis::cmd("HLEN")
+            .arg(self.key(name, "rw", "#waiter-ttls"))
+            .query_async(&mut self.plain.clone())
+            .await
+            .expect("HLEN");
+        assert_eq!(ttls, 0, "no waiter's TTL is left");
+        assert!(
+            self.members(&self.key(name, "rw", "#waiters"))
+                .await
+                .is_empty()
+        );
+    }
+
     /// Waits until `key` has `n` members: the waiters are refused and
     /// registered to be admitted.
     async fn until_members(&self, key: &str, n: usize) {
@@ -139,12 +155,7 @@ async fn a_writers_release_admits_every_waiting_reader() {
         assert!(guard.token() > written, "tokens grow");
         guard.release().await.expect("release");
     }
-    let ttls: usize = redis::cmd("HLEN")
-        .arg(setup.key("doc", "rw", "#waiter-ttls"))
-        .query_async(&mut setup.plain.clone())
-        .await
-        .expect("HLEN");
-    assert_eq!(ttls, 0, "nothing is left of the waiters");
+    setup.nothing_left_of_the_waiters("doc").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -217,6 +228,7 @@ async fn a_release_that_admits_its_own_clients_waiters_announces_nothing() {
         guard.release().await.expect("release");
     }
     assert_eq!(publish().await, before, "nothing was announced");
+    setup.nothing_left_of_the_waiters("doc").await;
 }
 
 /// A waiter that gave up leaves nothing a release could admit: no grant
@@ -240,5 +252,70 @@ async fn a_waiter_that_gave_up_is_not_admitted() {
     assert!(
         setup.members(&setup.key("doc", "rw", "")).await.is_empty(),
         "nobody was admitted"
+    );
+}
+
+/// More readers than one step of the script admits at a time: every one is
+/// admitted by the one release, each with a token of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hundreds_of_waiting_readers_are_admitted_at_once() {
+    let setup = Setup::new().await;
+    let writer = setup.near.rwlock("doc").write().await.expect("write");
+    let readers: Vec<_> = (0..300)
+        .map(|_| {
+            let rw = setup.far.rwlock("doc");
+            tokio::spawn(async move { rw.read_with(waiting()).await })
+        })
+        .collect();
+    setup
+        .until_members(&setup.key("doc", "rw", "#waiters"), 300)
+        .await;
+    setup.proxy.set(Fault::Stall);
+    writer.release().await.expect("release");
+    let holding = setup.members(&setup.key("doc", "rw", "")).await;
+    assert_eq!(holding.len(), 300, "the release admitted every reader");
+    setup.proxy.set(Fault::None);
+    let guards = granted_as_on_the_server(&setup, "doc", "rw", readers).await;
+    let mut tokens: Vec<_> = guards.iter().map(|g| g.token()).collect();
+    tokens.sort();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 300, "a token each");
+    for guard in guards {
+        guard.release().await.expect("release");
+    }
+    setup.nothing_left_of_the_waiters("doc").await;
+}
+
+/// Readers and writers of two clients taking turns many times: however
+/// each got in (admitted, or granted when it asked), none is left
+/// registered as a waiter once all are done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turns_leave_no_waiter_behind() {
+    let setup = Setup::new().await;
+    let clients: Vec<_> = (0..8)
+        .map(|i| {
+            let rw = if i % 2 == 0 { &setup.near } else { &setup.far }.rwlock("doc");
+            tokio::spawn(async move {
+                for _ in 0..25 {
+                    let guard = if i < 2 {
+                        rw.write_with(waiting()).await
+                    } else {
+                        rw.read_with(waiting()).await
+                    };
+                    guard.expect("granted").release().await.expect("release");
+                }
+            })
+        })
+        .collect();
+    for client in clients {
+        client.await.expect("task");
+    }
+    setup.nothing_left_of_the_waiters("doc").await;
+    assert!(setup.members(&setup.key("doc", "rw", "")).await.is_empty());
+    assert!(
+        setup
+            .members(&setup.key("doc", "rw", "#writers-waiting"))
+            .await
+            .is_empty()
     );
 }

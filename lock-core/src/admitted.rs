@@ -47,9 +47,6 @@ pub struct Admissions {
 struct Waiter {
     id: u64,
     tell: oneshot::Sender<Admitted>,
-    /// Whether an attempt of this waiter was refused: the server may keep
-    /// it registered as a waiter.
-    refused: bool,
 }
 
 impl Admissions {
@@ -61,14 +58,7 @@ impl Admissions {
     pub fn expect(self: &Arc<Self>, owner: OwnerToken) -> Expecting {
         let (tell, told) = oneshot::channel();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.waiting().insert(
-            owner,
-            Waiter {
-                id,
-                tell,
-                refused: false,
-            },
-        );
+        self.waiting().insert(owner, Waiter { id, tell });
         Expecting {
             admissions: self.clone(),
             owner,
@@ -85,12 +75,6 @@ impl Admissions {
             return false;
         };
         waiter.tell.send(admitted).is_ok()
-    }
-
-    /// Whether `owner` waits here (`None` if not), and whether an attempt of
-    /// it was refused before.
-    pub fn refused(&self, owner: OwnerToken) -> Option<bool> {
-        self.waiting().get(&owner).map(|w| w.refused)
     }
 }
 
@@ -110,15 +94,6 @@ impl Expecting {
         match (&mut self.told).await {
             Ok(admitted) => admitted,
             Err(_) => std::future::pending().await,
-        }
-    }
-
-    /// Notes that an attempt of this waiter was refused.
-    pub fn refused(&self) {
-        if let Some(w) = self.admissions.waiting().get_mut(&self.owner)
-            && w.id == self.id
-        {
-            w.refused = true;
         }
     }
 
@@ -153,11 +128,7 @@ mod tests {
         };
         assert!(!admissions.admit(stranger, admitted));
         assert!(expecting.try_admitted().is_none());
-        assert_eq!(admissions.refused(me), Some(false));
-        expecting.refused();
-        assert_eq!(admissions.refused(me), Some(true));
         assert!(admissions.admit(me, admitted));
-        assert_eq!(admissions.refused(me), None);
         assert_eq!(expecting.admitted().await, admitted);
         // Taken: a second grant for the same owner finds nobody.
         assert!(!admissions.admit(me, admitted));
@@ -168,7 +139,6 @@ mod tests {
         let admissions = Arc::new(Admissions::default());
         let me = OwnerToken::random();
         drop(admissions.expect(me));
-        assert_eq!(admissions.refused(me), None);
         let admitted = Admitted {
             token: FencingToken::new(1),
             sent_at: None,

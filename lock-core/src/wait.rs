@@ -116,9 +116,6 @@ pub(crate) async fn poll<A: Attempt + ?Sized>(
         }
         if failure.is_none() {
             budget.waiting();
-            if let Some(expecting) = &expecting {
-                expecting.refused();
-            }
         }
         let nap = backoff.next_nap();
         let woken = async {
@@ -464,8 +461,8 @@ mod tests {
                     poll(&*backend, &req, &WaitBudget::forever(), waking).await
                 })
             };
-            // Refused, and waiting.
-            while admissions.refused(owner) != Some(true) {
+            // Registered before its first attempt, refused, and waiting.
+            while backend.attempts.load(Ordering::SeqCst) == 0 {
                 tokio::task::yield_now().await;
             }
             let released = tokio::time::Instant::now();

@@ -298,10 +298,10 @@ impl LockBackend for RedisBackend {
         let token = match &self.confirm {
             Some(confirm) => self.acquire_confirmed(confirm, req).await?,
             None => {
-                let joining = match self.wakers.admissions.refused(req.owner) {
-                    _ if !admitted(req.kind) => Joining::Unadmitted,
-                    Some(true) => Joining::Again,
-                    _ => Joining::First,
+                let joining = if admitted(req.kind) {
+                    Joining::Admitted
+                } else {
+                    Joining::Unadmitted
                 };
                 self.node.grant_as(req, joining).await?
             }

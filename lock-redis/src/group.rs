@@ -63,19 +63,15 @@ pub(crate) enum Joining {
     /// Not admitted: it waits by retrying (Redlock, grants confirmed on
     /// replicas).
     Unadmitted,
-    /// Admitted if refused; its first attempt, which has no marks as a
-    /// waiter to remove when granted.
-    First,
-    /// Admitted if refused, and refused before.
-    Again,
+    /// Admitted if refused.
+    Admitted,
 }
 
 impl Joining {
     fn arg(self) -> &'static str {
         match self {
             Self::Unadmitted => "0",
-            Self::First => "1",
-            Self::Again => "2",
+            Self::Admitted => "1",
         }
     }
 }

@@ -57,7 +57,7 @@ impl Node {
     /// the lock's token, or `None` if it is held.
     pub async fn grant(&self, req: &AcquireRequest) -> Result<Option<FencingToken>> {
         let joining = if self.keys.announces() {
-            Joining::First
+            Joining::Admitted
         } else {
             Joining::Unadmitted
         };

@@ -61,11 +61,9 @@ end
 
 /// `ARGV`: owner, TTL ms, mode (`p` permit, `r` read, `w` write), permits,
 /// waiting mark ms (0 for none), how long a refused writer stays marked as
-/// waiting (ms), whether a release may admit this owner while it waits
-/// (see [`LEAVE`]; never a permit): `0` no, `1` yes, `2` yes and it was
-/// refused before, so a grant removes its marks as a waiter (a first
-/// attempt has none, and does not pay for looking), and the client's mark.
-/// Returns the fencing token, or 0 if refused.
+/// waiting (ms), `1` if a release may admit this owner while it waits (see
+/// [`LEAVE`]; never a permit), and the client's mark. Returns the fencing
+/// token, or 0 if refused.
 ///
 /// A refused waiter that a release may admit registers its TTL and client
 /// instead of setting the waiting mark, which only waiters that are not
@@ -81,7 +79,7 @@ end
 /// µs, so they grow across restarts that lose the counter.
 const JOIN: &str = r"
 local owner, ttl, mode = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local admittable = ARGV[7] ~= '0' and mode ~= 'p'
+local admittable = ARGV[7] == '1' and mode ~= 'p'
 local mine = KEYS[1]
 if mode == 'w' then
     mine = KEYS[2]
@@ -124,10 +122,10 @@ if not free then
     end
     return 0
 end
-if mode == 'w' and not (admittable and ARGV[7] == '1') then
+if mode == 'w' then
     redis.call('ZREM', KEYS[3], owner)
 end
-if admittable and ARGV[7] == '2' and redis.call('HDEL', KEYS[8], owner) == 1 and mode ~= 'w' then
+if admittable and redis.call('HDEL', KEYS[8], owner) == 1 and mode ~= 'w' then
     redis.call('ZREM', KEYS[7], owner)
 end
 if redis.call('ZADD', mine, 'NX', expires, owner) == 0 then
@@ -244,41 +242,59 @@ if ARGV[6] ~= 'p' and redis.call('EXISTS', KEYS[8]) == 1 then
     if ARGV[7] ~= '1' then
         announce = true
     else
-        local function admit(waiting, set, who)
-            local found = redis.call('HGET', KEYS[8], who)
-            redis.call('ZREM', waiting, who)
-            redis.call('HDEL', KEYS[8], who)
-            local ttl, client = string.match(found or '', '^(%d+) (.*)$')
-            if not ttl then
+        -- Admits the waiters `whos` of `waiting` (a few hundred at most: a
+        -- Lua call takes only so many arguments) into `set`, in a fixed
+        -- number of calls: their tokens are the counter's next ones.
+        local function admit(waiting, set, whos)
+            local found = redis.call('HMGET', KEYS[8], unpack(whos))
+            redis.call('ZREM', waiting, unpack(whos))
+            redis.call('HDEL', KEYS[8], unpack(whos))
+            local members, latest = {}, 0
+            for i, who in ipairs(whos) do
+                local ttl, client = string.match(found[i] or '', '^(%d+) (.*)$')
+                if ttl then
+                    if client ~= ARGV[8] then
+                        announce = true
+                    end
+                    local expires = now + tonumber(ttl)
+                    latest = math.max(latest, expires)
+                    table.insert(members, expires)
+                    table.insert(members, who)
+                end
+            end
+            local n = #members / 2
+            if n == 0 then
                 return
             end
-            if client ~= ARGV[8] then
-                announce = true
+            local first = redis.call('INCRBY', KEYS[5], n) - n + 1
+            if first < now * 1000 then
+                first = now * 1000
+                redis.call('SET', KEYS[5], string.format('%d', first + n - 1))
             end
-            local expires = now + tonumber(ttl)
-            redis.call('ZADD', set, expires, who)
-            local token = redis.call('INCR', KEYS[5])
-            if token < now * 1000 then
-                token = now * 1000
-                redis.call('SET', KEYS[5], string.format('%d', token))
+            redis.call('ZADD', set, unpack(members))
+            local tokens = {}
+            for i = 1, n do
+                table.insert(tokens, members[2 * i])
+                table.insert(tokens, string.format('%d', first + i - 1))
             end
-            token = string.format('%d', token)
-            redis.call('HSET', KEYS[4], who, token)
-            keep(set, expires)
-            keep(KEYS[4], expires)
-            table.insert(out, who)
-            table.insert(out, token)
+            redis.call('HSET', KEYS[4], unpack(tokens))
+            keep(set, latest)
+            keep(KEYS[4], latest)
+            for _, v in ipairs(tokens) do
+                table.insert(out, v)
+            end
         end
         local since = '(' .. now
         if redis.call('ZCOUNT', KEYS[2], since, '+inf') == 0 then
             local writer = redis.call('ZRANGEBYSCORE', KEYS[3], since, '+inf', 'LIMIT', 0, 1)[1]
             if not writer then
-                for _, who in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], since, '+inf')) do
-                    admit(KEYS[7], KEYS[1], who)
+                local readers = redis.call('ZRANGEBYSCORE', KEYS[7], since, '+inf')
+                for i = 1, #readers, 256 do
+                    admit(KEYS[7], KEYS[1], {unpack(readers, i, math.min(i + 255, #readers))})
                 end
             elseif redis.call('ZCOUNT', KEYS[1], since, '+inf') == 0
                 and redis.call('HEXISTS', KEYS[8], writer) == 1 then
-                admit(KEYS[3], KEYS[2], writer)
+                admit(KEYS[3], KEYS[2], {writer})
             end
         end
     end
