@@ -91,6 +91,20 @@ impl Setup {
         );
     }
 
+    /// The writer of `doc`, holding, and `n` readers of `locker` waiting for
+    /// it, registered to be admitted.
+    async fn writer_and_waiting_readers(
+        &self,
+        locker: &Locker,
+        n: usize,
+    ) -> (LockGuard, Vec<JoinHandle<Result<LockGuard>>>) {
+        let writer = self.near.rwlock("doc").write().await.expect("write");
+        let readers = waiting_readers(locker, n);
+        self.until_members(&self.key("doc", "rw", "#waiters"), n)
+            .await;
+        (writer, readers)
+    }
+
     /// Waits until `key` has `n` members: the waiters are refused and
     /// registered to be admitted.
     async fn until_members(&self, key: &str, n: usize) {
@@ -100,6 +114,16 @@ impl Setup {
             sleep(Duration::from_millis(10)).await;
         }
     }
+}
+
+/// `n` readers of `locker` waiting for the read-write lock `doc`.
+fn waiting_readers(locker: &Locker, n: usize) -> Vec<JoinHandle<Result<LockGuard>>> {
+    (0..n)
+        .map(|_| {
+            let rw = locker.rwlock("doc");
+            tokio::spawn(async move { rw.read_with(waiting()).await })
+        })
+        .collect()
 }
 
 fn waiting() -> lock_core::AcquireOptions {
@@ -130,15 +154,8 @@ async fn granted_as_on_the_server(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writers_release_admits_every_waiting_reader() {
     let setup = Setup::new().await;
-    let writer = setup.near.rwlock("doc").write().await.expect("write");
-    let readers: Vec<_> = (0..3)
-        .map(|_| {
-            let rw = setup.far.rwlock("doc");
-            tokio::spawn(async move { rw.read_with(waiting()).await })
-        })
-        .collect();
+    let (writer, readers) = setup.writer_and_waiting_readers(&setup.far, 3).await;
     let waiters = setup.key("doc", "rw", "#waiters");
-    setup.until_members(&waiters, 3).await;
     let mut expected = setup.members(&waiters).await;
 
     setup.proxy.set(Fault::Stall);
@@ -200,16 +217,7 @@ async fn the_last_readers_release_admits_the_waiting_writer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_that_admits_its_own_clients_waiters_announces_nothing() {
     let setup = Setup::new().await;
-    let writer = setup.near.rwlock("doc").write().await.expect("write");
-    let readers: Vec<_> = (0..3)
-        .map(|_| {
-            let rw = setup.near.rwlock("doc");
-            tokio::spawn(async move { rw.read_with(waiting()).await })
-        })
-        .collect();
-    setup
-        .until_members(&setup.key("doc", "rw", "#waiters"), 3)
-        .await;
+    let (writer, readers) = setup.writer_and_waiting_readers(&setup.near, 3).await;
     let publish = || async {
         let stats: String = redis::cmd("INFO")
             .arg("commandstats")
@@ -260,16 +268,7 @@ async fn a_waiter_that_gave_up_is_not_admitted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hundreds_of_waiting_readers_are_admitted_at_once() {
     let setup = Setup::new().await;
-    let writer = setup.near.rwlock("doc").write().await.expect("write");
-    let readers: Vec<_> = (0..300)
-        .map(|_| {
-            let rw = setup.far.rwlock("doc");
-            tokio::spawn(async move { rw.read_with(waiting()).await })
-        })
-        .collect();
-    setup
-        .until_members(&setup.key("doc", "rw", "#waiters"), 300)
-        .await;
+    let (writer, readers) = setup.writer_and_waiting_readers(&setup.far, 300).await;
     setup.proxy.set(Fault::Stall);
     writer.release().await.expect("release");
     let holding = setup.members(&setup.key("doc", "rw", "")).await;

@@ -12,7 +12,8 @@ use redis::ScriptInvocation;
 use crate::keys::Notice;
 use crate::node::{Keys, Node};
 use crate::scripts::{
-    GROUP_HELD_SCRIPT, GROUP_HOLDERS_SCRIPT, GROUP_RENEW_SCRIPT, JOIN_SCRIPT, LEAVE_TEXT, eval,
+    GROUP_HELD_SCRIPT, GROUP_HOLDERS_SCRIPT, GROUP_RENEW_SCRIPT, JOIN_SCRIPT, LEAVE_TEXT,
+    LEAVE_UNADMITTING_TEXT, eval,
 };
 
 impl Keys {
@@ -208,7 +209,12 @@ impl Node {
     ) -> Result<Left> {
         let family = kind.family();
         let (channel, publish) = self.keys().release_channel(name);
-        let mut cleanup = eval(&LEAVE_TEXT, &self.keys().group(name, family));
+        let text = if self.keys().announces() {
+            &LEAVE_TEXT
+        } else {
+            &LEAVE_UNADMITTING_TEXT
+        };
+        let mut cleanup = eval(text, &self.keys().group(name, family));
         cleanup
             .arg(owner.to_hex())
             .arg(token_arg(token))
@@ -216,7 +222,11 @@ impl Node {
             .arg(notice(name, family))
             .arg(publish)
             .arg(mode(kind))
-            .arg(if admit { "1" } else { "0" })
+            .arg(match (admit, self.keys().announces()) {
+                (true, _) => "1",
+                (false, true) => "0",
+                (false, false) => "-",
+            })
             .arg(self.client());
         let reply: Vec<String> = self.clean_up(cleanup, "release").await?;
         let live = reply.first().is_some_and(|l| l == "1");

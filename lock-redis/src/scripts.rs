@@ -14,6 +14,7 @@ mod group;
 
 pub(crate) use group::{
     GROUP_HELD_SCRIPT, GROUP_HOLDERS_SCRIPT, GROUP_RENEW_SCRIPT, JOIN_SCRIPT, LEAVE_TEXT,
+    LEAVE_UNADMITTING_TEXT,
 };
 
 /// `KEYS`: the lock key, the fence counter, the waiting mark, and for an

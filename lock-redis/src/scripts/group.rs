@@ -179,7 +179,8 @@ return 0
 
 /// `KEYS`: the group's (see [`GROUP_PROLOGUE`]). `ARGV`: owner, token
 /// (empty: any — an abandon), channel, notice, `PUBLISH` or `SPUBLISH`,
-/// mode, `1` to admit waiters, the client's mark (see [`JOIN`]). Removes
+/// mode, `1` to admit waiters (`0` not to, `-` for a client that nobody
+/// waits on by pub/sub: Redlock's), the client's mark (see [`JOIN`]). Removes
 /// the owner's grant (with this token) or, without a token, everything the
 /// owner has in the group, its marks as a waiter included. Returns the
 /// strings `1` if a live grant was removed (else `0`), then an owner and
@@ -238,7 +239,11 @@ if live == 0 then
     return out
 end
 local announce = redis.call('EXISTS', KEYS[6]) == 1
-if ARGV[6] ~= 'p' and redis.call('EXISTS', KEYS[8]) == 1 then
+";
+
+/// [`LEAVE`]'s admitting step, between its removal and its notice.
+const LEAVE_ADMIT: &str = r"
+if ARGV[6] ~= 'p' and ARGV[7] ~= '-' and redis.call('EXISTS', KEYS[8]) == 1 then
     if ARGV[7] ~= '1' then
         announce = true
     else
@@ -299,6 +304,10 @@ if ARGV[6] ~= 'p' and redis.call('EXISTS', KEYS[8]) == 1 then
         end
     end
 end
+";
+
+/// [`LEAVE`]'s notice, and its reply.
+const LEAVE_ANNOUNCE: &str = r"
 if announce then
     local notice = ARGV[4]
     for i = 2, #out, 2 do
@@ -345,4 +354,10 @@ pub(crate) static GROUP_HOLDERS_SCRIPT: LazyLock<Script> =
 pub(crate) static GROUP_RENEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| group(GROUP_RENEW));
 pub(crate) static GROUP_HELD_SCRIPT: LazyLock<Script> = LazyLock::new(|| group(GROUP_HELD));
 /// [`LEAVE`], sent as text: a cleanup (see [`eval`]).
-pub(crate) static LEAVE_TEXT: LazyLock<String> = LazyLock::new(|| format!("{KEEP}{LEAVE}"));
+pub(crate) static LEAVE_TEXT: LazyLock<String> =
+    LazyLock::new(|| format!("{KEEP}{LEAVE}{LEAVE_ADMIT}{LEAVE_ANNOUNCE}"));
+/// [`LEAVE`] without its admitting step, for a client that nobody waits
+/// on by pub/sub (Redlock's), which would skip it anyway: a cleanup's text
+/// is sent with every call, to every master.
+pub(crate) static LEAVE_UNADMITTING_TEXT: LazyLock<String> =
+    LazyLock::new(|| format!("{LEAVE}{LEAVE_ANNOUNCE}"));
