@@ -55,6 +55,7 @@ impl Node {
 
     /// Grants `req` of any kind if it is free (or already `req.owner`'s):
     /// the lock's token, or `None` if it is held.
+    #[cfg_attr(not(feature = "raw"), allow(dead_code))]
     pub async fn grant(&self, req: &AcquireRequest) -> Result<Option<FencingToken>> {
         let joining = if self.keys.announces() {
             Joining::Admitted

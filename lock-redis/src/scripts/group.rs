@@ -248,10 +248,15 @@ if ARGV[6] ~= 'p' and ARGV[7] ~= '-' and redis.call('EXISTS', KEYS[8]) == 1 then
         announce = true
     else
         -- Admits the waiters `whos` of `waiting` (a few hundred at most: a
-        -- Lua call takes only so many arguments) into `set`, in a fixed
-        -- number of calls: their tokens are the counter's next ones.
+        -- Lua call takes only so many arguments) into `set`, with few calls
+        -- beside one read of each one's TTL: their tokens are the
+        -- counter's next ones. Only commands a least-privilege user already
+        -- has (lock-redis's README) are used.
         local function admit(waiting, set, whos)
-            local found = redis.call('HMGET', KEYS[8], unpack(whos))
+            local found = {}
+            for i, who in ipairs(whos) do
+                found[i] = redis.call('HGET', KEYS[8], who)
+            end
             redis.call('ZREM', waiting, unpack(whos))
             redis.call('HDEL', KEYS[8], unpack(whos))
             local members, latest = {}, 0
@@ -271,11 +276,8 @@ if ARGV[6] ~= 'p' and ARGV[7] ~= '-' and redis.call('EXISTS', KEYS[8]) == 1 then
             if n == 0 then
                 return
             end
-            local first = redis.call('INCRBY', KEYS[5], n) - n + 1
-            if first < now * 1000 then
-                first = now * 1000
-                redis.call('SET', KEYS[5], string.format('%d', first + n - 1))
-            end
+            local first = math.max(tonumber(redis.call('GET', KEYS[5]) or '0') + 1, now * 1000)
+            redis.call('SET', KEYS[5], string.format('%d', first + n - 1))
             redis.call('ZADD', set, unpack(members))
             local tokens = {}
             for i = 1, n do
@@ -290,15 +292,17 @@ if ARGV[6] ~= 'p' and ARGV[7] ~= '-' and redis.call('EXISTS', KEYS[8]) == 1 then
             end
         end
         local since = '(' .. now
-        if redis.call('ZCOUNT', KEYS[2], since, '+inf') == 0 then
+        local function none(key)
+            return #redis.call('ZRANGEBYSCORE', key, since, '+inf', 'LIMIT', 0, 1) == 0
+        end
+        if none(KEYS[2]) then
             local writer = redis.call('ZRANGEBYSCORE', KEYS[3], since, '+inf', 'LIMIT', 0, 1)[1]
             if not writer then
                 local readers = redis.call('ZRANGEBYSCORE', KEYS[7], since, '+inf')
                 for i = 1, #readers, 256 do
                     admit(KEYS[7], KEYS[1], {unpack(readers, i, math.min(i + 255, #readers))})
                 end
-            elseif redis.call('ZCOUNT', KEYS[1], since, '+inf') == 0
-                and redis.call('HEXISTS', KEYS[8], writer) == 1 then
+            elseif none(KEYS[1]) and redis.call('HGET', KEYS[8], writer) then
                 admit(KEYS[3], KEYS[2], {writer})
             end
         end
