@@ -22,9 +22,8 @@ use crate::ZkConfig;
 use crate::cleanup::RETRY_CAP;
 use crate::error::convert;
 use crate::expiry::{Kept, czxid_of};
-use crate::handover;
 use crate::layout::{Queue, Rule};
-use crate::recipe::Node;
+use crate::node::Node;
 use crate::session::{Core, connected, lease_ttl, session_ended};
 
 /// A lock backend on a ZooKeeper ensemble (see the crate docs).
@@ -213,11 +212,11 @@ impl LockBackend for ZkBackend {
             let attempt = async {
                 let client = self.core.session_for(req, budget).await?;
                 let look_first = retry.attempts() > 0;
-                let (node, sent) = self
+                let (node, turn) = self
                     .core
-                    .take_turn(&client, &queue, req, &mut queued, look_first, budget)
+                    .take_turn(&client, &queue, req, &mut queued, look_first, None, budget)
                     .await?;
-                Ok::<_, Error>((client, node, sent))
+                Ok::<_, Error>((client, node, turn.sent))
             };
             match attempt.await {
                 Ok(granted) => break Ok(granted),
@@ -286,13 +285,13 @@ impl LockBackend for ZkBackend {
         // Any version: nothing writes a lock node's data, so a version
         // would tell nothing more, and a node written by someone else must
         // still go. Only a holder that was first of all hands over: a
-        // reader may release while other readers before it still hold.
+        // reader may release while other readers before it still hold. A
+        // lease's release lists the leases for the semaphore's counter.
         let delete = async {
             match queue.rule {
-                Rule::First => {
-                    handover::delete_and_hand_over(&self.core.handovers, &client, &path).await
-                }
-                _ => client.delete(&path, None).await,
+                Rule::First => self.core.delete_and_hand_over(&client, &path).await,
+                Rule::Count => self.core.delete_and_list_for_counter(&client, &path).await,
+                Rule::NoWriterBefore => client.delete(&path, None).await,
             }
         };
         match self.core.call("release", delete).await? {

@@ -15,7 +15,7 @@ use zookeeper_client as zk;
 
 use crate::error::{convert, no_data_change};
 use crate::layout::{Queue, is_root, owner_prefix};
-use crate::recipe::Node;
+use crate::node::Node;
 use crate::session::{Core, connected};
 
 /// Longest pause between retries of a failed wait or cleanup.

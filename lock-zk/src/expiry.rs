@@ -15,7 +15,7 @@ use zookeeper_client as zk;
 
 use crate::held::Held;
 use crate::layout::Queue;
-use crate::recipe::Node;
+use crate::node::Node;
 use crate::session::{Core, lease_ttl};
 
 impl Core {

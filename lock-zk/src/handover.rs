@@ -3,54 +3,209 @@
 //! same session, grants that waiter without a round trip of its own
 //! (README, Protocol 7; the registry is lock-core's [`Handovers`]).
 //!
-//! The release sends, right behind its delete, a read of the waiter's node;
-//! the session's requests are answered in order, so the read sees the state
-//! after the delete. When the delete succeeded and the waiter's node is
-//! still there, made by this session, the waiter holds the lock, by
-//! Curator's rule (the first node holds it): the deleted node was the
-//! holder, so no node below it was left; the waiter's last listing showed
-//! nothing between it and that node; and every node made since comes after
-//! the waiter's. The delete, a write of the session that the leader
-//! committed, vouches for the session as the waiter's own check would, so
-//! the grant counts from when it was sent.
+//! The release is one transaction: delete the holder's node, check that
+//! the waiter's node is there. When it is applied, the waiter holds the
+//! lock, by Curator's rule (the first node holds it): the deleted node was
+//! the holder, so no node below it was left; the waiter's last listing
+//! showed nothing between it and that node; and every node made since
+//! comes after the waiter's. The node the check finds is the waiter's own,
+//! made on this session: the parent lived on from the waiter's create to
+//! the transaction (the holder's node, made earlier, was in it), and a
+//! parent never hands out a sequence number twice. The transaction, a
+//! write of the session that the leader committed, vouches for the
+//! session as the waiter's own check would, so the grant counts from when
+//! it was sent. If the waiter's node is gone, nothing was applied, and the
+//! release deletes its node alone.
+//!
+//! A waiter for a semaphore's mutex would, once it holds the mutex, make
+//! its lease node and list the leases. The hand-over does that for it in
+//! the same round trip: the transaction also makes the waiter's lease
+//! node, so the lease is never made without the mutex held for it, and a
+//! listing of the leases follows on the session. A release of a lease
+//! lists the leases, behind its delete, for the acquirer of this backend
+//! that holds the semaphore's mutex and waits for them to change.
 
-use lock_core::backend::Handovers;
+use std::sync::Arc;
+
+use lock_core::backend::Handover;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
-/// What a release checks of the waiter behind it.
-#[derive(Debug)]
-pub(crate) struct Waiter {
-    pub(crate) session: i64,
-    pub(crate) path: String,
-    pub(crate) czxid: i64,
-}
+use crate::node::{ANY_VERSION, Node, Vouched};
+use crate::session::Core;
+use crate::waiters::{Granted, LeaseToMake, Waiter};
 
-/// Waiters by the path of the node each watches; a grant carries when the
-/// delete that vouches for it was sent.
-pub(crate) type ZkHandovers = Handovers<Waiter, Instant>;
-
-/// Deletes the holder's node at `path` on `client`'s session, and hands the
-/// lock to the waiter of this backend watching it, if there is one on this
-/// session and its node is still there: the delete's outcome.
-pub(crate) async fn delete_and_hand_over(
-    handovers: &ZkHandovers,
-    client: &zk::Client,
-    path: &str,
-) -> Result<(), zk::Error> {
-    let session = client.session_id().0;
-    let next = handovers.take(path).filter(|h| h.waiter.session == session);
-    let sent = Instant::now();
-    let deleted = client.delete(path, None);
-    let Some(next) = next else {
-        return deleted.await;
-    };
-    let read = client.check_stat(&next.waiter.path);
-    let (deleted, read) = tokio::join!(deleted, read);
-    let still_there = matches!(read, Ok(Some(stat))
-        if stat.czxid == next.waiter.czxid && stat.ephemeral_owner == session);
-    if deleted.is_ok() && still_there {
-        next.grant(sent);
+impl Core {
+    /// The waiter of this backend registered for `watched`, if it waits on
+    /// `client`'s session (a hand-over vouches for that session only).
+    fn waiter_of(&self, client: &zk::Client, watched: &str) -> Option<Handover<Waiter, Granted>> {
+        let session = client.session_id().0;
+        self.handovers
+            .take(watched)
+            .filter(|h| h.waiter.session == session)
     }
-    deleted
+
+    /// Deletes the holder's node at `path` on `client`'s session, and hands
+    /// the lock to the waiter of this backend watching it, if there is one
+    /// on this session and its node is still there: the delete's outcome.
+    pub(crate) async fn delete_and_hand_over(
+        self: &Arc<Self>,
+        client: &zk::Client,
+        path: &str,
+    ) -> Result<(), zk::Error> {
+        let sent = Instant::now();
+        let Some(next) = self.waiter_of(client, path) else {
+            return client.delete(path, None).await;
+        };
+        if let Some(lease) = next.waiter.lease.clone() {
+            return self
+                .hand_over_with_lease(client, path, next, lease, sent)
+                .await;
+        }
+        let mut multi = client.new_multi_writer();
+        multi.add_delete(path, None)?;
+        multi.add_check_version(&next.waiter.path, ANY_VERSION)?;
+        match multi.commit().await {
+            Ok(_) => {
+                next.grant(Granted { sent, lease: None });
+                Ok(())
+            }
+            Err(zk::MultiWriteError::OperationFailed { index: 0, source }) => Err(source),
+            // The waiter's node is gone, and nothing was applied.
+            Err(zk::MultiWriteError::OperationFailed { .. }) => client.delete(path, None).await,
+            Err(zk::MultiWriteError::RequestFailed { source }) => Err(source),
+        }
+    }
+
+    /// Deletes a semaphore's lease node at `path` and, if an acquirer of
+    /// this backend holding the semaphore's mutex waits for the leases to
+    /// change, lists them for it behind the delete, which
+    /// vouches for the listing as the acquirer's own check would: the
+    /// acquirer counts from that listing instead of making its own.
+    pub(crate) async fn delete_and_list_for_counter(
+        &self,
+        client: &zk::Client,
+        path: &str,
+    ) -> Result<(), zk::Error> {
+        let parent = path.rsplit_once('/').map_or("", |(parent, _)| parent);
+        let sent = Instant::now();
+        let Some(next) = self.waiter_of(client, parent) else {
+            return client.delete(path, None).await;
+        };
+        let deleted = client.delete(path, None);
+        // No watch: the acquirer only waits while the leases are one more
+        // than the permits (its own counted), and only it makes leases, so
+        // with ours gone there is room. If there is not (a permit count
+        // that differs from ours), it lists again with a watch.
+        let listed = client.list_children(parent);
+        let (deleted, listed) = tokio::join!(deleted, listed);
+        if let (Ok(()), Ok(children)) = (&deleted, listed)
+            && let Some((_, name)) = next.waiter.path.rsplit_once('/')
+        {
+            let node = Node {
+                name: name.to_owned(),
+                czxid: next.waiter.czxid,
+                vouched: Some(Vouched { sent, children }),
+            };
+            next.grant(Granted {
+                sent,
+                lease: Some(node),
+            });
+        }
+        deleted
+    }
+
+    /// The hand-over of a semaphore's mutex, making the waiter's lease node.
+    /// Until the waiter has that node in hand, its owner is marked
+    /// uncertain, so that a give-up in between looks for the node by owner.
+    async fn hand_over_with_lease(
+        self: &Arc<Self>,
+        client: &zk::Client,
+        path: &str,
+        next: Handover<Waiter, Granted>,
+        lease: LeaseToMake,
+        sent: Instant,
+    ) -> Result<(), zk::Error> {
+        let session = client.session_id().0;
+        self.set_uncertain(lease.owner, true);
+        let options = zk::CreateMode::EphemeralSequential.with_acls(self.acls());
+        let mut multi = client.new_multi_writer();
+        multi.add_delete(path, None)?;
+        multi.add_check_version(&next.waiter.path, ANY_VERSION)?;
+        multi.add_create(
+            &format!("{}/{}", lease.parent, lease.prefix),
+            &lease.data,
+            &options,
+        )?;
+        let committed = multi.commit();
+        // No watch: most often the lease is granted at once, and a watch
+        // left unused costs a request to remove it. A waiter that finds the
+        // semaphore full lists again with one.
+        let listed = client.list_children(&lease.parent);
+        let (committed, listed) = tokio::join!(committed, listed);
+        let made = match committed {
+            Ok(results) => results.into_iter().find_map(|r| match r {
+                zk::MultiWriteResult::Create { path, stat } => Some((path, stat)),
+                _ => None,
+            }),
+            // Nothing was applied: the waiter finds its turn by itself.
+            Err(zk::MultiWriteError::OperationFailed { index, source }) => {
+                self.set_uncertain(lease.owner, false);
+                return if index == 0 {
+                    Err(source)
+                } else {
+                    client.delete(path, None).await
+                };
+            }
+            Err(zk::MultiWriteError::RequestFailed { source }) => return Err(source),
+        };
+        // Our node is gone. Whatever stops short of a grant below leaves the
+        // owner uncertain: the waiter's next attempt adopts the lease node,
+        // a give-up deletes it.
+        let Some((made, stat)) = made else {
+            return Ok(());
+        };
+        let czxid = if stat.is_invalid() {
+            match client.check_stat(&made).await {
+                Ok(Some(stat)) if stat.ephemeral_owner == session => stat.czxid,
+                _ => return Ok(()),
+            }
+        } else {
+            stat.czxid
+        };
+        let Some((_, name)) = made.rsplit_once('/') else {
+            return Ok(());
+        };
+        let vouched = listed.ok().map(|children| Vouched { sent, children });
+        let node = Node {
+            name: name.to_owned(),
+            czxid,
+            vouched,
+        };
+
+        let delivered = next.grant(Granted {
+            sent,
+            lease: Some(node),
+        });
+        if !delivered {
+            // Its acquire went away meanwhile; its own cleanup may have
+            // looked for the node before it was made.
+            match self
+                .call("delete an unclaimed lease", client.delete(&made, None))
+                .await
+            {
+                Ok(Ok(()) | Err(zk::Error::NoNode)) => self.set_uncertain(lease.owner, false),
+                _ => {
+                    let backend = self.clone();
+                    tokio::spawn(async move {
+                        backend
+                            .keep_deleting(session, &made, &CancellationToken::new())
+                            .await
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
 }

@@ -14,9 +14,11 @@ mod held;
 mod holders;
 mod layout;
 mod names;
+mod node;
 mod recipe;
 mod semaphore;
 mod session;
+mod waiters;
 
 pub use backend::MIN_TTL;
 pub use backend::ZkBackend;

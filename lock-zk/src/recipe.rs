@@ -13,32 +13,10 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::error::{convert, no_data_change, unavailable};
-use crate::handover::Waiter;
 use crate::layout::{Queue, is_root, owner_prefix};
+use crate::node::{ANY_VERSION, Node, Vouched};
 use crate::session::{Core, connected};
-
-/// The version a check or write accepts whatever the node's version.
-const ANY_VERSION: i32 = -1;
-
-/// Our node in a lock's queue.
-#[derive(Clone, Debug)]
-pub(crate) struct Node {
-    pub(crate) name: String,
-    pub(crate) czxid: i64,
-    /// The listing of the parent sent right behind the create that made
-    /// the node, with when that create was sent, until it is used; `None`
-    /// for a node found again, or if that listing failed.
-    pub(crate) vouched: Option<Vouched>,
-}
-
-/// A listing of a lock's parent answered after a write of our session that
-/// the leader committed (our create, or a check of our node) was applied.
-#[derive(Clone, Debug)]
-pub(crate) struct Vouched {
-    /// When that write was sent.
-    pub(crate) sent: Instant,
-    pub(crate) children: Vec<String>,
-}
+use crate::waiters::{LeaseToMake, Turn, Waiter};
 
 /// A listing sent behind a check, with a watch on the children if asked.
 type Listing<'a> = Pin<
@@ -56,7 +34,10 @@ impl Core {
     /// attempt created unseen when `look_first`), and the wait for its
     /// turn: the node, and when the request that vouches for the grant was
     /// sent. `slot` keeps the node for the next attempt, and for the
-    /// cleanup if the acquire gives up.
+    /// cleanup if the acquire gives up. `then` is what the turn's holder
+    /// makes next (a semaphore's lease node), which a hand-over of the
+    /// turn may make for it.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn take_turn(
         &self,
         client: &zk::Client,
@@ -64,16 +45,17 @@ impl Core {
         req: &AcquireRequest,
         slot: &mut Option<(i64, Node)>,
         look_first: bool,
+        then: Option<&LeaseToMake>,
         budget: &WaitBudget,
-    ) -> Result<(Node, Instant)> {
+    ) -> Result<(Node, Turn)> {
         let (session, mut node) = self
             .place(client, queue, req, slot, look_first, budget)
             .await?;
-        let sent = self
-            .wait_for_turn(client, queue, &req.name, req.owner, &mut node, budget)
+        let turn = self
+            .wait_for_turn(client, queue, &req.name, req.owner, &mut node, then, budget)
             .await;
         *slot = Some((session, node.clone()));
-        Ok((node, sent?))
+        Ok((node, turn?))
     }
 
     /// Our node in `queue`: the one `slot` keeps from an earlier attempt on
@@ -415,6 +397,7 @@ impl Core {
     /// comes right behind such a write on the same session: our create (the
     /// listing sent with it), else the check of [`Self::confirm`], sent
     /// together with the listing in one round trip.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn wait_for_turn(
         &self,
         client: &zk::Client,
@@ -422,8 +405,9 @@ impl Core {
         name: &LockName,
         owner: OwnerToken,
         node: &mut Node,
+        then: Option<&LeaseToMake>,
         budget: &WaitBudget,
-    ) -> Result<Instant> {
+    ) -> Result<Turn> {
         let parent = &queue.parent;
         let prefix = owner_prefix(owner);
         loop {
@@ -448,7 +432,7 @@ impl Core {
                 return Err(Error::not_held(name));
             };
             let Some(blocker) = queue.blocker(&order, place) else {
-                return Ok(sent);
+                return Ok(Turn { sent, made: None });
             };
             if budget.is_over() {
                 return Err(budget.exhausted(name));
@@ -459,6 +443,7 @@ impl Core {
                 session: client.session_id().0,
                 path: format!("{parent}/{}", node.name),
                 czxid: node.czxid,
+                lease: then.cloned(),
             };
             let registration = self.handovers.register(&before, waiter, budget);
             let watcher = match self
@@ -475,8 +460,11 @@ impl Core {
             match event.event_type {
                 zk::EventType::NodeDeleted => {
                     self.wakeups.fetch_add(1, Ordering::Relaxed);
-                    if let Some(Some(sent)) = budget.race(registration.handed_over()).await {
-                        return Ok(sent);
+                    if let Some(Some(granted)) = budget.race(registration.handed_over()).await {
+                        return Ok(Turn {
+                            sent: granted.sent,
+                            made: granted.lease,
+                        });
                     }
                 }
                 zk::EventType::Session if event.session_state.is_terminated() => {

@@ -16,10 +16,11 @@ use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
 use crate::cleanup::RETRY_CAP;
-use crate::handover;
 use crate::layout::{Queue, owner_prefix};
-use crate::recipe::{Node, Vouched, session_ended_while_waiting};
+use crate::node::{Node, Vouched};
+use crate::recipe::session_ended_while_waiting;
 use crate::session::{Core, connected};
+use crate::waiters::{Granted, LeaseToMake, Waiter};
 
 impl Core {
     /// One of `permits` permits of the semaphore `req.name`.
@@ -36,12 +37,31 @@ impl Core {
         // once created: an attempt after a lost connection finds them again.
         let mut turn: Option<(i64, Node)> = None;
         let mut lease: Option<(i64, Node)> = None;
+        let to_make = LeaseToMake {
+            owner: req.owner,
+            parent: leases.parent.clone(),
+            prefix: leases.node_prefix(req.owner),
+            data: req.value.as_bytes().to_vec(),
+        };
         let outcome = loop {
             let attempt = async {
                 let client = self.session_for(req, budget).await?;
                 let look_first = retry.attempts() > 0;
-                self.take_turn(&client, &mutex, req, &mut turn, look_first, budget)
+                let (_, taken) = self
+                    .take_turn(
+                        &client,
+                        &mutex,
+                        req,
+                        &mut turn,
+                        look_first,
+                        Some(&to_make),
+                        budget,
+                    )
                     .await?;
+                if let Some(made) = taken.made {
+                    lease = Some((client.session_id().0, made));
+                    self.set_uncertain(req.owner, false);
+                }
                 let (node, sent) = self
                     .count_in(
                         &client, &leases, req, permits, &mut lease, look_first, budget,
@@ -129,6 +149,15 @@ impl Core {
             let Some(watcher) = watcher else {
                 continue;
             };
+            // A release of a lease by this backend lists the leases for us
+            // (handover.rs).
+            let waiter = Waiter {
+                session,
+                path: format!("{}/{}", leases.parent, node.name),
+                czxid: node.czxid,
+                lease: None,
+            };
+            let registration = self.handovers.register(&leases.parent, waiter, budget);
             let Some(event) = budget.race(watcher.changed()).await else {
                 return Err(budget.exhausted(&req.name));
             };
@@ -136,6 +165,13 @@ impl Core {
                 zk::EventType::NodeChildrenChanged | zk::EventType::NodeDeleted => {
                     self.wakeups
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if let Some(Some(Granted {
+                        lease: Some(listed),
+                        ..
+                    })) = budget.race(registration.handed_over()).await
+                    {
+                        node.vouched = listed.vouched;
+                    }
                 }
                 zk::EventType::Session if event.session_state.is_terminated() => {
                     return Err(session_ended_while_waiting(event.session_state));
@@ -159,7 +195,7 @@ impl Core {
             return;
         };
         let path = format!("{}/{}", mutex.parent, node.name);
-        let delete = handover::delete_and_hand_over(&self.handovers, client, &path);
+        let delete = self.delete_and_hand_over(client, &path);
         match self.call("let go of the semaphore's mutex", delete).await {
             Ok(Ok(()) | Err(zk::Error::NoNode)) => {
                 self.tidy_parent(client, &mutex.parent).await;

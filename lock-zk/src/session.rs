@@ -20,8 +20,8 @@ use lock_core::backend::{AcquireRequest, WaitBudget};
 
 use crate::ZkConfig;
 use crate::error::{convert, unavailable};
-use crate::handover::ZkHandovers;
 use crate::held::Held;
+use crate::waiters::ZkHandovers;
 
 /// What the protocol modules share of one backend: its session and how to
 /// make the next one, and the state its locks keep beside it.

@@ -25,9 +25,12 @@ pub(crate) async fn locker(url: &str) -> Locker {
 }
 
 /// A plain ZooKeeper client inside `chroot` (which must exist), to look at
-/// the nodes distlock makes.
+/// the nodes distlock makes. Its session asks for a long timeout, so that
+/// it pings rarely (a test counting requests counts its pings).
 pub(crate) async fn plain(zk: &ZooKeeper, chroot: &str) -> zk::Client {
-    zk::Client::connect(&format!("{}/{chroot}", zk.connect_string()))
+    zk::Client::connector()
+        .with_session_timeout(Duration::from_secs(30))
+        .connect(&format!("{}/{chroot}", zk.connect_string()))
         .await
         .expect("connect a plain client")
 }

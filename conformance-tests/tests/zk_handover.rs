@@ -1,0 +1,275 @@
+//! Hand-overs inside one ZooKeeper backend. What they cost is counted by
+//! the server itself (the packets `srvr` reports received, on a server of
+//! the test's own, so no other test's requests are counted): a mutex's
+//! release that grants the waiter behind it is one request, and a
+//! semaphore's waiter is handed its lease node and the count of the leases
+//! with no request of its own. Waiters that give up at any moment, a
+//! hand-over under way included, leave no node.
+
+mod common {
+    pub(crate) mod zk;
+}
+
+use std::time::Duration;
+
+use common::zk::{TTL, children, locker, opts, plain, wait_for_children};
+use conformance_tests::kinds::Kinds;
+use conformance_tests::servers::zookeeper::ZooKeeper;
+use conformance_tests::targets::fresh_table;
+use lock_core::{Error, LockKind, Locker, Wait};
+use tokio::sync::oneshot;
+use tokio::time::{sleep, timeout};
+use zookeeper_client as zk;
+
+const PATIENCE: Wait = Wait::For(Duration::from_secs(60));
+
+/// A session that asks for a long timeout, so that it does not ping (and
+/// so add to the count) while a test counts: a client pings after a third
+/// of its session timeout without a request, at most every 10 s.
+const QUIET: &str = "session_timeout=30s";
+
+/// Reads the server's count of packets received, less the `srvr` commands
+/// this reader sent (each is counted).
+struct Received<'a> {
+    zk: &'a ZooKeeper,
+    asked: u64,
+}
+
+impl<'a> Received<'a> {
+    fn new(zk: &'a ZooKeeper) -> Self {
+        Self { zk, asked: 0 }
+    }
+
+    fn now(&mut self) -> u64 {
+        let srvr = self.zk.servers[0].srvr().expect("the server answers srvr");
+        self.asked += 1;
+        let received: u64 = srvr
+            .lines()
+            .find_map(|l| l.strip_prefix("Received: "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no count of packets received in {srvr}"));
+        received - self.asked
+    }
+
+    /// The count once nothing more arrives for 300 ms: every request sent
+    /// so far has been received.
+    async fn settled(&mut self) -> u64 {
+        let mut last = self.now();
+        loop {
+            sleep(Duration::from_millis(300)).await;
+            let now = self.now();
+            if now == last {
+                return now;
+            }
+            last = now;
+        }
+    }
+}
+
+/// A distlock backend and a plain client on a fresh chroot of `zk`.
+async fn clients(zk: &ZooKeeper) -> (Locker, zk::Client) {
+    let chroot = fresh_table();
+    let l = locker(&zk.url(&chroot, QUIET)).await;
+    (l, plain(zk, &chroot).await)
+}
+
+/// Twelve waiters of one backend queued behind a holder: each release
+/// grants the next waiter in the request that deletes the holder's node,
+/// so the twelve hand-overs and the last release cost thirteen requests
+/// (a delete and a read behind it cost two each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mutex_hand_over_is_the_release_request_alone() {
+    const WAITERS: usize = 12;
+    let zk = ZooKeeper::start().await;
+    let (l, plain) = clients(&zk).await;
+    let holder = l
+        .lock_with("chain", opts(TTL, Wait::No))
+        .await
+        .expect("free");
+    let mut waiters = Vec::new();
+    for queued in 2..=WAITERS + 1 {
+        let l = l.clone();
+        waiters.push(tokio::spawn(async move {
+            let turn = l.lock_with("chain", opts(TTL, PATIENCE)).await?;
+            let token = turn.token();
+            turn.release().await?;
+            Ok::<_, lock_core::Error>(token)
+        }));
+        wait_for_children(&plain, "/locks/chain", queued).await;
+    }
+    let mut received = Received::new(&zk);
+    let before = received.settled().await;
+    let first = holder.token();
+    holder.release().await.expect("release");
+    let mut tokens = vec![first];
+    for waiter in waiters {
+        let token = timeout(Duration::from_secs(60), waiter)
+            .await
+            .expect("every waiter gets its turn")
+            .expect("task")
+            .expect("turn");
+        tokens.push(token);
+    }
+    let requests = received.settled().await - before;
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "turns in queue order: {tokens:?}"
+    );
+    assert!(children(&plain, "/locks/chain").await.is_empty());
+    // One request per release; a little room for a ping.
+    let bound = WAITERS as u64 + 1 + 2;
+    assert!(
+        requests <= bound,
+        "{requests} requests for {WAITERS} hand-overs and a release; at most {bound} expected"
+    );
+}
+
+/// A semaphore of one permit: A holds it, B holds the semaphore's mutex
+/// and waits for the leases to change, C waits for the mutex behind B.
+/// A's release lists the leases for B (its delete and a listing: 2
+/// requests), and B's grant lets the mutex go to C in one transaction that
+/// makes C's lease node, with a listing behind it (2); C, finding the
+/// permit taken, lists again with a watch (a check, a read and the
+/// listing: 3). Seven requests, where B's own check and listing, and C's
+/// own lease node and listing, made eleven. Then B's release lists for C
+/// (2), and C's grant lets the mutex go (1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphores_waiters_are_handed_their_lease_and_count() {
+    let zk = ZooKeeper::start().await;
+    let (l, plain) = clients(&zk).await;
+    let (mutex, leases) = ("/semaphores/hand/locks", "/semaphores/hand/leases");
+    let permit = LockKind::permit(1);
+    let a = l
+        .lock_kind("hand", permit, opts(TTL, Wait::No))
+        .await
+        .expect("free");
+    let waiter = |name: &'static str| {
+        let l = l.clone();
+        let (granted, holding) = oneshot::channel();
+        let (release, released) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let guard = l.lock_kind("hand", permit, opts(TTL, PATIENCE)).await;
+            let guard = guard.unwrap_or_else(|e| panic!("{name}'s permit: {e}"));
+            let _ = granted.send(guard.token());
+            let _ = released.await;
+            guard.release().await.expect("release");
+        });
+        (holding, release, task)
+    };
+    let (b_holds, b_release, b) = waiter("B");
+    wait_for_children(&plain, leases, 2).await;
+    let (c_holds, c_release, c) = waiter("C");
+    wait_for_children(&plain, mutex, 2).await;
+
+    // Only the backend's requests while counting: the plain client looks
+    // between the counts.
+    let mut received = Received::new(&zk);
+    let before = received.settled().await;
+    a.release().await.expect("release");
+    let b_token = timeout(Duration::from_secs(30), b_holds)
+        .await
+        .expect("B is granted once A releases")
+        .expect("B's token");
+    let to_b = received.settled().await - before;
+    // C holds the mutex, with its lease node made, and waits.
+    assert_eq!(children(&plain, mutex).await.len(), 1);
+    assert_eq!(children(&plain, leases).await.len(), 2);
+
+    let before = received.settled().await;
+    b_release.send(()).expect("B holds");
+    let c_token = timeout(Duration::from_secs(30), c_holds)
+        .await
+        .expect("C is granted once B releases")
+        .expect("C's token");
+    let to_c = received.settled().await - before;
+    assert!(children(&plain, mutex).await.is_empty());
+    c_release.send(()).expect("C holds");
+    b.await.expect("B");
+    c.await.expect("C");
+    wait_for_children(&plain, leases, 0).await;
+
+    assert!(b_token < c_token, "{b_token:?} then {c_token:?}");
+    // A little room for a ping.
+    assert!(
+        to_b <= 8,
+        "{to_b} requests from A's release to C waiting; 7 expected"
+    );
+    assert!(
+        to_c <= 4,
+        "{to_c} requests from B's release to C's grant; 3 expected"
+    );
+}
+
+/// Sixteen acquirers of one backend on a semaphore of two permits, giving
+/// up after a random few milliseconds or cancelled at a random point (a
+/// hand-over may be making a lease node for them at that moment): once
+/// they stop, no lease node and no node in the semaphore's mutex is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_waiters_that_give_up_mid_hand_over_leave_no_node() {
+    let zk = ZooKeeper::start().await;
+    let (l, plain) = clients(&zk).await;
+    let permit = LockKind::permit(2);
+    let until = tokio::time::Instant::now() + Duration::from_secs(3);
+    let tasks: Vec<_> = (0..16u64)
+        .map(|i| {
+            let l = l.clone();
+            tokio::spawn(async move {
+                let mut granted = 0u32;
+                let mut round = i;
+                while tokio::time::Instant::now() < until {
+                    round = round
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let patience = Duration::from_millis(1 + (round >> 33) % 20);
+                    let acquire = l.lock_kind("churn", permit, opts(TTL, Wait::For(patience)));
+                    let guard = if round % 2 == 0 {
+                        // Cancelled: the future is dropped wherever it is.
+                        match timeout(patience, acquire).await {
+                            Ok(outcome) => outcome,
+                            Err(_) => continue,
+                        }
+                    } else {
+                        acquire.await
+                    };
+                    match guard {
+                        Ok(guard) => {
+                            granted += 1;
+                            guard.release().await.expect("release");
+                        }
+                        Err(Error::WaitTimeout { .. }) => {}
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                granted
+            })
+        })
+        .collect();
+    let mut granted = 0;
+    for task in tasks {
+        granted += task.await.expect("task");
+    }
+    assert!(granted > 0, "no permit was granted");
+    for parent in ["/semaphores/churn/leases", "/semaphores/churn/locks"] {
+        if timeout(Duration::from_secs(15), async {
+            while !children(&plain, parent).await.is_empty() {
+                sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await
+        .is_err()
+        {
+            panic!("{parent} keeps {:?}", children(&plain, parent).await);
+        }
+    }
+    // Still usable: both permits are free.
+    let (a, b) = (
+        l.lock_kind("churn", permit, opts(TTL, Wait::No))
+            .await
+            .expect("a free permit"),
+        l.lock_kind("churn", permit, opts(TTL, Wait::No))
+            .await
+            .expect("a second free permit"),
+    );
+    a.release().await.expect("release");
+    b.release().await.expect("release");
+}
