@@ -3,27 +3,29 @@
 //! same session, grants that waiter without a round trip of its own
 //! (README, Protocol 7; the registry is lock-core's [`Handovers`]).
 //!
-//! The release is one transaction: delete the holder's node, check that
-//! the waiter's node is there. When it is applied, the waiter holds the
-//! lock, by Curator's rule (the first node holds it): the deleted node was
-//! the holder, so no node below it was left; the waiter's last listing
-//! showed nothing between it and that node; and every node made since
-//! comes after the waiter's. The node the check finds is the waiter's own,
-//! made on this session: the parent lived on from the waiter's create to
-//! the transaction (the holder's node, made earlier, was in it), and a
-//! parent never hands out a sequence number twice. The transaction, a
-//! write of the session that the leader committed, vouches for the
-//! session as the waiter's own check would, so the grant counts from when
-//! it was sent. If the waiter's node is gone, nothing was applied, and the
-//! release deletes its node alone.
+//! The release sends, right behind its delete, a read of the waiter's node;
+//! the session's requests are answered in order, so the read sees the state
+//! after the delete. When the delete succeeded and the waiter's node is
+//! still there, made by this session, the waiter holds the lock, by
+//! Curator's rule (the first node holds it): the deleted node was the
+//! holder, so no node below it was left; the waiter's last listing showed
+//! nothing between it and that node; and every node made since comes after
+//! the waiter's. The delete, a write of the session that the leader
+//! committed, vouches for the session as the waiter's own check would, so
+//! the grant counts from when it was sent.
 //!
 //! A waiter for a semaphore's mutex would, once it holds the mutex, make
 //! its lease node and list the leases. The hand-over does that for it in
-//! the same round trip: the transaction also makes the waiter's lease
+//! the same round trip: one transaction deletes the holder's mutex node,
+//! checks that the waiter's node is there and makes the waiter's lease
 //! node, so the lease is never made without the mutex held for it, and a
-//! listing of the leases follows on the session. A release of a lease
-//! lists the leases, behind its delete, for the acquirer of this backend
-//! that holds the semaphore's mutex and waits for them to change.
+//! listing of the leases follows on the session. The node the check finds
+//! is the waiter's own, made on this session: the parent lived on from the
+//! waiter's create to the transaction (the holder's node, made earlier,
+//! was in it), and a parent never gives out a sequence number twice. A
+//! release of a lease lists the leases, behind its delete, for the
+//! acquirer of this backend that holds the semaphore's mutex and waits for
+//! them to change.
 
 use std::sync::Arc;
 
@@ -63,19 +65,18 @@ impl Core {
                 .hand_over_with_lease(client, path, next, lease, sent)
                 .await;
         }
-        let mut multi = client.new_multi_writer();
-        multi.add_delete(path, None)?;
-        multi.add_check_version(&next.waiter.path, ANY_VERSION)?;
-        match multi.commit().await {
-            Ok(_) => {
-                next.grant(Granted { sent, lease: None });
-                Ok(())
-            }
-            Err(zk::MultiWriteError::OperationFailed { index: 0, source }) => Err(source),
-            // The waiter's node is gone, and nothing was applied.
-            Err(zk::MultiWriteError::OperationFailed { .. }) => client.delete(path, None).await,
-            Err(zk::MultiWriteError::RequestFailed { source }) => Err(source),
+        // A delete and a read: cheaper on the server than a transaction
+        // with the delete and a check, though one request more.
+        let deleted = client.delete(path, None);
+        let read = client.check_stat(&next.waiter.path);
+        let (deleted, read) = tokio::join!(deleted, read);
+        let session = client.session_id().0;
+        let still_there = matches!(read, Ok(Some(stat))
+            if stat.czxid == next.waiter.czxid && stat.ephemeral_owner == session);
+        if deleted.is_ok() && still_there {
+            next.grant(Granted { sent, lease: None });
         }
+        deleted
     }
 
     /// Deletes a semaphore's lease node at `path` and, if an acquirer of
