@@ -117,10 +117,8 @@ impl<W, G> Handover<W, G> {
     /// Grants the lock to the waiter: only once the delete succeeded and the
     /// waiter's own entry was read back behind it. Dropping the hand-over
     /// instead sends the waiter to read the queue.
-    /// `false` if the waiter had gone by then: what the grant made for it
-    /// is the release's to undo.
-    pub fn grant(self, grant: G) -> bool {
-        self.grant.send(grant).is_ok()
+    pub fn grant(self, grant: G) {
+        let _ = self.grant.send(grant);
     }
 }
 

@@ -31,7 +31,6 @@ use std::sync::Arc;
 
 use lock_core::backend::Handover;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
 use crate::node::{ANY_VERSION, Node, Vouched};
@@ -95,10 +94,11 @@ impl Core {
             return client.delete(path, None).await;
         };
         let deleted = client.delete(path, None);
-        // No watch: the acquirer only waits while the leases are one more
-        // than the permits (its own counted), and only it makes leases, so
-        // with ours gone there is room. If there is not (a permit count
-        // that differs from ours), it lists again with a watch.
+        // No watch: the acquirer waits while the leases are more than the
+        // permits, and among distlock's acquirers only it makes leases, so
+        // with ours gone there is most often room; when there is not (a
+        // Curator acquirer's lease, a permit count that differs from
+        // ours), it lists again with a watch.
         let listed = client.list_children(parent);
         let (deleted, listed) = tokio::join!(deleted, listed);
         if let (Ok(()), Ok(children)) = (&deleted, listed)
@@ -118,8 +118,9 @@ impl Core {
     }
 
     /// The hand-over of a semaphore's mutex, making the waiter's lease node.
-    /// Until the waiter has that node in hand, its owner is marked
-    /// uncertain, so that a give-up in between looks for the node by owner.
+    /// The waiter marked its owner uncertain before it registered, and
+    /// keeps it so until it has the node in hand: a give-up in between
+    /// finds and deletes the node by owner.
     async fn hand_over_with_lease(
         self: &Arc<Self>,
         client: &zk::Client,
@@ -129,7 +130,6 @@ impl Core {
         sent: Instant,
     ) -> Result<(), zk::Error> {
         let session = client.session_id().0;
-        self.set_uncertain(lease.owner, true);
         let options = zk::CreateMode::EphemeralSequential.with_acls(self.acls());
         let mut multi = client.new_multi_writer();
         multi.add_delete(path, None)?;
@@ -152,7 +152,6 @@ impl Core {
             }),
             // Nothing was applied: the waiter finds its turn by itself.
             Err(zk::MultiWriteError::OperationFailed { index, source }) => {
-                self.set_uncertain(lease.owner, false);
                 return if index == 0 {
                     Err(source)
                 } else {
@@ -162,8 +161,8 @@ impl Core {
             Err(zk::MultiWriteError::RequestFailed { source }) => return Err(source),
         };
         // Our node is gone. Whatever stops short of a grant below leaves the
-        // owner uncertain: the waiter's next attempt adopts the lease node,
-        // a give-up deletes it.
+        // node to the waiter, whose owner is uncertain: its next attempt
+        // adopts the node, its give-up deletes it.
         let Some((made, stat)) = made else {
             return Ok(());
         };
@@ -185,28 +184,15 @@ impl Core {
             vouched,
         };
 
-        let delivered = next.grant(Granted {
+        // Not delivered if the waiter's acquire ended meanwhile: its own
+        // cleanup (a give-up or the abandon, both by owner, since the
+        // waiter marked its owner uncertain before it registered) lists
+        // the leases behind this transaction and deletes the node. The
+        // release must not delete it: a waiter that goes on adopts it.
+        next.grant(Granted {
             sent,
             lease: Some(node),
         });
-        if !delivered {
-            // Its acquire went away meanwhile; its own cleanup may have
-            // looked for the node before it was made.
-            match self
-                .call("delete an unclaimed lease", client.delete(&made, None))
-                .await
-            {
-                Ok(Ok(()) | Err(zk::Error::NoNode)) => self.set_uncertain(lease.owner, false),
-                _ => {
-                    let backend = self.clone();
-                    tokio::spawn(async move {
-                        backend
-                            .keep_deleting(session, &made, &CancellationToken::new())
-                            .await
-                    });
-                }
-            }
-        }
         Ok(())
     }
 }

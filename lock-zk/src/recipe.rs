@@ -445,33 +445,48 @@ impl Core {
                 czxid: node.czxid,
                 lease: then.cloned(),
             };
-            let registration = self.handovers.register(&before, waiter, budget);
-            let watcher = match self
-                .call("watch the predecessor", client.get_and_watch_data(&before))
-                .await?
-            {
-                Ok((_, _, watcher)) => watcher,
-                Err(zk::Error::NoNode) => continue,
-                Err(e) => return Err(convert("watch the predecessor", e)),
-            };
-            let Some(event) = budget.race(watcher.changed()).await else {
-                return Err(budget.exhausted(name));
-            };
-            match event.event_type {
-                zk::EventType::NodeDeleted => {
-                    self.wakeups.fetch_add(1, Ordering::Relaxed);
-                    if let Some(Some(granted)) = budget.race(registration.handed_over()).await {
-                        return Ok(Turn {
-                            sent: granted.sent,
-                            made: granted.lease,
-                        });
-                    }
-                }
-                zk::EventType::Session if event.session_state.is_terminated() => {
-                    return Err(session_ended_while_waiting(event.session_state));
-                }
-                _ => {}
+            if then.is_some() {
+                // A hand-over may make a node for this owner from now on.
+                self.set_uncertain(owner, true);
             }
+            let registration = self.handovers.register(&before, waiter, budget);
+            // Once registered, the wait does not end without asking
+            // whether a release took the registration: a hand-over may have
+            // granted the turn (and made a node for it) meanwhile. The
+            // answer comes within the release's own request.
+            let watched = match self
+                .call("watch the predecessor", client.get_and_watch_data(&before))
+                .await
+            {
+                Ok(Ok((_, _, watcher))) => Ok(Some(watcher)),
+                Ok(Err(zk::Error::NoNode)) => Ok(None),
+                Ok(Err(e)) => Err(convert("watch the predecessor", e)),
+                Err(e) => Err(e),
+            };
+            let outcome = match watched {
+                Ok(Some(watcher)) => match budget.race(watcher.changed()).await {
+                    None => Err(budget.exhausted(name)),
+                    Some(event) => match event.event_type {
+                        zk::EventType::NodeDeleted => {
+                            self.wakeups.fetch_add(1, Ordering::Relaxed);
+                            Ok(())
+                        }
+                        zk::EventType::Session if event.session_state.is_terminated() => {
+                            Err(session_ended_while_waiting(event.session_state))
+                        }
+                        _ => Ok(()),
+                    },
+                },
+                Ok(None) => Ok(()),
+                Err(e) => Err(e),
+            };
+            if let Some(granted) = registration.handed_over().await {
+                return Ok(Turn {
+                    sent: granted.sent,
+                    made: granted.lease,
+                });
+            }
+            outcome?;
         }
     }
 }

@@ -38,7 +38,6 @@ impl Core {
         let mut turn: Option<(i64, Node)> = None;
         let mut lease: Option<(i64, Node)> = None;
         let to_make = LeaseToMake {
-            owner: req.owner,
             parent: leases.parent.clone(),
             prefix: leases.node_prefix(req.owner),
             data: req.value.as_bytes().to_vec(),

@@ -3,7 +3,7 @@
 //! hand-over's requests (`handover.rs`) need the session, so they live
 //! apart.
 
-use lock_core::backend::{Handovers, OwnerToken};
+use lock_core::backend::Handovers;
 use tokio::time::Instant;
 
 use crate::node::Node;
@@ -22,7 +22,6 @@ pub(crate) struct Waiter {
 /// A semaphore acquirer's lease node, not made yet.
 #[derive(Clone, Debug)]
 pub(crate) struct LeaseToMake {
-    pub(crate) owner: OwnerToken,
     /// The leases' parent.
     pub(crate) parent: String,
     /// The node's name before the server appends the sequence number.
