@@ -318,3 +318,40 @@ async fn turns_leave_no_waiter_behind() {
             .is_empty()
     );
 }
+
+/// A release's script is sent as text (a cleanup must be one command), so
+/// its bytes are on every release's path: a permit, which is never
+/// admitted, sends the script without the admitting step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permits_release_sends_no_admitting_step() {
+    let setup = Setup::new().await;
+    let received = || async {
+        let stats: String = redis::cmd("INFO")
+            .arg("stats")
+            .query_async(&mut setup.plain.clone())
+            .await
+            .expect("INFO");
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix("total_net_input_bytes:"))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .expect("total_net_input_bytes")
+    };
+    let permit = setup
+        .near
+        .semaphore("jobs", 2)
+        .acquire()
+        .await
+        .expect("permit");
+    let read = setup.near.rwlock("doc").read().await.expect("read");
+    let before = received().await;
+    permit.release().await.expect("release");
+    let permits = received().await - before;
+    read.release().await.expect("release");
+    let reads = received().await - permits - before;
+    // The admitting step is two thirds of the admitting script's text.
+    assert!(
+        permits * 2 < reads,
+        "a permit's release took {permits} bytes, a read's {reads}"
+    );
+}

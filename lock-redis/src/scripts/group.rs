@@ -359,9 +359,24 @@ pub(crate) static GROUP_RENEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| group(
 pub(crate) static GROUP_HELD_SCRIPT: LazyLock<Script> = LazyLock::new(|| group(GROUP_HELD));
 /// [`LEAVE`], sent as text: a cleanup (see [`eval`]).
 pub(crate) static LEAVE_TEXT: LazyLock<String> =
-    LazyLock::new(|| format!("{KEEP}{LEAVE}{LEAVE_ADMIT}{LEAVE_ANNOUNCE}"));
-/// [`LEAVE`] without its admitting step, for a client that nobody waits
-/// on by pub/sub (Redlock's), which would skip it anyway: a cleanup's text
-/// is sent with every call, to every master.
+    LazyLock::new(|| compact(&format!("{KEEP}{LEAVE}{LEAVE_ADMIT}{LEAVE_ANNOUNCE}")));
+/// [`LEAVE`] without its admitting step, for a release that admits
+/// nobody: a permit's, or one of a client that nobody waits on by pub/sub
+/// (Redlock's), which would skip it anyway. A cleanup's text is sent with
+/// every call (to every master), and the server hashes it every time.
 pub(crate) static LEAVE_UNADMITTING_TEXT: LazyLock<String> =
-    LazyLock::new(|| format!("{LEAVE}{LEAVE_ANNOUNCE}"));
+    LazyLock::new(|| compact(&format!("{LEAVE}{LEAVE_ANNOUNCE}")));
+
+/// `text` without its indentation, blank lines and comment lines: what a
+/// script sent as text costs is its bytes. The scripts have no long
+/// strings or long comments (`[[ ]]`), whose lines this would change.
+fn compact(text: &str) -> String {
+    text.lines()
+        .map(str::trim_start)
+        .filter(|line| !line.is_empty() && !line.starts_with("--"))
+        .fold(String::with_capacity(text.len()), |mut out, line| {
+            out.push_str(line);
+            out.push('\n');
+            out
+        })
+}
