@@ -27,8 +27,6 @@
 //! acquirer of this backend that holds the semaphore's mutex and waits for
 //! them to change.
 
-use std::sync::Arc;
-
 use lock_core::backend::Handover;
 use tokio::time::Instant;
 use zookeeper_client as zk;
@@ -51,7 +49,7 @@ impl Core {
     /// the lock to the waiter of this backend watching it, if there is one
     /// on this session and its node is still there: the delete's outcome.
     pub(crate) async fn delete_and_hand_over(
-        self: &Arc<Self>,
+        &self,
         client: &zk::Client,
         path: &str,
     ) -> Result<(), zk::Error> {
@@ -122,7 +120,7 @@ impl Core {
     /// keeps it so until it has the node in hand: a give-up in between
     /// finds and deletes the node by owner.
     async fn hand_over_with_lease(
-        self: &Arc<Self>,
+        &self,
         client: &zk::Client,
         path: &str,
         next: Handover<Waiter, Granted>,
