@@ -251,3 +251,63 @@ async fn postgres_function_is_created_once() {
     );
     held.release().await.expect("release");
 }
+
+/// On MariaDB an attempt at a semaphore whose group row is there makes no
+/// statement before its locking read, which locks that row: the group's
+/// upsert is the first attempt's alone. Counted with the session's own
+/// counters, on a pool of one connection, so nothing else is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_admissions_lock_the_group_with_their_read() {
+    use distlock::backends::sql::{SqlBackend, SqlConfig};
+    use sqlx::Row as _;
+
+    let server = conformance_tests::servers::mariadb::Mariadb::shared().await;
+    let url = server.url("").replace("mariadb://", "mysql://");
+    let pool = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .expect("connect");
+    let backend = SqlBackend::from_pool(pool.clone(), SqlConfig::default().table(fresh_table()))
+        .await
+        .expect("backend");
+    let locker = lock_core::Locker::new(backend);
+    let counters = || async {
+        let rows = sqlx::query(
+            "SHOW SESSION STATUS WHERE Variable_name IN ('Com_insert', 'Com_select', 'Com_update')",
+        )
+        .fetch_all(&pool)
+        .await
+        .expect("SHOW SESSION STATUS");
+        let mut counts: Vec<(String, u64)> = rows
+            .iter()
+            .map(|r| {
+                let value: String = r.get(1);
+                (r.get(0), value.parse().expect("a count"))
+            })
+            .collect();
+        counts.sort();
+        counts
+    };
+    let semaphore = locker.semaphore("jobs", 2);
+    let first = semaphore.acquire().await.expect("the group's first permit");
+    first.release().await.expect("release");
+    let before = counters().await;
+    let permit = semaphore.acquire().await.expect("a permit");
+    let after = counters().await;
+    permit.release().await.expect("release");
+    let made: Vec<(String, u64)> = before
+        .iter()
+        .zip(&after)
+        .map(|((name, was), (_, is))| (name.to_lowercase(), is - was))
+        .collect();
+    assert_eq!(
+        made,
+        [
+            ("com_insert".to_owned(), 1), // the holder's row
+            ("com_select".to_owned(), 1), // the locking read
+            ("com_update".to_owned(), 1), // the group's last token
+        ],
+        "one grant's statements"
+    );
+}

@@ -1,17 +1,23 @@
 //! One attempt to join a semaphore or read-write lock as a short
 //! transaction, for the dialects without server-side functions we create
-//! (SQLite, MySQL and MariaDB): lock the group's row, read its rows afresh,
-//! decide in Rust ([`decide`], the rule PostgreSQL's function has in SQL),
-//! write, commit.
+//! (SQLite, MySQL and MariaDB): lock the group's row and read its rows
+//! afresh, decide in Rust ([`decide`], the rule PostgreSQL's function has
+//! in SQL), write, commit.
 //!
 //! Counting is safe because of the order. The group's row is locked first
 //! (SQLite: `BEGIN IMMEDIATE` takes the database's write lock at once;
-//! MySQL: the upsert takes the row's exclusive lock), so no other admission
-//! of the group runs until this one commits; only then are the holders
-//! read, by SQLite under its write lock (every commit before it visible),
-//! by MySQL with a locking read (`FOR UPDATE`), which reads the newest
-//! committed rows and waits for a renewal still in flight instead of
-//! counting the row as expired from an old snapshot.
+//! MySQL: the read is a locking read, `FOR UPDATE`, whose join takes the
+//! group's row, its outer side, before it reads a holder), so no other
+//! admission of the group runs until this one commits; only then are the
+//! holders read, by SQLite under its write lock (every commit before it
+//! visible), by MySQL's locking read, which reads the newest committed rows
+//! and waits for a renewal still in flight instead of counting the row as
+//! expired from an old snapshot. The group's row is made by its first
+//! attempt (an upsert, which locks it too), found missing by the read; the
+//! read is then made again. Every later attempt reads once, with no
+//! statement before it: one statement fewer on every attempt, on a server
+//! whose CPU sets the rate (docs/BENCHMARKS.md, "MariaDB: where the
+//! semaphore's time goes").
 
 use lock_core::backend::AcquireRequest;
 use lock_core::{FencingToken, Result};
@@ -79,10 +85,13 @@ pub(crate) fn decide(last_token: i64, members: &[Member], owner: &str, want: Wan
 pub(crate) struct Admission {
     /// Starts the transaction.
     pub(crate) begin: &'static str,
-    /// `(family, name)`: makes the group's row if it is missing and locks it.
+    /// `(family, name)`: makes the group's row if it is missing and locks
+    /// it; only run when [`read`](Self::read) found no row.
     pub(crate) lock: String,
     /// `(family, name)` → rows `(last_token, owner, kind, token,
-    /// remaining_ms)`, the last four `NULL` when the group has no rows.
+    /// remaining_ms)`, the last four `NULL` when the group has no rows;
+    /// none when the group has no row yet. Locks the group's row (see
+    /// above).
     pub(crate) read: String,
     /// `(family, name)`: deletes the group's expired rows.
     pub(crate) prune: String,
@@ -118,16 +127,22 @@ impl Admission {
         let (family, name) = (group.family, group.name.as_str());
         let attempt = async {
             let mut tx = pool.begin_with(self.begin).await?;
-            sqlx::query::<DB>(AssertSqlSafe(self.lock.as_str()))
-                .bind(family)
-                .bind(name)
-                .execute(&mut *tx)
-                .await?;
-            let rows = sqlx::query::<DB>(AssertSqlSafe(self.read.as_str()))
-                .bind(family)
-                .bind(name)
-                .fetch_all(&mut *tx)
-                .await?;
+            let read = || {
+                sqlx::query::<DB>(AssertSqlSafe(self.read.as_str()))
+                    .bind(family)
+                    .bind(name)
+            };
+            let mut rows = read().fetch_all(&mut *tx).await?;
+            if rows.is_empty() {
+                // The group's first attempt: its row is made, and read
+                // again. Once it is there, the read alone locks it.
+                sqlx::query::<DB>(AssertSqlSafe(self.lock.as_str()))
+                    .bind(family)
+                    .bind(name)
+                    .execute(&mut *tx)
+                    .await?;
+                rows = read().fetch_all(&mut *tx).await?;
+            }
             let mut last_token = 0;
             let mut members = Vec::with_capacity(rows.len());
             for row in rows {
