@@ -75,6 +75,19 @@ impl Setup {
             .expect("HGET")
     }
 
+    /// The number after `field` in the server's `INFO section` (up to a
+    /// comma, as in `cmdstat_…:calls=N,…`), if it has that field.
+    async fn info(&self, section: &str, field: &str) -> Option<u64> {
+        let text: String = redis::cmd("INFO")
+            .arg(section)
+            .query_async(&mut self.plain.clone())
+            .await
+            .expect("INFO");
+        text.lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|rest| rest.split(',').next()?.trim().parse().ok())
+    }
+
     /// Asserts that no waiter of `name`'s read-write lock is left
     /// registered, to be admitted later by nobody's wish.
     async fn nothing_left_of_the_waiters(&self, name: &str) {
@@ -219,15 +232,9 @@ async fn a_release_that_admits_its_own_clients_waiters_announces_nothing() {
     let setup = Setup::new().await;
     let (writer, readers) = setup.writer_and_waiting_readers(&setup.near, 3).await;
     let publish = || async {
-        let stats: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut setup.plain.clone())
+        setup
+            .info("commandstats", "cmdstat_publish:calls=")
             .await
-            .expect("INFO");
-        stats
-            .lines()
-            .find_map(|l| l.strip_prefix("cmdstat_publish:calls="))
-            .and_then(|l| l.split(',').next()?.parse::<u64>().ok())
             .unwrap_or(0)
     };
     let before = publish().await;
@@ -326,15 +333,9 @@ async fn turns_leave_no_waiter_behind() {
 async fn a_permits_release_sends_no_admitting_step() {
     let setup = Setup::new().await;
     let received = || async {
-        let stats: String = redis::cmd("INFO")
-            .arg("stats")
-            .query_async(&mut setup.plain.clone())
+        setup
+            .info("stats", "total_net_input_bytes:")
             .await
-            .expect("INFO");
-        stats
-            .lines()
-            .find_map(|l| l.strip_prefix("total_net_input_bytes:"))
-            .and_then(|n| n.trim().parse::<u64>().ok())
             .expect("total_net_input_bytes")
     };
     let permit = setup
