@@ -253,11 +253,11 @@ async fn postgres_function_is_created_once() {
 }
 
 /// On MariaDB an attempt at a semaphore whose group row is there makes no
-/// statement before its locking read, which locks that row: the group's
-/// upsert is the first attempt's alone. Counted with the session's own
-/// counters, on a pool of one connection, so nothing else is counted.
+/// statement before its locking read: the group's upsert is the first
+/// attempt's alone. Counted with the session's own counters, on a pool of
+/// one connection, so nothing else is counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mariadb_admissions_lock_the_group_with_their_read() {
+async fn mariadb_admissions_make_no_statement_before_their_read() {
     use distlock::backends::sql::{SqlBackend, SqlConfig};
     use sqlx::Row as _;
 
@@ -309,5 +309,55 @@ async fn mariadb_admissions_lock_the_group_with_their_read() {
             ("com_update".to_owned(), 1), // the group's last token
         ],
         "one grant's statements"
+    );
+}
+
+/// The read is what serialises admissions to one group on MariaDB: an
+/// attempt at a full semaphore writes nothing, so while another
+/// transaction holds the group's row lock, only its read can make it wait.
+/// It must: a read that did not lock the row could count holders while an
+/// admission it should wait for is still writing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_admissions_wait_for_the_groups_row_lock() {
+    use distlock::backends::sql::{SqlBackend, SqlConfig};
+
+    let server = conformance_tests::servers::mariadb::Mariadb::shared().await;
+    let url = server.url("").replace("mariadb://", "mysql://");
+    let pool = sqlx::MySqlPool::connect(&url).await.expect("connect");
+    let table = fresh_table();
+    let mut config = SqlConfig::default().table(table.clone());
+    config.timeout = Duration::from_secs(1);
+    let backend = SqlBackend::from_pool(pool.clone(), config)
+        .await
+        .expect("backend");
+    let locker = lock_core::Locker::new(backend);
+    let semaphore = locker.semaphore("jobs", 2);
+    let _held = [
+        semaphore.acquire().await.expect("a permit"),
+        semaphore.acquire().await.expect("a permit"),
+    ];
+    let refused = semaphore.try_acquire().await;
+    assert!(
+        refused.is_err_and(|e| e.is_busy()),
+        "full, and nothing holds the row"
+    );
+
+    let mut tx = pool.begin().await.expect("begin");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT last_token FROM {table}_groups WHERE family = 'sem' AND name = 'jobs' FOR UPDATE"
+    )))
+    .fetch_one(&mut *tx)
+    .await
+    .expect("lock the group's row");
+    let waited = semaphore.try_acquire().await;
+    assert!(
+        matches!(waited, Err(Error::Timeout { .. })),
+        "the attempt waits for the group's row: {waited:?}"
+    );
+    tx.rollback().await.expect("rollback");
+    let refused = semaphore.try_acquire().await;
+    assert!(
+        refused.is_err_and(|e| e.is_busy()),
+        "answered once the row is free"
     );
 }

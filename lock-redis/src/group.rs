@@ -211,7 +211,7 @@ impl Node {
         let (channel, publish) = self.keys().release_channel(name);
         // A permit is never admitted, so its release sends the script
         // without the admitting step, a third of the bytes.
-        let text = if self.keys().announces() && !matches!(kind, LockKind::Permit { .. }) {
+        let text = if self.keys().announces() && mode(kind) != "p" {
             &LEAVE_TEXT
         } else {
             &LEAVE_UNADMITTING_TEXT

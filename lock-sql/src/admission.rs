@@ -6,8 +6,10 @@
 //!
 //! Counting is safe because of the order. The group's row is locked first
 //! (SQLite: `BEGIN IMMEDIATE` takes the database's write lock at once;
-//! MySQL: the read is a locking read, `FOR UPDATE`, whose join takes the
-//! group's row, its outer side, before it reads a holder), so no other
+//! MySQL: the read is a locking read, `FOR UPDATE`, which finds the group's
+//! row by its whole primary key, a constant lookup the server makes, and
+//! locks, before it reads any holder; a read that lost either key would
+//! lose that order), so no other
 //! admission of the group runs until this one commits; only then are the
 //! holders read, by SQLite under its write lock (every commit before it
 //! visible), by MySQL's locking read, which reads the newest committed rows

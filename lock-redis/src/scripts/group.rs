@@ -380,3 +380,25 @@ fn compact(text: &str) -> String {
             out
         })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `compact` relies on: no long strings or long comments, no
+    /// string continued across lines, and no line of code that starts
+    /// with `--` once its indentation is gone.
+    #[test]
+    fn the_texts_sent_survive_compacting() {
+        for text in [KEEP, LEAVE, LEAVE_ADMIT, LEAVE_ANNOUNCE] {
+            for marker in ["[[", "[=", "\\\n"] {
+                assert!(!text.contains(marker), "{marker:?} in {text}");
+            }
+        }
+        for text in [&*LEAVE_TEXT, &*LEAVE_UNADMITTING_TEXT] {
+            assert!(text.lines().all(|l| !l.starts_with("--") && !l.is_empty()));
+            assert!(text.contains("return out"));
+        }
+        assert!(LEAVE_UNADMITTING_TEXT.len() * 2 < LEAVE_TEXT.len());
+    }
+}
