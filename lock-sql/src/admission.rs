@@ -9,12 +9,11 @@
 //! MySQL: the read is a locking read, `FOR UPDATE`, which finds the group's
 //! row by its whole primary key, a constant lookup the server makes, and
 //! locks, before it reads any holder; a read that lost either key would
-//! lose that order), so no other
-//! admission of the group runs until this one commits; only then are the
-//! holders read, by SQLite under its write lock (every commit before it
-//! visible), by MySQL's locking read, which reads the newest committed rows
-//! and waits for a renewal still in flight instead of counting the row as
-//! expired from an old snapshot. The group's row is made by its first
+//! lose that order), so no other admission of the group runs until this
+//! one commits; only then are the holders read, by SQLite under its write
+//! lock (every commit before it visible), by MySQL's locking read, which
+//! reads the newest committed rows and waits for a renewal still in flight
+//! instead of counting the row as expired from an old snapshot. The group's row is made by its first
 //! attempt (an upsert, which locks it too), found missing by the read; the
 //! read is then made again. Every later attempt reads once, with no
 //! statement before it: one statement fewer on every attempt, on a server

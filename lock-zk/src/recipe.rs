@@ -16,7 +16,7 @@ use crate::error::{convert, no_data_change, unavailable};
 use crate::layout::{Queue, is_root, owner_prefix};
 use crate::node::{ANY_VERSION, Node, Vouched};
 use crate::session::{Core, connected};
-use crate::waiters::{LeaseToMake, Turn, Waiter};
+use crate::waiters::{Granted, LeaseToMake, Waiter};
 
 /// A listing sent behind a check, with a watch on the children if asked.
 type Listing<'a> = Pin<
@@ -32,8 +32,8 @@ impl Core {
     /// Our node in `queue` for `req` (the one `slot` holds from an earlier
     /// attempt on this session, else a new one, or the one an earlier
     /// attempt created unseen when `look_first`), and the wait for its
-    /// turn: the node, and when the request that vouches for the grant was
-    /// sent. `slot` keeps the node for the next attempt, and for the
+    /// turn: the node, and the grant (when the request that vouches for it
+    /// was sent, and what a hand-over made for it). `slot` keeps the node for the next attempt, and for the
     /// cleanup if the acquire gives up. `then` is what the turn's holder
     /// makes next (a semaphore's lease node), which a hand-over of the
     /// turn may make for it.
@@ -47,7 +47,7 @@ impl Core {
         look_first: bool,
         then: Option<&LeaseToMake>,
         budget: &WaitBudget,
-    ) -> Result<(Node, Turn)> {
+    ) -> Result<(Node, Granted)> {
         let (session, mut node) = self
             .place(client, queue, req, slot, look_first, budget)
             .await?;
@@ -407,7 +407,7 @@ impl Core {
         node: &mut Node,
         then: Option<&LeaseToMake>,
         budget: &WaitBudget,
-    ) -> Result<Turn> {
+    ) -> Result<Granted> {
         let parent = &queue.parent;
         let prefix = owner_prefix(owner);
         loop {
@@ -432,7 +432,7 @@ impl Core {
                 return Err(Error::not_held(name));
             };
             let Some(blocker) = queue.blocker(&order, place) else {
-                return Ok(Turn { sent, made: None });
+                return Ok(Granted { sent, lease: None });
             };
             if budget.is_over() {
                 return Err(budget.exhausted(name));
@@ -481,10 +481,7 @@ impl Core {
                 Err(e) => Err(e),
             };
             if let Some(granted) = registration.handed_over().await {
-                return Ok(Turn {
-                    sent: granted.sent,
-                    made: granted.lease,
-                });
+                return Ok(granted);
             }
             outcome?;
         }

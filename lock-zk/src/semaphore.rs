@@ -57,7 +57,7 @@ impl Core {
                         budget,
                     )
                     .await?;
-                if let Some(made) = taken.made {
+                if let Some(made) = taken.lease {
                     lease = Some((client.session_id().0, made));
                     self.set_uncertain(req.owner, false);
                 }

@@ -29,10 +29,11 @@ pub(crate) struct LeaseToMake {
     pub(crate) data: Vec<u8>,
 }
 
-/// What a hand-over grants: when the write that vouches for it was sent,
-/// and, for a semaphore's acquirer, its lease node with a listing of the
-/// leases that the same write vouches for (a node the hand-over made, or
-/// the acquirer's own, listed again by a release).
+/// What a hand-over grants, and what a wait for a turn ends with: when the
+/// write that vouches for it was sent, and, for a semaphore's acquirer, its
+/// lease node with a listing of the leases that the same write vouches for
+/// (a node the hand-over made, or the acquirer's own, listed again by a
+/// release); `None` for a turn the waiter found by itself.
 #[derive(Debug)]
 pub(crate) struct Granted {
     pub(crate) sent: Instant,
@@ -41,11 +42,3 @@ pub(crate) struct Granted {
 
 /// Waiters by the path of the node each watches.
 pub(crate) type ZkHandovers = Handovers<Waiter, Granted>;
-
-/// A turn that came: when the request that vouches for it was sent, and
-/// what a hand-over of it made for the turn's holder.
-#[derive(Debug)]
-pub(crate) struct Turn {
-    pub(crate) sent: Instant,
-    pub(crate) made: Option<Node>,
-}
