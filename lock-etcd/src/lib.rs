@@ -5,6 +5,7 @@
 
 mod acquire;
 mod backend;
+mod catch_up;
 pub mod client;
 mod config;
 mod election;

@@ -22,6 +22,7 @@ use etcd_client::{
 use lock_core::backend::{AcquireRequest, Lease, WaitBudget};
 use lock_core::{Error, FencingToken, Result};
 
+use crate::catch_up::watched_or_looked;
 use crate::client::Core;
 use crate::error::{convert, lease_not_found};
 use crate::handover::{EtcdHandovers, PermitHandovers, Waiter};
@@ -218,15 +219,16 @@ impl Queue {
             };
             // A release of this backend may hand the lock over (see
             // `handover.rs`); a key that is not UTF-8 is none of ours.
-            let registration = String::from_utf8(watched).ok().map(|watched| {
+            let registration = std::str::from_utf8(&watched).ok().map(|watched| {
                 let waiter = Waiter {
                     key: line.key.clone(),
                     revision: place.revision,
                     session: session.id,
                 };
-                self.handovers.register(&watched, waiter, budget)
+                self.handovers.register(watched, waiter, budget)
             });
-            match budget.race(deleted(&mut stream, 0)).await {
+            let gone = self.predecessor_gone(req, line, place, session, &watched, &mut stream);
+            match budget.race(gone).await {
                 None => return Err(budget.exhausted(&req.name)),
                 Some(Err(e)) if e.is_retryable() && !budget.is_over() => {
                     tracing::debug!(error = %e, "watch failed; looking for the predecessor again");
@@ -245,6 +247,28 @@ impl Queue {
                 }
             }
         }
+    }
+
+    /// Completes when the key `watched`, just ahead of ours, is gone: by
+    /// its delete event, or by a look at the queue that finds another key
+    /// ahead, or none (see `catch_up.rs`).
+    async fn predecessor_gone(
+        &self,
+        req: &AcquireRequest,
+        line: &Line,
+        place: &Place,
+        session: &Arc<Session>,
+        watched: &[u8],
+        stream: &mut WatchStream,
+    ) -> Result<()> {
+        let look = || async move {
+            let ahead = self.look_ahead(req, line, place, session).await?;
+            Ok(match ahead {
+                Ahead::Key(key, _) if key == watched => None,
+                _ => Some(()),
+            })
+        };
+        watched_or_looked(deleted(stream, 0), look).await
     }
 
     /// Reads who is ahead now: keeps `watching` if that is still the key

@@ -23,6 +23,7 @@ use etcd_client::{EventType, WatchFilterType, WatchOptions, WatchStream};
 use lock_core::backend::{AcquireRequest, Lease, WaitBudget};
 use lock_core::{Error, Result};
 
+use crate::catch_up::watched_or_looked;
 use crate::error::convert;
 use crate::handover::PermitWaiter;
 use crate::queue::{Queue, Requeue};
@@ -31,6 +32,13 @@ use crate::semaphore::{Permits, Rank, Standing};
 use crate::session::Session;
 
 /// What a watch event meant to a waiter.
+/// What ended a wait on the watch.
+enum Woken {
+    Watched(Change),
+    /// A look found our standing changed (`catch_up.rs`).
+    Looked(Standing),
+}
+
 enum Change {
     /// A key ahead of the first waiter went: the permit is ours.
     Freed(Vec<u8>),
@@ -160,15 +168,32 @@ impl Queue {
                     .collect(),
                 _ => Vec::new(),
             };
-            let change = budget.race(changed(&mut stream, &standing, line.key.as_bytes()));
-            match change.await {
+            let event = async {
+                changed(&mut stream, &standing, line.key.as_bytes())
+                    .await
+                    .map(Woken::Watched)
+            };
+            // The watch may have started behind (see `catch_up.rs`).
+            let look = || async {
+                let now = line.read(revision, session).await?;
+                let moved = Target::of(&now.rank).as_ref() != Some(&watching);
+                Ok(moved.then_some(Woken::Looked(now)))
+            };
+            match budget.race(watched_or_looked(event, look)).await {
                 None => return Err(budget.exhausted(name)),
                 Some(Err(e)) if e.is_retryable() && !budget.is_over() => {
                     tracing::debug!(error = %e, "watch for a permit failed; reading again");
                     target = Some(watching);
                 }
-                Some(outcome) => {
-                    let change = outcome?;
+                Some(Ok(Woken::Looked(now))) => {
+                    // What the event would have told, told sooner.
+                    self.wakeups.fetch_add(1, Ordering::Relaxed);
+                    budget.attempted();
+                    standing = now;
+                    target = Target::of(&standing.rank);
+                }
+                Some(Err(e)) => return Err(e),
+                Some(Ok(Woken::Watched(change))) => {
                     self.wakeups.fetch_add(1, Ordering::Relaxed);
                     budget.attempted();
                     let Change::Freed(freed) = change else {

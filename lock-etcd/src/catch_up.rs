@@ -1,0 +1,73 @@
+//! Waiting on a watch that may start out behind.
+//!
+//! A watch "from now" can: etcd reads its current revision, then registers
+//! the watch from the next one, and a commit that lands in between leaves
+//! the watch to its catch-up loop, which sends its events every 100 ms.
+//! Under a stream of commits (readers and writers taking turns, permits
+//! changing hands) that befalls a few watches in a hundred, and each such
+//! watch holds its waiter, and every waiter behind it, for up to 100 ms.
+//! So a waiter also looks for itself, a few times within the loop's first
+//! round; after it the watch is in step, and the looks stop.
+
+use std::future::Future;
+use std::time::Duration;
+
+use lock_core::Result;
+
+/// When a waiter looks while its watch has told it nothing, each nap
+/// counted from the end of the last look: together past one round of
+/// etcd's catch-up loop.
+const LOOKS: [Duration; 3] = [
+    Duration::from_millis(10),
+    Duration::from_millis(30),
+    Duration::from_millis(70),
+];
+
+/// What `event` (a watch's) yields, or what `look` found first: `look`
+/// answers `None` when it found nothing the watch would have told.
+pub(crate) async fn watched_or_looked<T, L: Future<Output = Result<Option<T>>>>(
+    event: impl Future<Output = Result<T>>,
+    mut look: impl FnMut() -> L,
+) -> Result<T> {
+    let mut event = std::pin::pin!(event);
+    for nap in LOOKS {
+        tokio::select! {
+            outcome = &mut event => return outcome,
+            () = tokio::time::sleep(nap) => {}
+        }
+        if let Some(found) = look().await? {
+            return Ok(found);
+        }
+    }
+    event.await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_look_ends_the_wait_and_the_looks_stop_after_a_round() {
+        let mut looks = 0;
+        let found = watched_or_looked(std::future::pending::<Result<u32>>(), || {
+            looks += 1;
+            std::future::ready(Ok((looks == 2).then_some(7)))
+        })
+        .await;
+        assert_eq!(found.unwrap(), 7);
+        assert_eq!(looks, 2);
+
+        let mut looks = 0;
+        let event = async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            Ok(3)
+        };
+        let found = watched_or_looked(event, || {
+            looks += 1;
+            std::future::ready(Ok(None))
+        })
+        .await;
+        assert_eq!(found.unwrap(), 3);
+        assert_eq!(looks, LOOKS.len(), "no look after the loop's first round");
+    }
+}
