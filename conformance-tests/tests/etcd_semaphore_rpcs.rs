@@ -2,7 +2,9 @@
 //! itself (its `grpc_server_started_total` metric, on a member of this
 //! test's own, so no other test's requests are counted): a free permit is
 //! one `Txn` and its release one more; a permit waited for is its `Txn`, a
-//! watch with a read sent beside it, and the release that hands it over.
+//! watch with a read sent beside it, the three reads a waiter makes while
+//! its watch is silent (lock-etcd's `catch_up.rs`), and the release that
+//! hands it over.
 
 use std::collections::HashMap;
 use std::sync::Arc;

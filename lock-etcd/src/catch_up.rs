@@ -57,17 +57,28 @@ mod tests {
         assert_eq!(found.unwrap(), 7);
         assert_eq!(looks, 2);
 
-        let mut looks = 0;
+        let start = tokio::time::Instant::now();
+        let mut looked_at = Vec::new();
         let event = async {
             tokio::time::sleep(Duration::from_secs(1)).await;
             Ok(3)
         };
         let found = watched_or_looked(event, || {
-            looks += 1;
+            looked_at.push(start.elapsed().as_millis());
             std::future::ready(Ok(None))
         })
         .await;
         assert_eq!(found.unwrap(), 3);
-        assert_eq!(looks, LOOKS.len(), "no look after the loop's first round");
+        assert_eq!(
+            looked_at,
+            [10, 40, 110],
+            "none after the loop's first round"
+        );
+
+        let failed = watched_or_looked(std::future::pending::<Result<u32>>(), || {
+            std::future::ready(Err(lock_core::Error::backend("a look failed")))
+        })
+        .await;
+        assert!(failed.is_err(), "a look's error is the wait's, as a read's");
     }
 }

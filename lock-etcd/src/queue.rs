@@ -234,7 +234,7 @@ impl Queue {
                     tracing::debug!(error = %e, "watch failed; looking for the predecessor again");
                 }
                 Some(outcome) => {
-                    outcome?;
+                    let looked = outcome?;
                     self.wakeups.fetch_add(1, Ordering::Relaxed);
                     if let Some(registration) = registration {
                         let handed = budget.race(registration.handed_over()).await;
@@ -242,16 +242,22 @@ impl Queue {
                             return Ok(());
                         }
                     }
-                    // Not handed over: the loop looks at the queue again.
+                    // Not handed over: what a look found stands (it made
+                    // the read's checks); after an event the loop reads.
                     budget.attempted();
+                    match looked {
+                        Some(Ahead::Nobody) => return Ok(()),
+                        Some(Ahead::Key(key, known_at)) => to_watch = Some((key, known_at)),
+                        Some(Ahead::Unknown) | None => {}
+                    }
                 }
             }
         }
     }
 
     /// Completes when the key `watched`, just ahead of ours, is gone: by
-    /// its delete event, or by a look at the queue that finds another key
-    /// ahead, or none (see `catch_up.rs`).
+    /// its delete event (`None`), or by a look at the queue that finds
+    /// another key ahead, or none, which it answers (see `catch_up.rs`).
     async fn predecessor_gone(
         &self,
         req: &AcquireRequest,
@@ -260,15 +266,16 @@ impl Queue {
         session: &Arc<Session>,
         watched: &[u8],
         stream: &mut WatchStream,
-    ) -> Result<()> {
+    ) -> Result<Option<Ahead>> {
         let look = || async move {
             let ahead = self.look_ahead(req, line, place, session).await?;
             Ok(match ahead {
                 Ahead::Key(key, _) if key == watched => None,
-                _ => Some(()),
+                other => Some(Some(other)),
             })
         };
-        watched_or_looked(deleted(stream, 0), look).await
+        let event = async { deleted(stream, 0).await.map(|()| None) };
+        watched_or_looked(event, look).await
     }
 
     /// Reads who is ahead now: keeps `watching` if that is still the key

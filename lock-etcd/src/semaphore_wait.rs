@@ -31,7 +31,6 @@ use crate::queued::{Queued, REQUEUES, session_lost};
 use crate::semaphore::{Permits, Rank, Standing};
 use crate::session::Session;
 
-/// What a watch event meant to a waiter.
 /// What ended a wait on the watch.
 enum Woken {
     Watched(Change),
@@ -39,6 +38,7 @@ enum Woken {
     Looked(Standing),
 }
 
+/// What a watch event meant to a waiter.
 enum Change {
     /// A key ahead of the first waiter went: the permit is ours.
     Freed(Vec<u8>),
@@ -186,9 +186,21 @@ impl Queue {
                     target = Some(watching);
                 }
                 Some(Ok(Woken::Looked(now))) => {
-                    // What the event would have told, told sooner.
+                    // What the event would have told, told sooner. Held: a
+                    // release of ours may be granting us, and its grant
+                    // spares `take_if_held` its own.
                     self.wakeups.fetch_add(1, Ordering::Relaxed);
                     budget.attempted();
+                    if Target::of(&now.rank).is_none() {
+                        for (_, registration) in registrations {
+                            let Some(handed) = budget.race(registration.handed_over()).await else {
+                                return Err(budget.exhausted(name));
+                            };
+                            if handed.is_some() && !session.is_stale() && !session.is_gone() {
+                                return Ok(());
+                            }
+                        }
+                    }
                     standing = now;
                     target = Target::of(&standing.rank);
                 }
