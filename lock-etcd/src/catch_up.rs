@@ -48,13 +48,18 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_look_ends_the_wait_and_the_looks_stop_after_a_round() {
+        // A wait with no look would never end: a second of (paused) time
+        // bounds each.
         let mut looks = 0;
-        let found = watched_or_looked(std::future::pending::<Result<u32>>(), || {
-            looks += 1;
-            std::future::ready(Ok((looks == 2).then_some(7)))
-        })
+        let found = tokio::time::timeout(
+            Duration::from_secs(1),
+            watched_or_looked(std::future::pending::<Result<u32>>(), || {
+                looks += 1;
+                std::future::ready(Ok((looks == 2).then_some(7)))
+            }),
+        )
         .await;
-        assert_eq!(found.unwrap(), 7);
+        assert_eq!(found.expect("ended by a look").unwrap(), 7);
         assert_eq!(looks, 2);
 
         let start = tokio::time::Instant::now();
@@ -75,10 +80,16 @@ mod tests {
             "none after the loop's first round"
         );
 
-        let failed = watched_or_looked(std::future::pending::<Result<u32>>(), || {
-            std::future::ready(Err(lock_core::Error::backend("a look failed")))
-        })
+        let failed = tokio::time::timeout(
+            Duration::from_secs(1),
+            watched_or_looked(std::future::pending::<Result<u32>>(), || {
+                std::future::ready(Err(lock_core::Error::backend("a look failed")))
+            }),
+        )
         .await;
-        assert!(failed.is_err(), "a look's error is the wait's, as a read's");
+        assert!(
+            failed.expect("ended by the look").is_err(),
+            "a look's error is the wait's, as a read's"
+        );
     }
 }

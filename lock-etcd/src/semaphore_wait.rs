@@ -20,8 +20,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use etcd_client::{EventType, WatchFilterType, WatchOptions, WatchStream};
-use lock_core::backend::{AcquireRequest, Lease, WaitBudget};
-use lock_core::{Error, Result};
+use lock_core::backend::{AcquireRequest, Lease, Registration, WaitBudget};
+use lock_core::{Error, LockName, Result};
 
 use crate::catch_up::watched_or_looked;
 use crate::error::convert;
@@ -36,6 +36,21 @@ enum Woken {
     Watched(Change),
     /// A look found our standing changed (`catch_up.rs`).
     Looked(Standing),
+}
+
+/// Whether a release of ours granted us through `registration`, on a
+/// session fresh enough to count on (else the waiter reads or puts its
+/// grant itself); the budget's error once it runs out.
+async fn handed_over(
+    registration: Registration<PermitWaiter, ()>,
+    session: &Session,
+    budget: &WaitBudget,
+    name: &LockName,
+) -> Result<bool> {
+    let Some(handed) = budget.race(registration.handed_over()).await else {
+        return Err(budget.exhausted(name));
+    };
+    Ok(handed.is_some() && !session.is_stale() && !session.is_gone())
 }
 
 /// What a watch event meant to a waiter.
@@ -193,10 +208,7 @@ impl Queue {
                     budget.attempted();
                     if Target::of(&now.rank).is_none() {
                         for (_, registration) in registrations {
-                            let Some(handed) = budget.race(registration.handed_over()).await else {
-                                return Err(budget.exhausted(name));
-                            };
-                            if handed.is_some() && !session.is_stale() && !session.is_gone() {
+                            if handed_over(registration, session, budget, name).await? {
                                 return Ok(());
                             }
                         }
@@ -216,10 +228,7 @@ impl Queue {
                     if let Some(at) = registrations.iter().position(|(k, _)| *k == freed) {
                         let (_, registration) = registrations.swap_remove(at);
                         drop(registrations);
-                        let Some(handed) = budget.race(registration.handed_over()).await else {
-                            return Err(budget.exhausted(name));
-                        };
-                        if handed.is_some() && !session.is_stale() && !session.is_gone() {
+                        if handed_over(registration, session, budget, name).await? {
                             return Ok(());
                         }
                     }

@@ -13,12 +13,12 @@
 //! one commits; only then are the holders read, by SQLite under its write
 //! lock (every commit before it visible), by MySQL's locking read, which
 //! reads the newest committed rows and waits for a renewal still in flight
-//! instead of counting the row as expired from an old snapshot. The group's row is made by its first
-//! attempt (an upsert, which locks it too), found missing by the read; the
-//! read is then made again. Every later attempt reads once, with no
-//! statement before it: one statement fewer on every attempt, on a server
-//! whose CPU sets the rate (docs/BENCHMARKS.md, "MariaDB: where the
-//! semaphore's time goes").
+//! instead of counting the row as expired from an old snapshot. The
+//! group's row is made by its first attempt (an upsert, which locks it
+//! too), found missing by the read; the read is then made again. Every
+//! later attempt reads once, with no statement before it: one statement
+//! fewer on every attempt, on a server whose CPU sets the rate
+//! (docs/BENCHMARKS.md, "MariaDB: where the semaphore's time goes").
 
 use lock_core::backend::AcquireRequest;
 use lock_core::{FencingToken, Result};

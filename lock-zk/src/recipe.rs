@@ -33,8 +33,8 @@ impl Core {
     /// attempt on this session, else a new one, or the one an earlier
     /// attempt created unseen when `look_first`), and the wait for its
     /// turn: the node, and the grant (when the request that vouches for it
-    /// was sent, and what a hand-over made for it). `slot` keeps the node for the next attempt, and for the
-    /// cleanup if the acquire gives up. `then` is what the turn's holder
+    /// was sent, and what a hand-over made for it). `slot` keeps the node
+    /// for the next attempt, and for the cleanup if the acquire gives up. `then` is what the turn's holder
     /// makes next (a semaphore's lease node), which a hand-over of the
     /// turn may make for it.
     #[allow(clippy::too_many_arguments)]
