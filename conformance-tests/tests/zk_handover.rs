@@ -3,21 +3,25 @@
 //! the test's own, so no other test's requests are counted): a mutex's
 //! waiter is granted by the release's delete and the read behind it, and
 //! a semaphore's waiter is handed its lease node and the count of the
-//! leases; neither makes a request of its own. Waiters that give up at any moment, a
+//! leases, and a read-write lock's waiters read a listing its release sends
+//! behind its delete; none makes a request of its own. Waiters that give up at any moment, a
 //! hand-over under way included, leave no node.
 
 mod common {
     pub(crate) mod zk;
 }
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use common::zk::{TTL, children, locker, opts, plain, wait_for_children};
 use conformance_tests::kinds::Kinds;
 use conformance_tests::servers::zookeeper::ZooKeeper;
 use conformance_tests::targets::fresh_table;
-use lock_core::{Error, LockKind, Locker, Wait};
+use lock_core::{Error, LockGuard, LockKind, Locker, Wait};
 use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout};
 use zookeeper_client as zk;
 
@@ -131,6 +135,90 @@ async fn a_mutex_hand_over_is_the_release_requests_alone() {
     );
 }
 
+/// The read-write lock the read-write cases share, and where its nodes are.
+const SIDES: (&str, &str) = ("sides", "/rwlocks/sides");
+
+/// A side of [`SIDES`], asked for in a task of its own.
+fn ask(l: &Locker, kind: LockKind) -> JoinHandle<lock_core::Result<LockGuard>> {
+    let l = l.clone();
+    tokio::spawn(async move { l.lock_kind(SIDES.0, kind, opts(LONG, PATIENCE)).await })
+}
+
+/// The guard `asked` ends with, within a minute.
+async fn held(asked: JoinHandle<lock_core::Result<LockGuard>>, what: &str) -> LockGuard {
+    timeout(Duration::from_secs(60), asked)
+        .await
+        .unwrap_or_else(|_| panic!("{what} never held"))
+        .expect("task")
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+/// On a server of its own, one backend's `holders` of [`SIDES`] hold and
+/// its `waiters` queue behind them, in that order; the holders release,
+/// last first, the count settling after each. The requests the server
+/// received from the first release until every waiter held.
+async fn requests_to_change_sides(holders: &[LockKind], waiters: &[LockKind]) -> u64 {
+    let zk = ZooKeeper::start().await;
+    let (l, plain) = clients(&zk).await;
+    let mut held_before = Vec::new();
+    for &kind in holders {
+        held_before.push(held(ask(&l, kind), "a holder").await);
+        wait_for_children(&plain, SIDES.1, held_before.len()).await;
+    }
+    let mut asked = Vec::new();
+    for &kind in waiters {
+        asked.push(ask(&l, kind));
+        wait_for_children(&plain, SIDES.1, holders.len() + asked.len()).await;
+    }
+    let mut received = Received::new(&zk);
+    let before = received.settled().await;
+    while let Some(holder) = held_before.pop() {
+        holder.release().await.expect("release");
+        received.settled().await;
+    }
+    let mut guards = Vec::new();
+    for waiter in asked {
+        guards.push(held(waiter, "a waiter").await);
+    }
+    let requests = received.settled().await - before;
+    for guard in guards {
+        guard.release().await.expect("release");
+    }
+    wait_for_children(&plain, SIDES.1, 0).await;
+    requests
+}
+
+/// A writer holds, and three readers of the same backend queue behind it.
+/// Its release sends its delete and, behind it, one listing of the lock's
+/// nodes, which every reader reads as its own: no reader makes a request
+/// before it holds, where each would check its node and list the queue
+/// (three requests).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writers_release_lists_the_lock_for_every_reader_behind_it() {
+    let requests = requests_to_change_sides(&[LockKind::Write], &[LockKind::Read; 3]).await;
+    // The delete and the listing; a little room for a ping.
+    assert!(
+        requests <= 2 + 2,
+        "{requests} requests from the writer's release to 3 readers holding; 2 expected"
+    );
+}
+
+/// Three readers hold, and a writer of the same backend queues behind
+/// them, watching the last. Each release sends its delete and a listing
+/// behind it (2 requests), which the writer reads as its own: it watches
+/// the reader the listing still shows before it (1), twice, and holds
+/// after the third: 8 requests, where a check and a listing of the
+/// writer's own after each release made 14.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_releases_list_the_lock_for_the_writer_behind_them() {
+    let requests = requests_to_change_sides(&[LockKind::Read; 3], &[LockKind::Write]).await;
+    // A little room for a ping.
+    assert!(
+        requests <= 8 + 2,
+        "{requests} requests from the readers' releases to the writer holding; 8 expected"
+    );
+}
+
 /// A semaphore of one permit: A holds it, B holds the semaphore's mutex
 /// and waits for the leases to change, C waits for the mutex behind B.
 /// A's release lists the leases for B (its delete and a listing: 2
@@ -207,19 +295,19 @@ async fn a_semaphores_waiters_are_handed_their_lease_and_count() {
     );
 }
 
-/// Sixteen acquirers of one backend on a semaphore of two permits, giving
-/// up after a random few milliseconds or cancelled at a random point (a
-/// hand-over may be making a lease node for them at that moment): once
-/// they stop, no lease node and no node in the semaphore's mutex is left.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn semaphore_waiters_that_give_up_mid_hand_over_leave_no_node() {
-    let zk = ZooKeeper::start().await;
-    let (l, plain) = clients(&zk).await;
-    let permit = LockKind::permit(2);
+/// Sixteen clients of `l` on `name` for 3 s, client `i` asking for
+/// `kind(i)`, each giving up after a random few milliseconds or cancelled
+/// at a random point; `holding` runs while one holds. How many grants
+/// there were.
+async fn churn<F, H>(l: &Locker, name: &'static str, kind: fn(u64) -> LockKind, holding: H) -> u32
+where
+    H: Fn(LockKind) -> F + Clone + Send + 'static,
+    F: Future<Output = ()> + Send,
+{
     let until = tokio::time::Instant::now() + Duration::from_secs(3);
     let tasks: Vec<_> = (0..16u64)
         .map(|i| {
-            let l = l.clone();
+            let (l, holding, kind) = (l.clone(), holding.clone(), kind(i));
             tokio::spawn(async move {
                 let mut granted = 0u32;
                 let mut round = i;
@@ -228,7 +316,7 @@ async fn semaphore_waiters_that_give_up_mid_hand_over_leave_no_node() {
                         .wrapping_mul(6364136223846793005)
                         .wrapping_add(1442695040888963407);
                     let patience = Duration::from_millis(1 + (round >> 33) % 20);
-                    let acquire = l.lock_kind("churn", permit, opts(TTL, Wait::For(patience)));
+                    let acquire = l.lock_kind(name, kind, opts(TTL, Wait::For(patience)));
                     let guard = if round % 2 == 0 {
                         // Cancelled: the future is dropped wherever it is.
                         match timeout(patience, acquire).await {
@@ -241,6 +329,7 @@ async fn semaphore_waiters_that_give_up_mid_hand_over_leave_no_node() {
                     match guard {
                         Ok(guard) => {
                             granted += 1;
+                            holding(kind).await;
                             guard.release().await.expect("release");
                         }
                         Err(Error::WaitTimeout { .. }) => {}
@@ -258,6 +347,19 @@ async fn semaphore_waiters_that_give_up_mid_hand_over_leave_no_node() {
     for task in tasks {
         granted += task.await.expect("task");
     }
+    granted
+}
+
+/// Sixteen acquirers of one backend on a semaphore of two permits, giving
+/// up after a random few milliseconds or cancelled at a random point (a
+/// hand-over may be making a lease node for them at that moment): once
+/// they stop, no lease node and no node in the semaphore's mutex is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_waiters_that_give_up_mid_hand_over_leave_no_node() {
+    let zk = ZooKeeper::start().await;
+    let (l, plain) = clients(&zk).await;
+    let permit = LockKind::permit(2);
+    let granted = churn(&l, "churn", |_| LockKind::permit(2), |_| async {}).await;
     assert!(granted > 0, "no permit was granted");
     for parent in ["/semaphores/churn/leases", "/semaphores/churn/locks"] {
         if timeout(Duration::from_secs(15), async {
@@ -284,4 +386,47 @@ async fn semaphore_waiters_that_give_up_mid_hand_over_leave_no_node() {
     );
     a.release().await.expect("release");
     b.release().await.expect("release");
+}
+
+/// Sixteen clients of one backend on one read-write lock, a quarter of
+/// them writers, giving up after a random few milliseconds or cancelled at
+/// a random point (a release may be listing the lock for them at that
+/// moment, or they may register while it is in flight): a writer always
+/// holds alone, and once they stop no node is left and the lock can be
+/// had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_write_waiters_that_give_up_mid_listing_keep_the_sides_apart() {
+    // Readers holding, or -1 while a writer holds.
+    let inside = Arc::new(AtomicI64::new(0));
+    let zk = ZooKeeper::start().await;
+    let (l, plain) = clients(&zk).await;
+    let side = |i| match i % 4 {
+        0 => LockKind::Write,
+        _ => LockKind::Read,
+    };
+    let holding = move |kind| {
+        let inside = inside.clone();
+        async move {
+            if kind == LockKind::Write {
+                let was = inside.swap(-1, Ordering::SeqCst);
+                assert_eq!(was, 0, "a writer came in beside {was}");
+                tokio::task::yield_now().await;
+                inside.store(0, Ordering::SeqCst);
+            } else {
+                let was = inside.fetch_add(1, Ordering::SeqCst);
+                assert!(was >= 0, "a reader came in beside a writer");
+                tokio::task::yield_now().await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    };
+    let granted = churn(&l, SIDES.0, side, holding).await;
+    assert!(granted > 0, "nobody was ever granted");
+    wait_for_children(&plain, SIDES.1, 0).await;
+    let settle = opts(TTL, Wait::For(Duration::from_secs(10)));
+    let writer = l
+        .lock_kind(SIDES.0, LockKind::Write, settle)
+        .await
+        .expect("the lock can be had");
+    writer.release().await.expect("release");
 }

@@ -7,7 +7,7 @@
 
 pub use crate::admitted::{Admissions, Admitted, Expecting};
 pub use crate::error::BoxError;
-pub use crate::handover::{Handover, Handovers, Registration};
+pub use crate::handover::{Handover, Handovers, Registration, Releasing};
 pub use crate::kind::Family;
 pub use crate::leader::Leader;
 pub use crate::lease::Lease;

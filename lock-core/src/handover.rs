@@ -10,6 +10,10 @@
 //! that outcome instead of reading the queue again. Whatever the release
 //! could not vouch for (a failed delete or read, a release cancelled midway)
 //! leaves the waiter to read the queue as usual.
+//!
+//! Several waiters may watch one entry (the readers behind a writer): a
+//! release takes the newest of them ([`Handovers::take`]) or every one
+//! ([`Handovers::take_all`]); a waiter not taken reads the queue as usual.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,8 +28,26 @@ use crate::options::WaitBudget;
 /// needs to check the waiter's own entry; `G` is what a grant hands it.
 #[derive(Debug)]
 pub struct Handovers<W, G> {
-    waiting: Mutex<HashMap<String, Waiting<W, G>>>,
+    entries: Mutex<HashMap<String, Entry<W, G>>>,
     next_id: AtomicU64,
+}
+
+/// The waiters of one watched entry, and whether a release of it that
+/// answers late waiters is under way ([`Handovers::releasing`]).
+#[derive(Debug)]
+struct Entry<W, G> {
+    /// Oldest registration first.
+    waiting: Vec<Waiting<W, G>>,
+    releasing: bool,
+}
+
+impl<W, G> Default for Entry<W, G> {
+    fn default() -> Self {
+        Self {
+            waiting: Vec::new(),
+            releasing: false,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -57,23 +79,32 @@ pub struct Registration<W, G> {
     granted: oneshot::Receiver<G>,
 }
 
+/// A release under way that answers every waiter of its entry, those that
+/// register while it is in flight included: until it is dropped, a waiter
+/// of the entry cannot withdraw, and waits for what
+/// [`Releasing::take_all`] (or the drop, which hands nothing) gives it.
+#[derive(Debug)]
+pub struct Releasing<W, G> {
+    handovers: Arc<Handovers<W, G>>,
+    watched: String,
+}
+
 impl<W, G> Default for Handovers<W, G> {
     fn default() -> Self {
         Self {
-            waiting: Mutex::new(HashMap::new()),
+            entries: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
         }
     }
 }
 
 impl<W, G> Handovers<W, G> {
-    fn waiting(&self) -> MutexGuard<'_, HashMap<String, Waiting<W, G>>> {
-        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
+    fn entries(&self) -> MutexGuard<'_, HashMap<String, Entry<W, G>>> {
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Registers `waiter`, whose wait `budget` bounds, as waiting for the
-    /// entry `watched` to go. A later registration for the same entry
-    /// replaces this one, which then reads the queue as usual.
+    /// entry `watched` to go, beside any other waiter of that entry.
     pub fn register(
         self: &Arc<Self>,
         watched: &str,
@@ -83,15 +114,16 @@ impl<W, G> Handovers<W, G> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (grant, granted) = oneshot::channel();
         let cancel = budget.cancel_token().clone();
-        self.waiting().insert(
-            watched.to_owned(),
-            Waiting {
+        self.entries()
+            .entry(watched.to_owned())
+            .or_default()
+            .waiting
+            .push(Waiting {
                 id,
                 waiter,
                 grant,
                 cancel,
-            },
-        );
+            });
         Registration {
             handovers: self.clone(),
             watched: watched.to_owned(),
@@ -100,15 +132,90 @@ impl<W, G> Handovers<W, G> {
         }
     }
 
-    /// Takes the waiter of `watched`, if there is one: called by a release
-    /// of the holder's entry `watched` before it sends the delete.
+    /// Takes the newest waiter of `watched`, if there is one: called by a
+    /// release of the holder's entry `watched` before it sends the delete.
+    /// Older waiters of the same entry stay, and read the queue as usual.
     pub fn take(&self, watched: &str) -> Option<Handover<W, G>> {
-        let Waiting {
+        let mut entries = self.entries();
+        let entry = entries.get_mut(watched)?;
+        let newest = entry.waiting.pop();
+        if entry.waiting.is_empty() && !entry.releasing {
+            entries.remove(watched);
+        }
+        newest.and_then(Waiting::handover)
+    }
+
+    /// Takes every waiter of `watched`, oldest first: for a release whose
+    /// one round trip can vouch for all of them.
+    pub fn take_all(&self, watched: &str) -> Vec<Handover<W, G>> {
+        let mut entries = self.entries();
+        let Some(entry) = entries.get_mut(watched) else {
+            return Vec::new();
+        };
+        let all = std::mem::take(&mut entry.waiting);
+        if !entry.releasing {
+            entries.remove(watched);
+        }
+        all.into_iter().filter_map(Waiting::handover).collect()
+    }
+
+    /// Whether a waiter is registered for `watched`.
+    pub fn has_waiters(&self, watched: &str) -> bool {
+        self.entries()
+            .get(watched)
+            .is_some_and(|entry| !entry.waiting.is_empty())
+    }
+
+    /// A release of `watched` that will answer its waiters, those that
+    /// register before the release ends included; `None` while another
+    /// such release of it is under way. For a release whose answer vouches
+    /// for every waiter that registered before the answer came (a listing
+    /// sent behind the delete, which each waiter reads for itself), so that
+    /// a waiter registering just as the entry goes is answered too, rather
+    /// than reading the queue by itself.
+    pub fn releasing(self: &Arc<Self>, watched: &str) -> Option<Releasing<W, G>> {
+        let mut entries = self.entries();
+        let entry = entries.entry(watched.to_owned()).or_default();
+        if entry.releasing {
+            return None;
+        }
+        entry.releasing = true;
+        Some(Releasing {
+            handovers: self.clone(),
+            watched: watched.to_owned(),
+        })
+    }
+}
+
+impl<W, G> Releasing<W, G> {
+    /// Takes the entry's waiters registered so far, oldest first; those
+    /// that register later wait for the next call, or for the drop.
+    pub fn take_all(&self) -> Vec<Handover<W, G>> {
+        let mut entries = self.handovers.entries();
+        let Some(entry) = entries.get_mut(&self.watched) else {
+            return Vec::new();
+        };
+        let all = std::mem::take(&mut entry.waiting);
+        all.into_iter().filter_map(Waiting::handover).collect()
+    }
+}
+
+impl<W, G> Drop for Releasing<W, G> {
+    /// Waiters not taken are handed nothing, and read the queue.
+    fn drop(&mut self) {
+        self.handovers.entries().remove(&self.watched);
+    }
+}
+
+impl<W, G> Waiting<W, G> {
+    /// The hand-over to this waiter, unless its caller went away.
+    fn handover(self) -> Option<Handover<W, G>> {
+        let Self {
             waiter,
             grant,
             cancel,
             ..
-        } = self.waiting().remove(watched)?;
+        } = self;
         (!cancel.is_cancelled()).then_some(Handover { waiter, grant })
     }
 }
@@ -135,15 +242,25 @@ impl<W, G> Registration<W, G> {
         (&mut self.granted).await.ok()
     }
 
-    /// Removes this registration if no release took it (nor a later one
-    /// replaced it); `true` if it was still there.
+    /// Removes this registration if no release took it, nor a release
+    /// under way will answer it ([`Handovers::releasing`]); `true` if it
+    /// was removed.
     fn withdraw(&self) -> bool {
-        let mut waiting = self.handovers.waiting();
-        let ours = waiting.get(&self.watched).is_some_and(|w| w.id == self.id);
-        if ours {
-            waiting.remove(&self.watched);
+        let mut entries = self.handovers.entries();
+        let Some(entry) = entries.get_mut(&self.watched) else {
+            return false;
+        };
+        if entry.releasing {
+            return false;
         }
-        ours
+        let Some(at) = entry.waiting.iter().position(|w| w.id == self.id) else {
+            return false;
+        };
+        entry.waiting.remove(at);
+        if entry.waiting.is_empty() {
+            entries.remove(&self.watched);
+        }
+        true
     }
 }
 
@@ -176,14 +293,77 @@ mod tests {
         drop(handovers.take("c"));
         assert_eq!(dropped.handed_over().await, None, "not vouched for");
 
-        let replaced = handovers.register("d", "first", &forever);
+        // Two waiters of one entry: `take` hands over to the newer, and
+        // the older reads the queue.
+        let older = handovers.register("d", "first", &forever);
         let newer = handovers.register("d", "second", &forever);
-        assert_eq!(replaced.handed_over().await, None);
-        drop(newer);
+        let handover = handovers.take("d").expect("registered");
+        assert_eq!(handover.waiter, "second");
+        handover.grant(8);
+        assert_eq!(newer.handed_over().await, Some(8));
+        assert_eq!(older.handed_over().await, None);
+        assert!(handovers.take("d").is_none(), "withdrawn");
+        let dropped = handovers.register("d", "dropped", &forever);
+        drop(dropped);
         assert!(
             handovers.take("d").is_none(),
             "dropped registrations leave nothing"
         );
+
+        // `take_all` hands over to every waiter of the entry, oldest first.
+        let waiters: Vec<_> = (0..3)
+            .map(|_| handovers.register("f", "reader", &forever))
+            .collect();
+        let taken = handovers.take_all("f");
+        assert_eq!(taken.len(), 3);
+        for (i, handover) in taken.into_iter().enumerate() {
+            handover.grant(10 + u32::try_from(i).unwrap());
+        }
+        for (i, waiter) in waiters.into_iter().enumerate() {
+            assert_eq!(
+                waiter.handed_over().await,
+                Some(10 + u32::try_from(i).unwrap())
+            );
+        }
+        assert!(handovers.take_all("f").is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_release_under_way_answers_the_waiters_that_register_meanwhile() {
+        let handovers: Arc<Handovers<&str, u32>> = Arc::default();
+        let forever = WaitBudget::forever();
+        let early = handovers.register("g", "early", &forever);
+        assert!(handovers.has_waiters("g"));
+        let releasing = handovers.releasing("g").expect("the first");
+        assert!(handovers.releasing("g").is_none(), "one at a time");
+        let first = releasing.take_all();
+        assert_eq!(first.len(), 1);
+        // Registers while the release is in flight, and is woken (its
+        // watch fired) before the release has its answer: it waits for it.
+        let late = handovers.register("g", "late", &forever);
+        let late = tokio::spawn(late.handed_over());
+        tokio::task::yield_now().await;
+        assert!(!late.is_finished(), "waits for the release");
+        first.into_iter().for_each(|h| h.grant(1));
+        for h in releasing.take_all() {
+            assert_eq!(h.waiter, "late");
+            h.grant(2);
+        }
+        assert_eq!(early.handed_over().await, Some(1));
+        assert_eq!(late.await.unwrap(), Some(2));
+
+        // One that registers after the last answer is handed nothing when
+        // the release ends, and reads the queue.
+        let _waiter = handovers.register("h", "waiter", &forever);
+        let releasing = handovers.releasing("h").expect("the first");
+        drop(releasing.take_all());
+        let after = handovers.register("h", "after", &forever);
+        let after = tokio::spawn(after.handed_over());
+        tokio::task::yield_now().await;
+        drop(releasing);
+        assert_eq!(after.await.unwrap(), None);
+        let again = handovers.register("h", "again", &forever);
+        assert_eq!(again.handed_over().await, None, "withdrawn at once");
 
         // A waiter whose caller went away is handed nothing.
         let cancel = CancellationToken::new();

@@ -284,14 +284,16 @@ impl LockBackend for ZkBackend {
         };
         // Any version: nothing writes a lock node's data, so a version
         // would tell nothing more, and a node written by someone else must
-        // still go. Only a holder that was first of all hands over: a
-        // reader may release while other readers before it still hold. A
-        // lease's release lists the leases for the semaphore's counter.
+        // still go. A mutex's holder hands its turn over; a read-write
+        // lock's release cannot (a reader may release while other readers
+        // before it still hold, a writer lets in every reader behind it),
+        // so it lists the lock's nodes for its waiters instead. A lease's
+        // release lists the leases for the semaphore's counter.
         let delete = async {
             match queue.rule {
-                Rule::First => self.core.delete_and_hand_over(&client, &path).await,
                 Rule::Count => self.core.delete_and_list_for_counter(&client, &path).await,
-                Rule::NoWriterBefore => client.delete(&path, None).await,
+                _ if queue.has_sides() => self.core.delete_and_list_for_sides(&client, &path).await,
+                _ => self.core.delete_and_hand_over(&client, &path).await,
             }
         };
         match self.core.call("release", delete).await? {

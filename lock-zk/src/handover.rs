@@ -25,7 +25,8 @@
 //! was in it), and a parent never gives out a sequence number twice. A
 //! release of a lease lists the leases, behind its delete, for the
 //! acquirer of this backend that holds the semaphore's mutex and waits for
-//! them to change.
+//! them to change; a read-write lock's release lists the lock's nodes for
+//! every waiter behind its node.
 
 use lock_core::backend::Handover;
 use tokio::time::Instant;
@@ -33,12 +34,12 @@ use zookeeper_client as zk;
 
 use crate::node::{ANY_VERSION, Node, Vouched};
 use crate::session::Core;
-use crate::waiters::{Granted, LeaseToMake, Waiter};
+use crate::waiters::{Granted, Handed, LeaseToMake, Waiter};
 
 impl Core {
     /// The waiter of this backend registered for `watched`, if it waits on
     /// `client`'s session (a hand-over vouches for that session only).
-    fn waiter_of(&self, client: &zk::Client, watched: &str) -> Option<Handover<Waiter, Granted>> {
+    fn waiter_of(&self, client: &zk::Client, watched: &str) -> Option<Handover<Waiter, Handed>> {
         let session = client.session_id().0;
         self.handovers
             .take(watched)
@@ -71,46 +72,84 @@ impl Core {
         let still_there = matches!(read, Ok(Some(stat))
             if stat.czxid == next.waiter.czxid && stat.ephemeral_owner == session);
         if deleted.is_ok() && still_there {
-            next.grant(Granted { sent, lease: None });
+            next.grant(Handed::Turn(Granted { sent, lease: None }));
         }
         deleted
     }
 
+    /// Deletes a read-write lock's node at `path`, and lists the lock's
+    /// nodes behind the delete for the waiters of this backend behind it
+    /// (see [`Self::delete_and_list`]): a writer's release, for the
+    /// readers that watch it (all of them); a reader's, for the writer
+    /// behind it, which holds if the listing shows nothing before it, or
+    /// else watches what the listing shows. Listed even when nobody waits
+    /// yet: a waiter of this backend whose node was made before the delete
+    /// may register while it is in flight (a reader asking again as the
+    /// writer before it goes).
+    pub(crate) async fn delete_and_list_for_sides(
+        &self,
+        client: &zk::Client,
+        path: &str,
+    ) -> Result<(), zk::Error> {
+        self.delete_and_list(client, path, path).await
+    }
+
     /// Deletes a semaphore's lease node at `path` and, if an acquirer of
     /// this backend holding the semaphore's mutex waits for the leases to
-    /// change, lists them for it behind the delete, which
-    /// vouches for the listing as the acquirer's own check would: the
-    /// acquirer counts from that listing instead of making its own.
+    /// change, lists them for it behind the delete (see
+    /// [`Self::delete_and_list`]). No watch: the acquirer waits while the
+    /// leases are more than the permits, and among distlock's acquirers
+    /// only it makes leases, so with ours gone there is most often room;
+    /// when there is not (a Curator acquirer's lease, a permit count that
+    /// differs from ours), it lists again with a watch.
     pub(crate) async fn delete_and_list_for_counter(
         &self,
         client: &zk::Client,
         path: &str,
     ) -> Result<(), zk::Error> {
         let parent = path.rsplit_once('/').map_or("", |(parent, _)| parent);
+        if !self.handovers.has_waiters(parent) {
+            return client.delete(path, None).await;
+        }
+        self.delete_and_list(client, path, parent).await
+    }
+
+    /// Deletes the node at `path` and lists its parent behind the delete
+    /// for every waiter of this backend, on this session, registered for
+    /// `watched`, those that register while the delete is in flight
+    /// included. The delete vouches for the listing as each waiter's own
+    /// check would, so the waiter reads it as its own instead of making a
+    /// check and a listing. No watch: most often the listing ends the
+    /// wait, and a watch left unused costs a request to remove it.
+    async fn delete_and_list(
+        &self,
+        client: &zk::Client,
+        path: &str,
+        watched: &str,
+    ) -> Result<(), zk::Error> {
+        let session = client.session_id().0;
+        let parent = path.rsplit_once('/').map_or("", |(parent, _)| parent);
         let sent = Instant::now();
-        let Some(next) = self.waiter_of(client, parent) else {
+        let Some(releasing) = self.handovers.releasing(watched) else {
             return client.delete(path, None).await;
         };
         let deleted = client.delete(path, None);
-        // No watch: the acquirer waits while the leases are more than the
-        // permits, and among distlock's acquirers only it makes leases, so
-        // with ours gone there is most often room; when there is not (a
-        // Curator acquirer's lease, a permit count that differs from
-        // ours), it lists again with a watch.
         let listed = client.list_children(parent);
         let (deleted, listed) = tokio::join!(deleted, listed);
-        if let (Ok(()), Ok(children)) = (&deleted, listed)
-            && let Some((_, name)) = next.waiter.path.rsplit_once('/')
-        {
-            let node = Node {
-                name: name.to_owned(),
-                czxid: next.waiter.czxid,
-                vouched: Some(Vouched { sent, children }),
-            };
-            next.grant(Granted {
+        let (Ok(()), Ok(children)) = (&deleted, listed) else {
+            return deleted;
+        };
+        // A waiter that registered while the delete was in flight is
+        // answered too: its node was made before the listing was answered,
+        // on this session, or it finds the listing without its node and
+        // reads the queue itself. Waiters on another session read it
+        // themselves.
+        let waiters = releasing.take_all();
+        for next in waiters.into_iter().filter(|h| h.waiter.session == session) {
+            next.grant(Handed::Listing(Vouched {
                 sent,
-                lease: Some(node),
-            });
+                children: children.clone(),
+            }));
         }
         deleted
     }
@@ -123,7 +162,7 @@ impl Core {
         &self,
         client: &zk::Client,
         path: &str,
-        next: Handover<Waiter, Granted>,
+        next: Handover<Waiter, Handed>,
         lease: LeaseToMake,
         sent: Instant,
     ) -> Result<(), zk::Error> {
@@ -187,10 +226,10 @@ impl Core {
         // waiter marked its owner uncertain before it registered) lists
         // the leases behind this transaction and deletes the node. The
         // release must not delete it: a waiter that goes on adopts it.
-        next.grant(Granted {
+        next.grant(Handed::Turn(Granted {
             sent,
             lease: Some(node),
-        });
+        }));
         Ok(())
     }
 }

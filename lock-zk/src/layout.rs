@@ -104,6 +104,11 @@ impl Queue {
         }
     }
 
+    /// Whether readers and writers queue here (a read-write lock).
+    pub(crate) fn has_sides(&self) -> bool {
+        self.markers.len() > 1
+    }
+
     /// The candidates of the election `name`, queued as the mutex's
     /// acquirers are (the first leads):
     /// `/elections/<name>/_c_<uuid>-latch-<seq>`.

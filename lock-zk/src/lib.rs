@@ -6,6 +6,7 @@
 mod backend;
 mod cleanup;
 mod config;
+mod confirm;
 mod election;
 mod error;
 mod expiry;

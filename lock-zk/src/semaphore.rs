@@ -20,7 +20,7 @@ use crate::layout::{Queue, owner_prefix};
 use crate::node::{Node, Vouched};
 use crate::recipe::session_ended_while_waiting;
 use crate::session::{Core, connected};
-use crate::waiters::{Granted, LeaseToMake, Waiter};
+use crate::waiters::{Handed, LeaseToMake, Waiter};
 
 impl Core {
     /// One of `permits` permits of the semaphore `req.name`.
@@ -164,12 +164,11 @@ impl Core {
                 zk::EventType::NodeChildrenChanged | zk::EventType::NodeDeleted => {
                     self.wakeups
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    if let Some(Some(Granted {
-                        lease: Some(listed),
-                        ..
-                    })) = budget.race(registration.handed_over()).await
+                    if let Some(Some(Handed::Listing(listed))) =
+                        budget.race(registration.handed_over()).await
+                        && listed.children.contains(&node.name)
                     {
-                        node.vouched = listed.vouched;
+                        node.vouched = Some(listed);
                     }
                 }
                 zk::EventType::Session if event.session_state.is_terminated() => {

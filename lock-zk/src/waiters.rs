@@ -6,7 +6,7 @@
 use lock_core::backend::Handovers;
 use tokio::time::Instant;
 
-use crate::node::Node;
+use crate::node::{Node, Vouched};
 
 /// What a release checks of the waiter behind it.
 #[derive(Debug)]
@@ -30,15 +30,27 @@ pub(crate) struct LeaseToMake {
 }
 
 /// What a hand-over grants, and what a wait for a turn ends with: when the
-/// write that vouches for it was sent, and, for a semaphore's acquirer, its
-/// lease node with a listing of the leases that the same write vouches for
-/// (a node the hand-over made, or the acquirer's own, listed again by a
-/// release); `None` for a turn the waiter found by itself.
+/// write that vouches for it was sent, and, for a semaphore's acquirer, the
+/// lease node a hand-over made for it, with a listing of the leases that
+/// the same write vouches for; `None` for a turn the waiter found by
+/// itself.
 #[derive(Debug)]
 pub(crate) struct Granted {
     pub(crate) sent: Instant,
     pub(crate) lease: Option<Node>,
 }
 
-/// Waiters by the path of the node each watches.
-pub(crate) type ZkHandovers = Handovers<Waiter, Granted>;
+/// What a release of this backend hands a waiter of the node (or the
+/// parent) it deletes.
+#[derive(Debug)]
+pub(crate) enum Handed {
+    /// The turn itself.
+    Turn(Granted),
+    /// A listing of the parent, sent behind the release's delete, which
+    /// vouches for it as the waiter's own check would: the waiter reads it
+    /// as its own (read-write locks, a semaphore's leases).
+    Listing(Vouched),
+}
+
+/// Waiters by the path of the node (or parent) each watches.
+pub(crate) type ZkHandovers = Handovers<Waiter, Handed>;
