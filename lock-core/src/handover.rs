@@ -12,8 +12,8 @@
 //! leaves the waiter to read the queue as usual.
 //!
 //! Several waiters may watch one entry (the readers behind a writer): a
-//! release takes the newest of them ([`Handovers::take`]) or every one
-//! ([`Handovers::take_all`]); a waiter not taken reads the queue as usual.
+//! release takes the newest of them ([`Handovers::take`]), or, as a
+//! [`Releasing`], every one; a waiter not taken reads the queue as usual.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -143,20 +143,6 @@ impl<W, G> Handovers<W, G> {
             entries.remove(watched);
         }
         newest.and_then(Waiting::handover)
-    }
-
-    /// Takes every waiter of `watched`, oldest first: for a release whose
-    /// one round trip can vouch for all of them.
-    pub fn take_all(&self, watched: &str) -> Vec<Handover<W, G>> {
-        let mut entries = self.entries();
-        let Some(entry) = entries.get_mut(watched) else {
-            return Vec::new();
-        };
-        let all = std::mem::take(&mut entry.waiting);
-        if !entry.releasing {
-            entries.remove(watched);
-        }
-        all.into_iter().filter_map(Waiting::handover).collect()
     }
 
     /// Whether a waiter is registered for `watched`.
@@ -310,11 +296,12 @@ mod tests {
             "dropped registrations leave nothing"
         );
 
-        // `take_all` hands over to every waiter of the entry, oldest first.
+        // A release under way takes every waiter of the entry, oldest first.
         let waiters: Vec<_> = (0..3)
             .map(|_| handovers.register("f", "reader", &forever))
             .collect();
-        let taken = handovers.take_all("f");
+        let releasing = handovers.releasing("f").expect("the first");
+        let taken = releasing.take_all();
         assert_eq!(taken.len(), 3);
         for (i, handover) in taken.into_iter().enumerate() {
             handover.grant(10 + u32::try_from(i).unwrap());
@@ -325,7 +312,8 @@ mod tests {
                 Some(10 + u32::try_from(i).unwrap())
             );
         }
-        assert!(handovers.take_all("f").is_empty());
+        assert!(releasing.take_all().is_empty());
+        drop(releasing);
     }
 
     #[tokio::test]
