@@ -12,7 +12,7 @@ mod common {
 }
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::zk::{TTL, children, locker, opts, plain, wait_for_children};
@@ -219,6 +219,36 @@ async fn readers_releases_list_the_lock_for_the_writer_behind_them() {
     );
 }
 
+/// A writer's release whose caller polls it once (its delete goes out)
+/// and then stops, as a future parked in a `select!` would be, does not
+/// hold the reader of the same backend behind it: the reader, woken by
+/// the delete, waits for the release's listing no longer than its
+/// patience and a request's timeout, and then reads the lock itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_left_unpolled_midway_holds_no_waiter() {
+    let zk = ZooKeeper::start().await;
+    let (l, plain) = clients(&zk).await;
+    let writer = held(ask(&l, LockKind::Write), "the writer").await;
+    let reader = {
+        let l = l.clone();
+        let patience = opts(LONG, Wait::For(Duration::from_secs(2)));
+        tokio::spawn(async move { l.lock_kind(SIDES.0, LockKind::Read, patience).await })
+    };
+    wait_for_children(&plain, SIDES.1, 2).await;
+    let mut release = Box::pin(writer.release());
+    std::future::poll_fn(|cx| {
+        assert!(release.as_mut().poll(cx).is_pending(), "a round trip");
+        std::task::Poll::Ready(())
+    })
+    .await;
+    // The writer's node goes; the reader's stays.
+    wait_for_children(&plain, SIDES.1, 1).await;
+    let reader = held(reader, "the reader behind a parked release").await;
+    reader.release().await.expect("release");
+    drop(release);
+    wait_for_children(&plain, SIDES.1, 0).await;
+}
+
 /// A semaphore of one permit: A holds it, B holds the semaphore's mutex
 /// and waits for the leases to change, C waits for the mutex behind B.
 /// A's release lists the leases for B (its delete and a listing: 2
@@ -404,18 +434,22 @@ async fn read_write_waiters_that_give_up_mid_listing_keep_the_sides_apart() {
         0 => LockKind::Write,
         _ => LockKind::Read,
     };
+    // Each holds for 1-5 ms, so that a grant that overlaps another's is
+    // caught, not missed between two polls.
+    let holds = Arc::new(AtomicU64::new(0));
     let holding = move |kind| {
         let inside = inside.clone();
+        let hold = Duration::from_millis(1 + holds.fetch_add(1, Ordering::Relaxed) % 5);
         async move {
             if kind == LockKind::Write {
                 let was = inside.swap(-1, Ordering::SeqCst);
                 assert_eq!(was, 0, "a writer came in beside {was}");
-                tokio::task::yield_now().await;
+                sleep(hold).await;
                 inside.store(0, Ordering::SeqCst);
             } else {
                 let was = inside.fetch_add(1, Ordering::SeqCst);
                 assert!(was >= 0, "a reader came in beside a writer");
-                tokio::task::yield_now().await;
+                sleep(hold).await;
                 inside.fetch_sub(1, Ordering::SeqCst);
             }
         }

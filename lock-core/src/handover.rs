@@ -14,6 +14,11 @@
 //! Several waiters may watch one entry (the readers behind a writer): a
 //! release takes the newest of them ([`Handovers::take`]), or, as a
 //! [`Releasing`], every one; a waiter not taken reads the queue as usual.
+//! While a [`Releasing`] is under way, a waiter of its entry not yet taken
+//! cannot withdraw: [`Registration::handed_over`] waits for the release's
+//! answer or its end, so a waiter that wants the answer only within
+//! bounds of its own races that wait with them, and one that has no use
+//! for it drops its registration instead.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -84,6 +89,7 @@ pub struct Registration<W, G> {
 /// of the entry cannot withdraw, and waits for what
 /// [`Releasing::take_all`] (or the drop, which hands nothing) gives it.
 #[derive(Debug)]
+#[must_use = "the release answers nobody once this is dropped"]
 pub struct Releasing<W, G> {
     handovers: Arc<Handovers<W, G>>,
     watched: String,
@@ -258,7 +264,17 @@ impl<W, G> Drop for Registration<W, G> {
 
 #[cfg(test)]
 mod tests {
+    use std::pin::Pin;
+    use std::task::{Context, Waker};
+
     use super::*;
+
+    /// Whether `waiting` has no answer yet, polled once.
+    fn pending(waiting: Pin<&mut impl Future>) -> bool {
+        waiting
+            .poll(&mut Context::from_waker(Waker::noop()))
+            .is_pending()
+    }
 
     #[tokio::test]
     async fn a_taken_registration_waits_for_the_release_and_an_untaken_one_does_not() {
@@ -329,16 +345,15 @@ mod tests {
         // Registers while the release is in flight, and is woken (its
         // watch fired) before the release has its answer: it waits for it.
         let late = handovers.register("g", "late", &forever);
-        let late = tokio::spawn(late.handed_over());
-        tokio::task::yield_now().await;
-        assert!(!late.is_finished(), "waits for the release");
+        let mut late = Box::pin(late.handed_over());
+        assert!(pending(late.as_mut()), "waits for the release");
         first.into_iter().for_each(|h| h.grant(1));
         for h in releasing.take_all() {
             assert_eq!(h.waiter, "late");
             h.grant(2);
         }
         assert_eq!(early.handed_over().await, Some(1));
-        assert_eq!(late.await.unwrap(), Some(2));
+        assert_eq!(late.await, Some(2));
 
         // One that registers after the last answer is handed nothing when
         // the release ends, and reads the queue.
@@ -346,10 +361,10 @@ mod tests {
         let releasing = handovers.releasing("h").expect("the first");
         drop(releasing.take_all());
         let after = handovers.register("h", "after", &forever);
-        let after = tokio::spawn(after.handed_over());
-        tokio::task::yield_now().await;
+        let mut after = Box::pin(after.handed_over());
+        assert!(pending(after.as_mut()), "waits for the release");
         drop(releasing);
-        assert_eq!(after.await.unwrap(), None);
+        assert_eq!(after.await, None);
         let again = handovers.register("h", "again", &forever);
         assert_eq!(again.handed_over().await, None, "withdrawn at once");
 

@@ -28,7 +28,7 @@
 //! them to change; a read-write lock's release lists the lock's nodes for
 //! every waiter behind its node.
 
-use lock_core::backend::Handover;
+use lock_core::backend::{Handover, Registration, WaitBudget};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
@@ -80,8 +80,8 @@ impl Core {
     /// Deletes a read-write lock's node at `path`, and lists the lock's
     /// nodes behind the delete for the waiters of this backend behind it
     /// (see [`Self::delete_and_list`]): a writer's release, for the
-    /// readers that watch it (all of them); a reader's, for the writer
-    /// behind it, which holds if the listing shows nothing before it, or
+    /// readers that watch it (all of them), or the writer behind it; a
+    /// reader's, for the writer behind it. A writer holds if the listing shows nothing before it, or
     /// else watches what the listing shows. Listed even when nobody waits
     /// yet: a waiter of this backend whose node was made before the delete
     /// may register while it is in flight (a reader asking again as the
@@ -152,6 +152,25 @@ impl Core {
             }));
         }
         deleted
+    }
+
+    /// The listing a release of this backend sends behind its delete for
+    /// `registration`'s waiter (a read-write lock's, a semaphore's leases),
+    /// once the node it watches is gone: waited for while `budget` lasts
+    /// and no longer than a request may take, which bounds the release's
+    /// own while it is polled. The listing only spares the waiter one of
+    /// its own, and a release its caller stopped polling midway must not
+    /// hold the waiter.
+    pub(crate) async fn listing_for(
+        &self,
+        registration: Registration<Waiter, Handed>,
+        budget: &WaitBudget,
+    ) -> Option<Vouched> {
+        let handed = budget.race(registration.handed_over());
+        match tokio::time::timeout(self.config.timeout, handed).await {
+            Ok(Some(Some(Handed::Listing(listed)))) => Some(listed),
+            _ => None,
+        }
     }
 
     /// The hand-over of a semaphore's mutex, making the waiter's lease node.

@@ -17,6 +17,18 @@ pub(crate) struct Node {
     pub(crate) vouched: Option<Vouched>,
 }
 
+impl Node {
+    /// The node as kept for a later attempt: without a listing, which
+    /// vouches only for the attempt it came to, and would date a later
+    /// grant from its send.
+    pub(crate) fn for_later(&self) -> Node {
+        Node {
+            vouched: None,
+            ..self.clone()
+        }
+    }
+}
+
 /// A listing of a lock's parent answered after a write of our session that
 /// the leader committed (our create, or a check of our node) was applied.
 #[derive(Clone, Debug)]

@@ -42,7 +42,7 @@ impl Core {
         let turn = self
             .wait_for_turn(client, queue, &req.name, req.owner, &mut node, then, budget)
             .await;
-        *slot = Some((session, node.clone()));
+        *slot = Some((session, node.for_later()));
         Ok((node, turn?))
     }
 
@@ -68,7 +68,7 @@ impl Core {
                     .await?
             }
         };
-        *slot = Some((session, node.clone()));
+        *slot = Some((session, node.for_later()));
         Ok((session, node))
     }
 
@@ -283,8 +283,10 @@ impl Core {
     /// the session like any request, and every node before ours that the
     /// listing lacks was gone by then, for good. So every listing here
     /// comes right behind such a write on the same session: our create (the
-    /// listing sent with it), else the check of [`Self::confirm`], sent
-    /// together with the listing in one round trip.
+    /// listing sent with it), the check of [`Self::confirm`], sent
+    /// together with the listing in one round trip, or the delete of a
+    /// read-write lock's release by this backend on this session, which
+    /// lists the lock for the waiters behind the node it deletes.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn wait_for_turn(
         &self,
@@ -368,17 +370,20 @@ impl Core {
                 Ok(None) => Ok(()),
                 Err(e) => Err(e),
             };
-            match registration.handed_over().await {
-                Some(Handed::Turn(granted)) => return Ok(granted),
-                // Read next time round, as our own listing would be; one
-                // without our node (a registration that raced the release)
-                // is not ours to read.
-                Some(Handed::Listing(listed))
-                    if outcome.is_ok() && listed.children.contains(&node.name) =>
+            if queue.has_sides() {
+                // A read-write lock's release hands a listing, never the
+                // turn: a wait that failed has no use for it. One is read
+                // next time round, as our own listing would be; one without
+                // our node (a registration that raced the release) is not
+                // ours to read.
+                if outcome.is_ok()
+                    && let Some(listed) = self.listing_for(registration, budget).await
+                    && listed.children.contains(&node.name)
                 {
                     node.vouched = Some(listed);
                 }
-                _ => {}
+            } else if let Some(Handed::Turn(granted)) = registration.handed_over().await {
+                return Ok(granted);
             }
             outcome?;
         }

@@ -20,7 +20,7 @@ use crate::layout::{Queue, owner_prefix};
 use crate::node::{Node, Vouched};
 use crate::recipe::session_ended_while_waiting;
 use crate::session::{Core, connected};
-use crate::waiters::{Handed, LeaseToMake, Waiter};
+use crate::waiters::{LeaseToMake, Waiter};
 
 impl Core {
     /// One of `permits` permits of the semaphore `req.name`.
@@ -129,7 +129,7 @@ impl Core {
                     .adopt(client, leases, req.owner, &children)
                     .await?
                     .ok_or_else(|| Error::not_held(&req.name))?;
-                *slot = Some((session, node.clone()));
+                *slot = Some((session, node.for_later()));
                 continue;
             }
             if !children.contains(&node.name) {
@@ -164,8 +164,7 @@ impl Core {
                 zk::EventType::NodeChildrenChanged | zk::EventType::NodeDeleted => {
                     self.wakeups
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    if let Some(Some(Handed::Listing(listed))) =
-                        budget.race(registration.handed_over()).await
+                    if let Some(listed) = self.listing_for(registration, budget).await
                         && listed.children.contains(&node.name)
                     {
                         node.vouched = Some(listed);
