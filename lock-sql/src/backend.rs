@@ -11,7 +11,7 @@ use lock_core::backend::{
     AcquireRequest, BackendStats, Holder, Leader, Lease, LockBackend, WaitBudget, Waking,
     async_trait, poll_acquire,
 };
-use lock_core::{Capabilities, Error, LockKind, LockName, Result};
+use lock_core::{Capabilities, Error, FencingToken, LockKind, LockName, Result};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -19,9 +19,12 @@ use crate::client::{client_limit, ttl_ms, within};
 use crate::config::{Connection, SqlConfig};
 use crate::driver::{Driver, Opened, Released, Row};
 use crate::groups::Place;
+use crate::handover::Turns;
 use crate::orphans::{Attempt, Orphans, Statement, Undo};
 use crate::pool::SqlPool;
 use crate::signals::Signals;
+
+mod turns;
 
 /// A lock backend on a SQL database: one row per lock name with an owner, a
 /// version and an expiry time set by the database's clock.
@@ -54,6 +57,9 @@ pub struct SqlBackend {
     max_name_len: usize,
     poll_cap: Duration,
     listener: Option<JoinHandle<()>>,
+    /// The read-write acquirers of this backend, where a release can admit
+    /// them (`handover.rs`).
+    turns: Option<Turns>,
 }
 
 impl SqlBackend {
@@ -66,7 +72,9 @@ impl SqlBackend {
             Some((task, poll_cap)) => (Some(task), poll_cap),
             None => (None, Self::POLL_CAP),
         };
+        let turns = opened.driver.admits_on_leave().then(Turns::default);
         Self {
+            turns,
             driver: opened.driver,
             signals: opened.signals,
             orphans: Arc::new(Orphans::default()),
@@ -200,6 +208,20 @@ impl LockBackend for SqlBackend {
             // An earlier attempt of this request is still on its way.
             return Err(Error::timeout("acquire", self.op_timeout));
         }
+        let turns = self.turns_for(req.kind);
+        if let Some((turns, side)) = turns {
+            let name = req.name.as_str();
+            if let Some((token, sent)) = turns.take_handed(name, &owner) {
+                return Ok(Some(Lease::granted(
+                    req,
+                    FencingToken::from_i64(token),
+                    sent,
+                )));
+            }
+            if turns.blocked_here(name, &owner, side, req.ttl) {
+                return Ok(None);
+            }
+        }
         let sent = Instant::now();
         let driver = self.driver.clone();
         let (name, ttl_ms) = (req.name.as_str().to_owned(), ttl_ms(req.ttl));
@@ -219,6 +241,10 @@ impl LockBackend for SqlBackend {
             req,
         };
         let token = Attempt::new(statement, undo).run(self.op_timeout).await?;
+        if let Some((turns, side)) = turns {
+            let (name, owner) = (req.name.as_str(), req.owner.to_hex());
+            turns.attempted(name, &owner, side, req.ttl, sent, token.map(|t| t.to_i64()));
+        }
         if token.is_some() && req.kind == LockKind::Leader {
             self.leader_changed_here(&req.name);
         }
@@ -228,13 +254,17 @@ impl LockBackend for SqlBackend {
     async fn acquire(&self, req: &AcquireRequest, budget: &WaitBudget) -> Result<Lease> {
         self.check_name(&req.name)?;
         let signals = self.signals.of(req.kind.family());
-        poll_acquire(
+        let outcome = poll_acquire(
             self,
             req,
             budget,
             Waking::signalled(signals).cap(self.poll_cap),
         )
-        .await
+        .await;
+        if outcome.is_err() {
+            self.gave_up(req).await;
+        }
+        outcome
     }
 
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
@@ -252,6 +282,9 @@ impl LockBackend for SqlBackend {
             }
         };
         if renewed {
+            if let Some((turns, _)) = self.turns_for(lease.kind()) {
+                turns.renewed(name, &owner, sent + ttl);
+            }
             Ok(lease.renewed(ttl, sent))
         } else {
             Err(Error::not_held(lease.name()))
@@ -265,6 +298,9 @@ impl LockBackend for SqlBackend {
             Place::Single(at) => {
                 let release = self.driver.release(at, name, &owner, token);
                 self.bounded("release", release).await?
+            }
+            Place::Group(group, _) if let Some((turns, side)) = self.turns_for(lease.kind()) => {
+                self.leave_and_admit(turns, &group, lease, side).await?
             }
             Place::Group(group, _) => {
                 let left = self.driver.leave(&group, &owner, token);

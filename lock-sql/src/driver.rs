@@ -173,6 +173,23 @@ pub(crate) trait Driver: Send + Sync + fmt::Debug + 'static {
     /// admission, which deletes every expired row of its group).
     async fn leave(&self, group: &GroupKey, owner: &str, token: FencingToken) -> Result<bool>;
 
+    /// Whether [`leave_and_admit`](Self::leave_and_admit) admits waiters in
+    /// the same statement (PostgreSQL's leaving function).
+    fn admits_on_leave(&self) -> bool;
+
+    /// [`leave`](Self::leave), then the admission of each of `waiters`
+    /// (`owner:kind:ttl_ms`, comma-separated) in turn, in one transaction:
+    /// whether the holder's row was deleted, and the waiters admitted, with
+    /// their tokens. Nobody is admitted unless the row was deleted; where
+    /// the dialect cannot admit on leaving, the leave alone.
+    async fn leave_and_admit(
+        &self,
+        group: &GroupKey,
+        owner: &str,
+        token: FencingToken,
+        waiters: &str,
+    ) -> Result<(bool, Vec<(String, i64)>)>;
+
     /// Deletes every row of `owner` in the group: its grant or its waiting
     /// row.
     async fn leave_all(&self, group: &GroupKey, owner: &str) -> Result<()>;

@@ -11,6 +11,7 @@ mod config;
 mod driver;
 mod error;
 mod groups;
+mod handover;
 #[cfg(feature = "mysql")]
 mod mysql;
 mod names;

@@ -26,6 +26,7 @@ use crate::signals::{LEADER_NOTICE, Signals};
 use crate::statements::{Join, OneRow, Statements};
 use crate::table::TableName;
 
+mod functions;
 mod location;
 mod schema;
 use location::Location;
@@ -101,7 +102,7 @@ async fn start(
         create_tables,
     } = setup;
     let limit = client_limit(timeout);
-    within(
+    let leaving = within(
         limit,
         "create table",
         schema::prepare(&pool, &location, create_tables, &errors),
@@ -123,7 +124,7 @@ async fn start(
     });
     let driver = SqlDriver {
         pool,
-        sql: statements(&location),
+        sql: statements(&location, leaving),
         errors,
         capabilities: CAPABILITIES,
     };
@@ -252,7 +253,7 @@ fn one_row(t: &str, channel: &str, election: bool) -> OneRow {
     }
 }
 
-fn statements(at: &Location) -> Statements {
+fn statements(at: &Location, leaving: bool) -> Statements {
     let t = at.qualified();
     let (h, f, e) = (
         at.companion("holders"),
@@ -293,6 +294,12 @@ fn statements(at: &Location) -> Statements {
              )
              SELECT pg_notify('{channel}', family || ' ' || name) FROM gone"
         ),
+        leave_and_admit: leaving.then(|| {
+            format!(
+                "SELECT w_owner, w_token FROM {}($1, $2, $3, $4, $5)",
+                at.companion("leave")
+            )
+        }),
         is_member: format!("SELECT COUNT(*) FROM {h} WHERE {member} AND expires_at > now()"),
         members: format!(
             "SELECT owner, kind, token, (EXTRACT(EPOCH FROM expires_at - now()) * 1000)::BIGINT

@@ -308,6 +308,43 @@ where
         Ok(DB::rows_affected(&done) == 1)
     }
 
+    fn admits_on_leave(&self) -> bool {
+        self.sql.leave_and_admit.is_some()
+    }
+
+    async fn leave_and_admit(
+        &self,
+        group: &GroupKey,
+        owner: &str,
+        token: FencingToken,
+        waiters: &str,
+    ) -> Result<(bool, Vec<(String, i64)>)> {
+        let Some(sql) = &self.sql.leave_and_admit else {
+            return Ok((self.leave(group, owner, token).await?, Vec::new()));
+        };
+        let map = |e| self.errors.convert("release", e);
+        let rows = statement::<DB>(sql)
+            .bind(group.family)
+            .bind(group.name.as_str())
+            .bind(owner)
+            .bind(token.to_i64())
+            .bind(waiters)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map)?;
+        let mut left = false;
+        let mut admitted = Vec::new();
+        for row in rows {
+            let owner: Option<String> = row.try_get(0).map_err(map)?;
+            let token: i64 = row.try_get(1).map_err(map)?;
+            match owner {
+                Some(waiter) => admitted.push((waiter, token)),
+                None => left = true,
+            }
+        }
+        Ok((left, admitted))
+    }
+
     async fn leave_all(&self, group: &GroupKey, owner: &str) -> Result<()> {
         statement::<DB>(&self.sql.leave_all)
             .bind(group.family)

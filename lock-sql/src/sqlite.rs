@@ -290,6 +290,7 @@ fn statements(tables: &Tables<'_>) -> Statements {
                AND expires_at > {NOW_MS}"
         ),
         leave_all: format!("DELETE FROM {h} WHERE family = ?1 AND name = ?2 AND owner = ?3"),
+        leave_and_admit: None,
         is_member: format!(
             "SELECT COUNT(*) FROM {h}
              WHERE family = ?1 AND name = ?2 AND owner = ?3 AND token = ?4 AND kind <> 'wait'

@@ -30,6 +30,11 @@ pub(crate) struct Statements {
     pub(crate) leave: String,
     /// `(family, name, owner)`.
     pub(crate) leave_all: String,
+    /// `(family, name, owner, token, waiters)` → rows `(owner, token)`:
+    /// `(NULL, 0)` first when the holder's live row was deleted, then one
+    /// per waiter admitted (see `Driver::leave_and_admit`); `None` where
+    /// the dialect has no such statement.
+    pub(crate) leave_and_admit: Option<String>,
     /// `(family, name, owner, token)` → `(count)` of such live holders.
     pub(crate) is_member: String,
     /// `(family, name)` → `(owner, kind, token, remaining_ms)` of every

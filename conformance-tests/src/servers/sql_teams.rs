@@ -111,14 +111,18 @@ impl SqlTeams {
         let statements: Vec<String> = match self.dialect {
             #[cfg(feature = "postgres")]
             Dialect::Postgres => {
-                let function = format!("{table}_join(TEXT, TEXT, TEXT, TEXT, BIGINT, BIGINT)");
+                let functions = [
+                    format!("{table}_join(TEXT, TEXT, TEXT, TEXT, BIGINT, BIGINT)"),
+                    format!("{table}_leave(TEXT, TEXT, TEXT, BIGINT, TEXT)"),
+                ]
+                .join(", ");
                 vec![
                     format!(
                         "GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO {team}",
                         tables.join(", ")
                     ),
-                    format!("REVOKE EXECUTE ON FUNCTION {function} FROM PUBLIC"),
-                    format!("GRANT EXECUTE ON FUNCTION {function} TO {team}"),
+                    format!("REVOKE EXECUTE ON FUNCTION {functions} FROM PUBLIC"),
+                    format!("GRANT EXECUTE ON FUNCTION {functions} TO {team}"),
                 ]
             }
             #[cfg(feature = "mysql")]

@@ -114,6 +114,7 @@ pub(super) fn statements(t: &str, h: &str, g: &str, e: &str) -> Statements {
         ),
         leave: format!("DELETE FROM {h} WHERE {member} AND expires_at > {NOW_MS}"),
         leave_all: format!("DELETE FROM {h} WHERE family = ? AND name = ? AND owner = ?"),
+        leave_and_admit: None,
         is_member: format!("SELECT COUNT(*) FROM {h} WHERE {member} AND expires_at > {NOW_MS}"),
         members: format!(
             "SELECT owner, kind, token, expires_at - {NOW_MS} FROM {h}

@@ -1,0 +1,89 @@
+//! A read-write lock's hand-over on [`SqlBackend`], where the dialect
+//! leaves and admits in one statement: the release that admits the
+//! waiters of this backend it can and hands them their grants, and the
+//! clean-up of an acquire that ended without taking what it was handed
+//! (`handover.rs` keeps who is doing what).
+
+use lock_core::backend::{AcquireRequest, Lease};
+use lock_core::{FencingToken, LockKind, Result};
+use tokio::time::Instant;
+
+use super::SqlBackend;
+use crate::driver::Released;
+use crate::groups::GroupKey;
+use crate::handover::{Side, Turns};
+
+impl SqlBackend {
+    /// The registry of read-write acquirers and the side, for a `kind` of a
+    /// read-write lock where a release can admit them.
+    pub(super) fn turns_for(&self, kind: LockKind) -> Option<(&Turns, Side)> {
+        let side = match kind {
+            LockKind::Read => Side::Read,
+            LockKind::Write => Side::Write,
+            _ => return None,
+        };
+        Some((self.turns.as_ref()?, side))
+    }
+
+    /// A read-write lock's release that admits the waiters of this backend
+    /// it can, and hands them their grants (`handover.rs`).
+    pub(super) async fn leave_and_admit(
+        &self,
+        turns: &Turns,
+        group: &GroupKey,
+        lease: &Lease,
+        side: Side,
+    ) -> Result<Released> {
+        let (name, owner, token) = (lease.name(), lease.owner().to_hex(), lease.token());
+        let offer = turns.offer(name.as_str(), &owner, side, token.to_i64());
+        let sent = Instant::now();
+        let statement = self
+            .driver
+            .leave_and_admit(group, &owner, token, &offer.waiters);
+        let (left, admitted) = match self.bounded("release", statement).await {
+            Ok(answer) => answer,
+            Err(e) => {
+                drop(offer);
+                self.signals.wake(lease.kind().family(), name);
+                return Err(e);
+            }
+        };
+        let settled = offer.settle(admitted, sent);
+        for (waiter, token) in settled.orphans {
+            // Admitted as it stopped waiting: let go at once.
+            let orphan = self
+                .driver
+                .leave(group, &waiter, FencingToken::from_i64(token));
+            let _ = self.bounded("release", orphan).await;
+        }
+        if settled.wake {
+            self.signals.wake(lease.kind().family(), name);
+        }
+        Ok(if left {
+            Released::InTime
+        } else {
+            Released::NotOurs
+        })
+    }
+
+    /// After a read-write lock's acquire ended without a grant: a grant a
+    /// release handed it meanwhile is let go at once, not at its TTL, and
+    /// the waiters it kept back look again.
+    pub(super) async fn gave_up(&self, req: &AcquireRequest) {
+        let Some((turns, _)) = self.turns_for(req.kind) else {
+            return;
+        };
+        let owner = req.owner.to_hex();
+        let (handed, wake) = turns.gave_up(req.name.as_str(), &owner);
+        if let Some(token) = handed {
+            let group = GroupKey::new(req.kind.family(), req.name.as_str());
+            let left = self
+                .driver
+                .leave(&group, &owner, FencingToken::from_i64(token));
+            let _ = self.bounded("release", left).await;
+        }
+        if wake {
+            self.signals.wake(req.kind.family(), &req.name);
+        }
+    }
+}
