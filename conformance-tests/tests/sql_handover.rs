@@ -131,6 +131,12 @@ async fn a_writers_release_admits_every_reader_behind_it() {
         guards.push(guard);
     }
     let attempts = Statements::logged().calling(&join) - before;
+    // The log is read: the releases' own statements are in it.
+    let leave = join.replace("_join", "_leave");
+    assert!(
+        Statements::logged().calling(&leave) > 0,
+        "no statement logged"
+    );
     assert_eq!(
         attempts, 0,
         "readers made {attempts} admissions of their own"
@@ -157,6 +163,10 @@ async fn the_last_readers_release_admits_the_writer_behind_them() {
         reader.release().await.expect("release");
     }
     let writer = held(writer).await;
+    assert!(
+        writer.is_held().await.expect("is_held"),
+        "the grant is live"
+    );
     let attempts = Statements::logged().calling(&join) - before;
     assert_eq!(
         attempts, 0,

@@ -19,7 +19,7 @@ use crate::client::{client_limit, ttl_ms, within};
 use crate::config::{Connection, SqlConfig};
 use crate::driver::{Driver, Opened, Released, Row};
 use crate::groups::Place;
-use crate::handover::Turns;
+use crate::handover::{Turn, Turns};
 use crate::orphans::{Attempt, Orphans, Statement, Undo};
 use crate::pool::SqlPool;
 use crate::signals::Signals;
@@ -210,16 +210,13 @@ impl LockBackend for SqlBackend {
         }
         let turns = self.turns_for(req.kind);
         if let Some((turns, side)) = turns {
-            let name = req.name.as_str();
-            if let Some((token, sent)) = turns.take_handed(name, &owner) {
-                return Ok(Some(Lease::granted(
-                    req,
-                    FencingToken::from_i64(token),
-                    sent,
-                )));
-            }
-            if turns.blocked_here(name, &owner, side, req.ttl) {
-                return Ok(None);
+            match turns.turn(req.name.as_str(), &owner, side, req.ttl) {
+                Turn::Handed(token, sent) => {
+                    let token = FencingToken::from_i64(token);
+                    return Ok(Some(Lease::granted(req, token, sent)));
+                }
+                Turn::Wait => return Ok(None),
+                Turn::Attempt => {}
             }
         }
         let sent = Instant::now();
@@ -240,11 +237,13 @@ impl LockBackend for SqlBackend {
             signals: &self.signals,
             req,
         };
-        let token = Attempt::new(statement, undo).run(self.op_timeout).await?;
+        let token = Attempt::new(statement, undo).run(self.op_timeout).await;
         if let Some((turns, side)) = turns {
             let (name, owner) = (req.name.as_str(), req.owner.to_hex());
-            turns.attempted(name, &owner, side, req.ttl, sent, token.map(|t| t.to_i64()));
+            let outcome = token.as_ref().ok().map(|t| t.map(|t| t.to_i64()));
+            turns.attempted(name, &owner, side, req.ttl, sent, outcome);
         }
+        let token = token?;
         if token.is_some() && req.kind == LockKind::Leader {
             self.leader_changed_here(&req.name);
         }
@@ -299,17 +298,17 @@ impl LockBackend for SqlBackend {
                 let release = self.driver.release(at, name, &owner, token);
                 self.bounded("release", release).await?
             }
-            Place::Group(group, _) if let Some((turns, side)) = self.turns_for(lease.kind()) => {
-                self.leave_and_admit(turns, &group, lease, side).await?
-            }
-            Place::Group(group, _) => {
-                let left = self.driver.leave(&group, &owner, token);
-                // A stale row frees nothing: nobody counts it any more.
-                match self.bounded("release", left).await? {
-                    true => Released::InTime,
-                    false => Released::NotOurs,
+            Place::Group(group, _) => match self.turns_for(lease.kind()) {
+                Some((turns, side)) => self.leave_and_admit(turns, &group, lease, side).await?,
+                None => {
+                    let left = self.driver.leave(&group, &owner, token);
+                    // A stale row frees nothing: nobody counts it any more.
+                    match self.bounded("release", left).await? {
+                        true => Released::InTime,
+                        false => Released::NotOurs,
+                    }
                 }
-            }
+            },
         };
         // With a listener, the server's notice of this release wakes a local
         // waiter too; waking one here as well would wake two per release.

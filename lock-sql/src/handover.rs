@@ -18,12 +18,19 @@
 //! refused one is, and the release of what blocks it names it. The server
 //! decides every grant; what is skipped here only costs a wait, and every
 //! way a blocker of this backend goes (a release, a give-up, a lease that
-//! ran out) wakes the waiters or lets their next poll attempt for real.
+//! ran out, a release its caller stopped polling) wakes the waiters or
+//! lets their next poll attempt for real: every entry has an end.
+//!
+//! A waiter whose own attempt failed is unsure (the statement may still be
+//! applied, and the task that finishes it frees what it took): it is named
+//! to no release, and a grant a release made for it is neither handed nor
+//! let go here; its next attempt of its own finds it, or makes a new one.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use lock_core::backend::AcquireRequest;
 use tokio::time::Instant;
 
 /// A side of a read-write lock, as the holders table's `kind` spells it.
@@ -44,14 +51,21 @@ impl Side {
 
 #[derive(Clone, Copy, Debug)]
 enum State {
-    /// Refused (or skipped); a release may admit it with this TTL.
+    /// Refused (or skipped) until `until`, as the server's waiting mark
+    /// lasts; a release may admit it with this TTL.
     Waiting {
         ttl_ms: i64,
+        until: Instant,
     },
-    /// Named to a release under way, which answers it.
+    /// Named to a release under way, which answers it by `answer_by`, or
+    /// it waits as before.
     Offered {
         ttl_ms: i64,
+        until: Instant,
+        answer_by: Instant,
     },
+    /// Its own attempt failed, and may yet be applied.
+    Unsure,
     /// Admitted by a release whose statement was sent at `sent`.
     Handed {
         token: i64,
@@ -65,6 +79,7 @@ enum State {
     /// Its release is under way.
     Releasing {
         token: i64,
+        until: Instant,
     },
 }
 
@@ -75,46 +90,85 @@ struct Entry {
 }
 
 impl Entry {
-    /// Whether this entry keeps `side` out, as far as this backend knows.
-    fn blocks(&self, side: Side, now: Instant) -> bool {
-        let holds = match self.state {
-            State::Waiting { .. } | State::Offered { .. } => {
-                return side == Side::Read && self.side == Side::Write;
-            }
-            State::Handed { until, .. } | State::Holding { until, .. } => until > now,
-            State::Releasing { .. } => true,
-        };
-        holds && (side == Side::Write || self.side == Side::Write)
+    fn waiting(side: Side, ttl: Duration, now: Instant) -> Self {
+        // As long as the server's mark of a waiting writer lasts.
+        let until = now + ttl.max(AcquireRequest::WRITER_MARK);
+        let ttl_ms = crate::client::ttl_ms(ttl);
+        Self {
+            side,
+            state: State::Waiting { ttl_ms, until },
+        }
     }
 
-    /// Whether its grant's lease has run out.
-    fn ran_out(&self, now: Instant) -> bool {
-        matches!(self.state, State::Handed { until, .. } | State::Holding { until, .. } if until <= now)
+    /// Whether this entry keeps `side` out, as far as this backend knows.
+    fn blocks(&self, side: Side) -> bool {
+        match self.state {
+            State::Waiting { .. } | State::Offered { .. } => {
+                side == Side::Read && self.side == Side::Write
+            }
+            State::Unsure => false,
+            State::Handed { .. } | State::Holding { .. } | State::Releasing { .. } => {
+                side == Side::Write || self.side == Side::Write
+            }
+        }
+    }
+
+    /// Whether it has come to its end: a lease that ran out (its guard
+    /// forgotten, its release parked), a wait nobody renewed.
+    fn ended(&self, now: Instant) -> bool {
+        match self.state {
+            State::Waiting { until, .. }
+            | State::Offered { until, .. }
+            | State::Handed { until, .. }
+            | State::Holding { until, .. }
+            | State::Releasing { until, .. } => until <= now,
+            State::Unsure => false,
+        }
     }
 
     /// Whether it holds the token `token` (a waiter's own grant, which an
     /// admission keeps rather than makes anew).
     fn holds_token(&self, token: i64) -> bool {
         matches!(self.state,
-            State::Handed { token: t, .. } | State::Holding { token: t, .. } | State::Releasing { token: t }
+            State::Handed { token: t, .. } | State::Holding { token: t, .. } | State::Releasing { token: t, .. }
                 if t == token)
     }
+
+    /// Back to waiting, if a release named it.
+    fn unoffer(&mut self) {
+        if let State::Offered { ttl_ms, until, .. } = self.state {
+            self.state = State::Waiting { ttl_ms, until };
+        }
+    }
+}
+
+/// What an acquirer does next.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Turn {
+    /// Holds the grant a release made, with this token, sent then.
+    Handed(i64, Instant),
+    /// Waits: an acquirer of this backend keeps it out, or a release
+    /// under way answers it.
+    Wait,
+    /// Attempts by itself.
+    Attempt,
 }
 
 /// A release under way and the waiters it names to its statement. Dropped
 /// without [`settle`](Self::settle) (the statement failed, or the release
 /// was cancelled), it forgets the releaser and puts the waiters it named
-/// back to waiting, woken to look for themselves: an admission the
-/// statement made is theirs to keep, and their own attempt finds it.
+/// back to waiting, and their next look (a wake-up, or their poll) is an
+/// attempt of their own: an admission the statement made is theirs to
+/// keep, and that attempt finds it.
 #[derive(Debug)]
 #[must_use = "dropping the offer sends the waiters it names to look for themselves"]
 pub(crate) struct Offer<'a> {
     turns: &'a Turns,
     name: String,
     owner: String,
-    /// `owner:kind:ttl_ms`, comma-separated, writers first; empty for none.
+    /// `owner:kind:ttl_ms`, comma-separated; empty for none.
     pub(crate) waiters: String,
-    offered: usize,
+    named: Vec<String>,
     settled: bool,
 }
 
@@ -127,59 +181,51 @@ pub(crate) struct Settled {
     pub(crate) wake: bool,
 }
 
+type Entries = HashMap<String, Entry>;
+
 /// The read-write acquirers of one backend, by lock name and owner.
 #[derive(Debug, Default)]
 pub(crate) struct Turns {
-    names: Mutex<HashMap<String, HashMap<String, Entry>>>,
+    names: Mutex<HashMap<String, Entries>>,
 }
 
 impl Turns {
-    fn names(&self) -> MutexGuard<'_, HashMap<String, HashMap<String, Entry>>> {
+    fn names(&self) -> MutexGuard<'_, HashMap<String, Entries>> {
         self.names.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The grant a release handed `owner`, which then holds for `ttl` from
-    /// the release's send.
-    pub(crate) fn take_handed(&self, name: &str, owner: &str) -> Option<(i64, Instant)> {
-        let mut names = self.names();
-        let entry = names.get_mut(name)?.get_mut(owner)?;
-        let State::Handed { token, sent, until } = entry.state else {
-            return None;
-        };
-        entry.state = State::Holding { token, until };
-        Some((token, sent))
-    }
-
-    /// Whether an attempt of `owner` for `side` would be refused because of
-    /// an acquirer of this backend; if so, `owner` is marked waiting.
-    pub(crate) fn blocked_here(&self, name: &str, owner: &str, side: Side, ttl: Duration) -> bool {
+    /// What `owner`, asking for `side` with a lease of `ttl`, does next:
+    /// hold the grant a release handed it (then it holds, for `ttl` from
+    /// the release's send), wait, or attempt. One look, so a grant handed
+    /// meanwhile is never lost to a mark of waiting.
+    pub(crate) fn turn(&self, name: &str, owner: &str, side: Side, ttl: Duration) -> Turn {
         let mut names = self.names();
         let Some(entries) = names.get_mut(name) else {
-            return false;
+            return Turn::Attempt;
         };
-        if let Some(Entry {
-            state: State::Offered { .. },
-            ..
-        }) = entries.get(owner)
-        {
-            // The release that named it answers, and wakes it.
-            return true;
-        }
         let now = Instant::now();
-        // A lease nobody released (its guard forgotten) stops counting at
-        // its end, and its entry goes.
-        entries.retain(|_, e| !e.ran_out(now));
-        let blocked = entries
-            .iter()
-            .any(|(o, e)| o != owner && e.blocks(side, now));
-        if blocked {
-            entries.insert(owner.to_owned(), waiting(side, ttl));
+        entries.retain(|o, e| o == owner || !e.ended(now));
+        match entries.get_mut(owner).map(|e| e.state) {
+            Some(State::Handed { token, sent, until }) => {
+                if let Some(entry) = entries.get_mut(owner) {
+                    entry.state = State::Holding { token, until };
+                }
+                return Turn::Handed(token, sent);
+            }
+            Some(State::Offered { answer_by, .. }) if answer_by > now => return Turn::Wait,
+            _ => {}
         }
-        blocked
+        if entries.iter().any(|(o, e)| o != owner && e.blocks(side)) {
+            entries.insert(owner.to_owned(), Entry::waiting(side, ttl, now));
+            Turn::Wait
+        } else {
+            Turn::Attempt
+        }
     }
 
     /// The outcome of `owner`'s own attempt, sent at `sent`: holding
-    /// `token`, or waiting (unless a release handed it a grant meanwhile).
+    /// `token`, refused (waiting, unless a release handed it a grant or
+    /// answers it meanwhile), or failed (`None`: unsure).
     pub(crate) fn attempted(
         &self,
         name: &str,
@@ -187,31 +233,26 @@ impl Turns {
         side: Side,
         ttl: Duration,
         sent: Instant,
-        token: Option<i64>,
+        outcome: Option<Option<i64>>,
     ) {
         let mut names = self.names();
         let entries = names.entry(name.to_owned()).or_default();
-        let entry = match token {
-            Some(token) => Entry {
-                side,
-                state: State::Holding {
-                    token,
-                    until: sent + ttl,
-                },
+        let state = match outcome {
+            Some(Some(token)) => State::Holding {
+                token,
+                until: sent + ttl,
             },
-            None if matches!(
-                entries.get(owner),
-                Some(Entry {
-                    state: State::Handed { .. } | State::Offered { .. },
-                    ..
-                })
-            ) =>
-            {
-                return;
+            Some(None) => {
+                let now = Instant::now();
+                match entries.get(owner).map(|e| e.state) {
+                    Some(State::Handed { .. }) => return,
+                    Some(State::Offered { answer_by, .. }) if answer_by > now => return,
+                    _ => Entry::waiting(side, ttl, now).state,
+                }
             }
-            None => waiting(side, ttl),
+            None => State::Unsure,
         };
-        entries.insert(owner.to_owned(), entry);
+        entries.insert(owner.to_owned(), Entry { side, state });
     }
 
     /// `owner`'s lease renewed until `until`.
@@ -223,65 +264,88 @@ impl Turns {
         }
     }
 
-    /// The waiters `owner`'s release of `token` names to its statement: none
-    /// while another acquirer of this backend holds (nobody waiting could
-    /// be admitted), else every waiter, writers first. Marks `owner`
-    /// releasing.
-    pub(crate) fn offer(&self, name: &str, owner: &str, side: Side, token: i64) -> Offer<'_> {
+    /// The waiters the release of `owner`'s grant `token` (whose lease
+    /// ends at `lease_end`) names to its statement, which answers within
+    /// `within`: none while another acquirer of this backend holds (nobody
+    /// waiting could be admitted); else the first writer waiting, or, with
+    /// none, every reader waiting. Marks `owner` releasing.
+    pub(crate) fn offer(
+        &self,
+        name: &str,
+        owner: &str,
+        side: Side,
+        token: i64,
+        lease_end: Instant,
+        within: Duration,
+    ) -> Offer<'_> {
         let mut names = self.names();
         let entries = names.entry(name.to_owned()).or_default();
+        let now = Instant::now();
+        entries.retain(|o, e| o == owner || !e.ended(now));
+        let releasing = State::Releasing {
+            token,
+            until: lease_end,
+        };
         entries.insert(
             owner.to_owned(),
             Entry {
                 side,
-                state: State::Releasing { token },
+                state: releasing,
             },
         );
-        let now = Instant::now();
         let others_hold = entries.iter().any(|(o, e)| {
-            o != owner
-                && matches!(e.state,
-                    State::Handed { until, .. } | State::Holding { until, .. } if until > now)
+            o != owner && matches!(e.state, State::Handed { .. } | State::Holding { .. })
         });
-        let mut waiters = Vec::new();
-        if !others_hold {
-            for (o, e) in entries.iter_mut() {
-                if let State::Waiting { ttl_ms } = e.state {
-                    e.state = State::Offered { ttl_ms };
-                    waiters.push((e.side, o, ttl_ms));
-                }
+        let waiting = |side| {
+            entries
+                .iter()
+                .filter(move |(_, e)| e.side == side && matches!(e.state, State::Waiting { .. }))
+                .map(|(o, _)| o.clone())
+        };
+        // A writer admitted keeps every reader after it out, and only one
+        // can be: one writer is named, and readers only when none waits.
+        let named: Vec<String> = match (others_hold, waiting(Side::Write).next()) {
+            (true, _) => Vec::new(),
+            (false, Some(writer)) => vec![writer],
+            (false, None) => waiting(Side::Read).collect(),
+        };
+        let answer_by = now + within;
+        let mut waiters = Vec::with_capacity(named.len());
+        for waiter in &named {
+            if let Some(entry) = entries.get_mut(waiter)
+                && let State::Waiting { ttl_ms, until } = entry.state
+            {
+                entry.state = State::Offered {
+                    ttl_ms,
+                    until,
+                    answer_by,
+                };
+                // Owners are hex and kinds words: neither holds a
+                // separator.
+                waiters.push(format!("{waiter}:{}:{ttl_ms}", entry.side.tag()));
             }
         }
-        // Writers first: a writer admitted keeps the readers after it out,
-        // as its waiting row would have.
-        waiters.sort_by_key(|(side, ..)| *side == Side::Read);
-        let offered = waiters.len();
-        let waiters = waiters
-            .into_iter()
-            .map(|(side, o, ttl_ms)| format!("{o}:{}:{ttl_ms}", side.tag()))
-            .collect::<Vec<_>>()
-            .join(",");
         Offer {
             turns: self,
             name: name.to_owned(),
             owner: owner.to_owned(),
-            waiters,
-            offered,
+            waiters: waiters.join(","),
+            named,
             settled: false,
         }
     }
 
     /// Forgets `owner`, whose release failed, and puts the waiters named
     /// to it back to waiting.
-    fn release_failed(&self, name: &str, owner: &str) {
+    fn release_failed(&self, name: &str, owner: &str, named: &[String]) {
         let mut names = self.names();
         let Some(entries) = names.get_mut(name) else {
             return;
         };
         entries.remove(owner);
-        for entry in entries.values_mut() {
-            if let State::Offered { ttl_ms } = entry.state {
-                entry.state = State::Waiting { ttl_ms };
+        for waiter in named {
+            if let Some(entry) = entries.get_mut(waiter) {
+                entry.unoffer();
             }
         }
         if entries.is_empty() {
@@ -293,7 +357,15 @@ impl Turns {
     /// release handed it meanwhile (to be left), and whether local waiters
     /// should look again (it was a writer keeping readers back).
     pub(crate) fn gave_up(&self, name: &str, owner: &str) -> (Option<i64>, bool) {
-        match self.forget(name, owner) {
+        let mut names = self.names();
+        let Some(entries) = names.get_mut(name) else {
+            return (None, false);
+        };
+        let gone = entries.remove(owner);
+        if entries.is_empty() {
+            names.remove(name);
+        }
+        match gone {
             Some(Entry {
                 state: State::Handed { token, .. },
                 ..
@@ -304,16 +376,6 @@ impl Turns {
             _ => (None, false),
         }
     }
-
-    fn forget(&self, name: &str, owner: &str) -> Option<Entry> {
-        let mut names = self.names();
-        let entries = names.get_mut(name)?;
-        let gone = entries.remove(owner);
-        if entries.is_empty() {
-            names.remove(name);
-        }
-        gone
-    }
 }
 
 impl Offer<'_> {
@@ -322,28 +384,25 @@ impl Offer<'_> {
     /// the releaser.
     pub(crate) fn settle(mut self, admitted: Vec<(String, i64)>, sent: Instant) -> Settled {
         self.settled = true;
-        let (name, owner) = (self.name.as_str(), self.owner.as_str());
         let mut names = self.turns.names();
-        let Some(entries) = names.get_mut(name) else {
+        let Some(entries) = names.get_mut(&self.name) else {
             return Settled {
                 orphans: admitted,
                 wake: false,
             };
         };
-        entries.remove(owner);
+        entries.remove(&self.owner);
         let mut settled = Settled {
-            wake: !admitted.is_empty() || self.offered > 0,
+            wake: !admitted.is_empty() || !self.named.is_empty(),
             ..Settled::default()
         };
         for (waiter, token) in admitted {
-            match entries.get_mut(&waiter) {
-                Some(entry)
-                    if matches!(entry.state, State::Offered { .. } | State::Waiting { .. }) =>
-                {
-                    let (State::Offered { ttl_ms } | State::Waiting { ttl_ms }) = entry.state
-                    else {
-                        unreachable!("matched above");
-                    };
+            let Some(entry) = entries.get_mut(&waiter) else {
+                settled.orphans.push((waiter, token));
+                continue;
+            };
+            match entry.state {
+                State::Offered { ttl_ms, .. } | State::Waiting { ttl_ms, .. } => {
                     let ttl = Duration::from_millis(u64::try_from(ttl_ms).unwrap_or(0));
                     entry.state = State::Handed {
                         token,
@@ -351,20 +410,25 @@ impl Offer<'_> {
                         until: sent + ttl,
                     };
                 }
-                Some(entry) if entry.holds_token(token) => {}
+                // Its own attempt may yet free the grant, or find it: not
+                // ours to hand over, nor to let go.
+                State::Unsure => {}
+                _ if entry.holds_token(token) => {}
                 _ => settled.orphans.push((waiter, token)),
             }
         }
         // Those refused wait on; those that came after the offer was made
         // were not named, and look for themselves.
-        for entry in entries.values_mut() {
-            if let State::Offered { ttl_ms } = entry.state {
-                entry.state = State::Waiting { ttl_ms };
+        for waiter in &self.named {
+            if let Some(entry) = entries.get_mut(waiter) {
+                entry.unoffer();
             }
-            settled.wake |= matches!(entry.state, State::Waiting { .. });
         }
+        settled.wake |= entries
+            .values()
+            .any(|e| matches!(e.state, State::Waiting { .. }));
         if entries.is_empty() {
-            names.remove(name);
+            names.remove(&self.name);
         }
         settled
     }
@@ -373,87 +437,11 @@ impl Offer<'_> {
 impl Drop for Offer<'_> {
     fn drop(&mut self) {
         if !self.settled {
-            self.turns.release_failed(&self.name, &self.owner);
+            self.turns
+                .release_failed(&self.name, &self.owner, &self.named);
         }
-    }
-}
-
-fn waiting(side: Side, ttl: Duration) -> Entry {
-    Entry {
-        side,
-        state: State::Waiting {
-            ttl_ms: crate::client::ttl_ms(ttl),
-        },
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const TTL: Duration = Duration::from_secs(30);
-
-    #[tokio::test]
-    async fn waiters_skip_what_this_backend_holds_until_its_lease_ends() {
-        let turns = Turns::default();
-        let now = Instant::now();
-        turns.attempted("n", "w", Side::Write, TTL, now, Some(1));
-        assert!(turns.blocked_here("n", "r", Side::Read, TTL));
-        assert!(turns.blocked_here("n", "v", Side::Write, TTL));
-        assert!(
-            !turns.blocked_here("m", "r", Side::Read, TTL),
-            "another name"
-        );
-        // Readers share; a waiting writer keeps arriving readers back.
-        turns.attempted("s", "r1", Side::Read, TTL, now, Some(2));
-        assert!(!turns.blocked_here("s", "r2", Side::Read, TTL));
-        turns.attempted("s", "w", Side::Write, TTL, now, None);
-        assert!(turns.blocked_here("s", "r3", Side::Read, TTL));
-        // A lease that ran out blocks nobody.
-        turns.attempted("e", "w", Side::Write, Duration::ZERO, now, Some(3));
-        assert!(!turns.blocked_here("e", "r", Side::Read, TTL));
-    }
-
-    #[tokio::test]
-    async fn a_release_names_its_waiters_and_hands_them_their_grants() {
-        let turns = Turns::default();
-        let now = Instant::now();
-        turns.attempted("n", "w", Side::Write, TTL, now, Some(1));
-        for reader in ["r1", "r2"] {
-            assert!(turns.blocked_here("n", reader, Side::Read, TTL));
-        }
-        turns.attempted("n", "v", Side::Write, TTL, now, None);
-        let offer = turns.offer("n", "w", Side::Write, 1);
-        let named: Vec<_> = offer.waiters.split(',').collect();
-        assert_eq!(named.len(), 3);
-        assert!(named[0].starts_with("v:write:"), "writers first: {named:?}");
-        // Named to the release: they wait for its answer.
-        assert!(turns.blocked_here("n", "r1", Side::Read, TTL));
-        assert!(turns.gave_up("n", "r2").0.is_none());
-        let settled = offer.settle(vec![("v".into(), 2), ("r2".into(), 3)], now);
-        assert_eq!(settled.orphans, vec![("r2".to_owned(), 3)], "r2 gave up");
-        assert!(settled.wake);
-        assert_eq!(turns.take_handed("n", "v").map(|(t, _)| t), Some(2));
-        assert_eq!(turns.take_handed("n", "r1"), None, "refused: waits on");
-        // While v holds, a release of another names nobody.
-        let offer = turns.offer("n", "x", Side::Read, 9);
-        assert!(offer.waiters.is_empty());
-        drop(offer);
-    }
-
-    #[tokio::test]
-    async fn a_release_that_fails_sends_its_waiters_to_look_for_themselves() {
-        let turns = Turns::default();
-        let now = Instant::now();
-        turns.attempted("n", "w", Side::Write, TTL, now, Some(1));
-        assert!(turns.blocked_here("n", "r", Side::Read, TTL));
-        drop(turns.offer("n", "w", Side::Write, 1));
-        assert!(!turns.blocked_here("n", "r", Side::Read, TTL), "w is gone");
-        // A grant the release made, and the waiter's own attempt kept, is
-        // no orphan.
-        turns.attempted("n", "r", Side::Read, TTL, now, Some(4));
-        let offer = turns.offer("n", "q", Side::Read, 5);
-        let settled = offer.settle(vec![("r".into(), 4)], now);
-        assert!(settled.orphans.is_empty());
-    }
-}
+mod tests;

@@ -35,7 +35,15 @@ impl SqlBackend {
         side: Side,
     ) -> Result<Released> {
         let (name, owner, token) = (lease.name(), lease.owner().to_hex(), lease.token());
-        let offer = turns.offer(name.as_str(), &owner, side, token.to_i64());
+        let (lease_end, within) = (lease.deadline(), self.op_timeout);
+        let offer = turns.offer(
+            name.as_str(),
+            &owner,
+            side,
+            token.to_i64(),
+            lease_end,
+            within,
+        );
         let sent = Instant::now();
         let statement = self
             .driver
@@ -49,15 +57,17 @@ impl SqlBackend {
             }
         };
         let settled = offer.settle(admitted, sent);
+        // The waiters handed a grant hold from the release's send: woken
+        // first.
+        if settled.wake {
+            self.signals.wake(lease.kind().family(), name);
+        }
         for (waiter, token) in settled.orphans {
             // Admitted as it stopped waiting: let go at once.
             let orphan = self
                 .driver
                 .leave(group, &waiter, FencingToken::from_i64(token));
             let _ = self.bounded("release", orphan).await;
-        }
-        if settled.wake {
-            self.signals.wake(lease.kind().family(), name);
         }
         Ok(if left {
             Released::InTime

@@ -152,8 +152,11 @@ impl Objects {
                     .map_err(map)?;
             }
         }
+        // Ours now, or another user's that this one may not execute (its
+        // EXECUTE revoked from PUBLIC).
+        let leave = installed(&mut *tx, &self.leave, errors, "create table").await?;
         tx.commit().await.map_err(map)?;
-        Ok(true)
+        Ok(leave.is_some_and(|leave| leave.executable))
     }
 
     /// `to_regclass` finds a table whatever the caller's rights on it, so a
@@ -192,7 +195,17 @@ impl Objects {
         };
         crate::provision::require(errors.backend, &lacking, elections, || self.script())?;
         Ok(match leave {
-            Some(leave) if leave.executable => true,
+            Some(leave) if leave.executable => {
+                if leave.body != self.leave.body {
+                    tracing::warn!(
+                        function = %self.leave.name,
+                        "the leaving function was made by another version of lock-sql; \
+                         an administrator can replace it with the statements create_tables=false \
+                         prints when it is missing"
+                    );
+                }
+                true
+            }
             found => {
                 let grant = match found {
                     None => format!("{};\n\n", self.leave.create()),
