@@ -205,15 +205,15 @@ impl Turns {
         };
         let now = Instant::now();
         entries.retain(|o, e| o == owner || !e.ended(now));
-        match entries.get_mut(owner).map(|e| e.state) {
-            Some(State::Handed { token, sent, until }) => {
-                if let Some(entry) = entries.get_mut(owner) {
+        if let Some(entry) = entries.get_mut(owner) {
+            match entry.state {
+                State::Handed { token, sent, until } => {
                     entry.state = State::Holding { token, until };
+                    return Turn::Handed(token, sent);
                 }
-                return Turn::Handed(token, sent);
+                State::Offered { answer_by, .. } if answer_by > now => return Turn::Wait,
+                _ => {}
             }
-            Some(State::Offered { answer_by, .. }) if answer_by > now => return Turn::Wait,
-            _ => {}
         }
         if entries.iter().any(|(o, e)| o != owner && e.blocks(side)) {
             entries.insert(owner.to_owned(), Entry::waiting(side, ttl, now));

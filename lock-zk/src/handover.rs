@@ -81,11 +81,11 @@ impl Core {
     /// nodes behind the delete for the waiters of this backend behind it
     /// (see [`Self::delete_and_list`]): a writer's release, for the
     /// readers that watch it (all of them), or the writer behind it; a
-    /// reader's, for the writer behind it. A writer holds if the listing shows nothing before it, or
-    /// else watches what the listing shows. Listed even when nobody waits
-    /// yet: a waiter of this backend whose node was made before the delete
-    /// may register while it is in flight (a reader asking again as the
-    /// writer before it goes).
+    /// reader's, for the writer behind it. A writer holds if the listing
+    /// shows nothing before it, or else watches what the listing shows.
+    /// Listed even when nobody waits yet: a waiter of this backend whose
+    /// node was made before the delete may register while it is in flight
+    /// (a reader asking again as the writer before it goes).
     pub(crate) async fn delete_and_list_for_sides(
         &self,
         client: &zk::Client,

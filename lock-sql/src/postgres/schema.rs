@@ -143,20 +143,25 @@ impl Objects {
         // of every session calling it: only done when ours is missing or
         // differs, so that other database users (and every later start)
         // leave it be.
+        let mut executable = true;
         for function in [&self.join, &self.leave] {
-            let installed = installed(&mut *tx, function, errors, "create table").await?;
-            if installed.map(|i| i.body).as_deref() != Some(function.body.as_str()) {
-                sqlx::query(AssertSqlSafe(function.create()))
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(map)?;
+            match installed(&mut *tx, function, errors, "create table").await? {
+                // Another user's with our source, which this one may not
+                // execute where its EXECUTE was revoked from PUBLIC.
+                Some(found) if found.body == function.body => executable = found.executable,
+                // Made now by this user, its owner.
+                _ => {
+                    sqlx::query(AssertSqlSafe(function.create()))
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(map)?;
+                    executable = true;
+                }
             }
         }
-        // Ours now, or another user's that this one may not execute (its
-        // EXECUTE revoked from PUBLIC).
-        let leave = installed(&mut *tx, &self.leave, errors, "create table").await?;
         tx.commit().await.map_err(map)?;
-        Ok(leave.is_some_and(|leave| leave.executable))
+        // Whether the leaving function, the last made, can be used.
+        Ok(executable)
     }
 
     /// `to_regclass` finds a table whatever the caller's rights on it, so a
