@@ -1,9 +1,12 @@
-//! Hand-overs inside one PostgreSQL backend: a read-write lock's release
-//! admits the waiters of the same backend that it can, in its own
-//! statement, and hands them their grants; they hold without an admission
-//! of their own. Counted from sqlx's log of every statement it runs (one
-//! subscriber for this binary, since tasks run on any thread), by the
-//! admitting function's name, which each test's fresh table makes its own.
+//! Hand-overs inside one SQL backend: a read-write lock's release admits
+//! the waiters of the same backend that it can, in its own statement
+//! (PostgreSQL) or transaction (MariaDB, SQLite), and hands them their
+//! grants; they hold without an admission of their own. Counted from
+//! sqlx's log of every statement it runs (one subscriber for this binary,
+//! since tasks run on any thread), by what marks an admission on each
+//! dialect (PostgreSQL: a call of the admitting function; the others: the
+//! read of the group that locks it), which each test's fresh table makes
+//! its own.
 
 mod common {
     // Its macro runs each case on MariaDB too, which hands nothing over.
@@ -18,6 +21,7 @@ use std::time::Duration;
 use common::sql::{locker, opts};
 use conformance_tests::kinds::Kinds;
 use conformance_tests::servers::SqlServer;
+use conformance_tests::servers::mariadb::Mariadb;
 use conformance_tests::servers::postgres::Postgres;
 use conformance_tests::targets::fresh_table;
 use lock_core::{LockGuard, LockKind, Locker, Wait};
@@ -71,26 +75,70 @@ impl Statements {
         })
     }
 
-    /// How many statements so far called `function`.
-    fn calling(&self, function: &str) -> usize {
-        let call = format!("{function}(");
+    /// How many statements so far contain `text`.
+    fn containing(&self, text: &str) -> usize {
         self.0
             .lock()
             .unwrap()
             .iter()
-            .filter(|s| s.contains(&call))
+            .filter(|s| s.contains(text))
             .count()
     }
 }
 
-/// A locker on a fresh table of the shared server, and the name of that
-/// table's admitting function.
-async fn fresh() -> (Locker, String) {
+/// The dialects.
+#[derive(Clone, Copy, Debug)]
+enum On {
+    Postgres,
+    Mariadb,
+    Sqlite,
+}
+
+const ON: [On; 3] = [On::Postgres, On::Mariadb, On::Sqlite];
+
+/// A locker on a fresh table of `on` (kept alive by the directory it
+/// returns, for SQLite), and what its admissions' statements contain.
+async fn fresh(on: On) -> (Locker, String, Option<tempfile::TempDir>) {
     Statements::logged();
     let table = fresh_table();
-    let server = Postgres::shared().await;
-    let locker = locker(&server.url(&format!("table={table}"))).await;
-    (locker, format!("{table}_join"))
+    let query = format!("table={table}");
+    let (url, dir) = match on {
+        On::Postgres => (Postgres::shared().await.url(&query), None),
+        On::Mariadb => (Mariadb::shared().await.url(&query), None),
+        On::Sqlite => {
+            let dir = tempfile::tempdir().expect("a temporary directory");
+            let url = format!("sqlite://{}/locks.db?{query}", dir.path().display());
+            (url, Some(dir))
+        }
+    };
+    let admission = match on {
+        On::Postgres => format!("{table}_join("),
+        On::Mariadb | On::Sqlite => format!("{table}_groups AS g LEFT JOIN"),
+    };
+    (locker(&url).await, admission, dir)
+}
+
+/// The admissions a release may log in its own transaction: none on
+/// PostgreSQL (its function calls the admitting function), its one read
+/// of the group elsewhere.
+fn the_releases(on: On) -> usize {
+    match on {
+        On::Postgres => 0,
+        On::Mariadb | On::Sqlite => 1,
+    }
+}
+
+/// The log is read: on PostgreSQL, where a release admits without a
+/// statement of its own to count, its calls of the leaving function are in
+/// it (elsewhere the release's own read is counted).
+fn the_releases_are_logged(on: On, admission: &str) {
+    if let On::Postgres = on {
+        let leave = admission.replace("_join(", "_leave(");
+        assert!(
+            Statements::logged().containing(&leave) > 0,
+            "no statement logged"
+        );
+    }
 }
 
 fn ask(l: &Locker, kind: LockKind) -> JoinHandle<LockGuard> {
@@ -113,14 +161,20 @@ async fn held(asked: JoinHandle<LockGuard>) -> LockGuard {
 const SETTLE: Duration = Duration::from_secs(1);
 
 /// A writer holds, and three readers of the same backend wait behind it.
-/// The writer's release admits all three in its own statement: no reader
-/// calls the admitting function, where each made an attempt of its own
-/// when the release woke it (and one before, refused).
+/// The writer's release admits all three: no reader makes an admission of
+/// its own, where each made one when the release woke it (and one before,
+/// refused).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writers_release_admits_every_reader_behind_it() {
-    let (l, join) = fresh().await;
+    for on in ON {
+        a_writers_release_admits_every_reader_behind_it_on(on).await;
+    }
+}
+
+async fn a_writers_release_admits_every_reader_behind_it_on(on: On) {
+    let (l, admission, _dir) = fresh(on).await;
     let writer = held(ask(&l, LockKind::Write)).await;
-    let before = Statements::logged().calling(&join);
+    let before = Statements::logged().containing(&admission);
     let readers: Vec<_> = (0..3).map(|_| ask(&l, LockKind::Read)).collect();
     sleep(SETTLE).await;
     writer.release().await.expect("release");
@@ -130,16 +184,12 @@ async fn a_writers_release_admits_every_reader_behind_it() {
         assert!(guard.is_held().await.expect("is_held"), "the grant is live");
         guards.push(guard);
     }
-    let attempts = Statements::logged().calling(&join) - before;
-    // The log is read: the releases' own statements are in it.
-    let leave = join.replace("_join", "_leave");
-    assert!(
-        Statements::logged().calling(&leave) > 0,
-        "no statement logged"
-    );
+    let attempts = Statements::logged().containing(&admission) - before;
+    the_releases_are_logged(on, &admission);
     assert_eq!(
-        attempts, 0,
-        "readers made {attempts} admissions of their own"
+        attempts,
+        the_releases(on),
+        "{on:?}: {attempts} admissions, the readers' own among them"
     );
     for guard in guards {
         guard.release().await.expect("release");
@@ -147,16 +197,22 @@ async fn a_writers_release_admits_every_reader_behind_it() {
 }
 
 /// Three readers hold, and a writer of the same backend waits behind them.
-/// The last reader's release admits it: the writer never calls the
-/// admitting function itself.
+/// The last reader's release admits it: the writer makes no admission of
+/// its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_last_readers_release_admits_the_writer_behind_them() {
-    let (l, join) = fresh().await;
+    for on in ON {
+        the_last_readers_release_admits_the_writer_behind_them_on(on).await;
+    }
+}
+
+async fn the_last_readers_release_admits_the_writer_behind_them_on(on: On) {
+    let (l, admission, _dir) = fresh(on).await;
     let mut readers = Vec::new();
     for _ in 0..3 {
         readers.push(held(ask(&l, LockKind::Read)).await);
     }
-    let before = Statements::logged().calling(&join);
+    let before = Statements::logged().containing(&admission);
     let writer = ask(&l, LockKind::Write);
     sleep(SETTLE).await;
     for reader in readers {
@@ -167,10 +223,11 @@ async fn the_last_readers_release_admits_the_writer_behind_them() {
         writer.is_held().await.expect("is_held"),
         "the grant is live"
     );
-    let attempts = Statements::logged().calling(&join) - before;
+    let attempts = Statements::logged().containing(&admission) - before;
     assert_eq!(
-        attempts, 0,
-        "the writer made {attempts} admissions of its own"
+        attempts,
+        the_releases(on),
+        "{on:?}: {attempts} admissions, the writer's own among them"
     );
     writer.release().await.expect("release");
 }
@@ -181,7 +238,13 @@ async fn the_last_readers_release_admits_the_writer_behind_them() {
 /// TTL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_that_give_up_leave_no_grant_behind() {
-    let (l, _) = fresh().await;
+    for on in ON {
+        readers_that_give_up_leave_no_grant_behind_on(on).await;
+    }
+}
+
+async fn readers_that_give_up_leave_no_grant_behind_on(on: On) {
+    let (l, _, _dir) = fresh(on).await;
     let given_up = Arc::new(AtomicU64::new(0));
     for round in 0..20u64 {
         let writer = held(ask(&l, LockKind::Write)).await;
@@ -220,6 +283,6 @@ async fn readers_that_give_up_leave_no_grant_behind() {
     }
     assert!(
         given_up.load(Ordering::Relaxed) > 0,
-        "no reader ever gave up: the test did not test"
+        "{on:?}: no reader ever gave up: the test did not test"
     );
 }

@@ -30,6 +30,8 @@ use sqlx::{
 use crate::error::ErrorMap;
 use crate::groups::{GroupKey, Want};
 
+mod leave;
+
 /// The `kind` of a waiting writer's row: it holds nothing, and has token 0
 /// (grants start at 1). The statements spell it out as `'wait'`.
 pub(crate) const WAITING: &str = "wait";
@@ -100,9 +102,43 @@ pub(crate) struct Admission {
     pub(crate) extend: String,
     /// `(token, family, name)`: the group's last token.
     pub(crate) advance: String,
-    /// `(family, name, owner, kind, token, ttl_ms)`: writes the owner's row
-    /// (a holder's, or a waiting writer's), replacing any it had.
-    pub(crate) put: String,
+    /// `(family, name, owner, kind, token, ttl_ms)` for each row: writes
+    /// the owner's row (a holder's, or a waiting writer's), replacing any
+    /// it had.
+    pub(crate) put: Put,
+}
+
+/// The statement that writes holders' rows, for one row or several (a
+/// release admitting its waiters writes theirs in one).
+#[derive(Debug)]
+pub(crate) struct Put {
+    head: String,
+    row: String,
+    tail: String,
+    /// The one-row statement, made once.
+    one: String,
+}
+
+impl Put {
+    /// `head`, then `row` once per row (comma-separated), then `tail`.
+    pub(crate) fn new(head: String, row: String, tail: String) -> Self {
+        let one = format!("{head} {row} {tail}");
+        Self {
+            head,
+            row,
+            tail,
+            one,
+        }
+    }
+
+    /// The statement writing `rows` rows.
+    pub(crate) fn rows(&self, rows: usize) -> std::borrow::Cow<'_, str> {
+        if rows == 1 {
+            return self.one.as_str().into();
+        }
+        let values = vec![self.row.as_str(); rows].join(", ");
+        format!("{} {values} {}", self.head, self.tail).into()
+    }
 }
 
 impl Admission {
@@ -144,21 +180,9 @@ impl Admission {
                     .await?;
                 rows = read().fetch_all(&mut *tx).await?;
             }
-            let mut last_token = 0;
-            let mut members = Vec::with_capacity(rows.len());
-            for row in rows {
-                last_token = row.try_get(0)?;
-                if let Some(owner) = row.try_get::<Option<String>, _>(1)? {
-                    members.push(Member {
-                        owner,
-                        kind: row.try_get::<Option<String>, _>(2)?.unwrap_or_default(),
-                        token: row.try_get::<Option<i64>, _>(3)?.unwrap_or(0),
-                        live: row.try_get::<Option<i64>, _>(4)?.unwrap_or(0) > 0,
-                    });
-                }
-            }
+            let (last_token, members) = read_members::<DB>(rows)?;
             let put = |kind: &'static str, token: i64, ttl_ms: i64| {
-                sqlx::query::<DB>(AssertSqlSafe(self.put.as_str()))
+                sqlx::query::<DB>(AssertSqlSafe(self.put.one.as_str()))
                     .bind(family)
                     .bind(name)
                     .bind(owner)
@@ -214,6 +238,31 @@ impl Admission {
             .map(|token| token.map(FencingToken::from_i64))
             .map_err(|e| errors.convert("acquire", e))
     }
+}
+
+/// The group's last token and its members, from the rows of
+/// [`Admission::read`].
+pub(crate) fn read_members<DB>(rows: Vec<DB::Row>) -> Result<(i64, Vec<Member>), sqlx::Error>
+where
+    DB: Database,
+    for<'q> i64: Decode<'q, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    usize: ColumnIndex<DB::Row>,
+{
+    let mut last_token = 0;
+    let mut members = Vec::with_capacity(rows.len());
+    for row in rows {
+        last_token = row.try_get(0)?;
+        if let Some(owner) = row.try_get::<Option<String>, _>(1)? {
+            members.push(Member {
+                owner,
+                kind: row.try_get::<Option<String>, _>(2)?.unwrap_or_default(),
+                token: row.try_get::<Option<i64>, _>(3)?.unwrap_or(0),
+                live: row.try_get::<Option<i64>, _>(4)?.unwrap_or(0) > 0,
+            });
+        }
+    }
+    Ok((last_token, members))
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use lock_core::{Capabilities, FencingToken, LockKind, LockName, Result};
 use tokio::task::JoinHandle;
 
 use crate::groups::{GroupKey, Place, Single, Want};
+use crate::handover::Named;
 use crate::signals::Signals;
 
 /// The state of a lock row, as the holder query returns it.
@@ -173,13 +174,12 @@ pub(crate) trait Driver: Send + Sync + fmt::Debug + 'static {
     /// admission, which deletes every expired row of its group).
     async fn leave(&self, group: &GroupKey, owner: &str, token: FencingToken) -> Result<bool>;
 
-    /// Whether [`leave_and_admit`](Self::leave_and_admit) admits waiters in
-    /// the same statement (PostgreSQL's leaving function).
+    /// Whether [`leave_and_admit`](Self::leave_and_admit) admits waiters:
+    /// always, but on a PostgreSQL database without the leaving function.
     fn admits_on_leave(&self) -> bool;
 
-    /// [`leave`](Self::leave), then the admission of each of `waiters`
-    /// (`owner:kind:ttl_ms`, comma-separated) in turn, in one transaction:
-    /// whether the holder's row was deleted, and the waiters admitted, with
+    /// [`leave`](Self::leave), then the admission of each of `waiters` in
+    /// turn, in one transaction: whether the holder's row was deleted, and the waiters admitted, with
     /// their tokens. Nobody is admitted unless the row was deleted; where
     /// the dialect cannot admit on leaving, the leave alone.
     async fn leave_and_admit(
@@ -187,7 +187,7 @@ pub(crate) trait Driver: Send + Sync + fmt::Debug + 'static {
         group: &GroupKey,
         owner: &str,
         token: FencingToken,
-        waiters: &str,
+        waiters: &[Named],
     ) -> Result<(bool, Vec<(String, i64)>)>;
 
     /// Deletes every row of `owner` in the group: its grant or its waiting

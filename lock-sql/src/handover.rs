@@ -1,16 +1,16 @@
-//! Hand-over between the read-write lock acquirers of one backend, where the
-//! dialect can leave a group and admit waiters in one statement
-//! (PostgreSQL's leaving function).
+//! Hand-over between the read-write lock acquirers of one backend: a
+//! dialect leaves a group and admits waiters in one transaction
+//! (PostgreSQL's leaving function; elsewhere `admission/leave.rs`).
 //!
 //! The backend keeps, per lock name, what each of its acquirers is doing:
 //! waiting (refused), handed a grant by a release, holding, or releasing. A
-//! release names the waiters of this backend to its statement, which
+//! release names the waiters of this backend to its transaction, which
 //! deletes the releaser's row and then runs the admission for each waiter
 //! in turn, inside the same transaction and under the group's row lock, so
 //! the server's rule decides as it does for the waiter's own attempt. The
 //! waiters admitted are handed their token and woken, and hold without a
-//! statement of their own: a change of side costs the release's round trip
-//! alone.
+//! statement of their own: a change of side costs the release's
+//! transaction alone.
 //!
 //! What is known here is also used to skip attempts that would be refused:
 //! a reader while a writer of this backend waits or holds, a writer while
@@ -41,7 +41,7 @@ pub(crate) enum Side {
 }
 
 impl Side {
-    fn tag(self) -> &'static str {
+    pub(crate) fn tag(self) -> &'static str {
         match self {
             Self::Read => "read",
             Self::Write => "write",
@@ -166,10 +166,17 @@ pub(crate) struct Offer<'a> {
     turns: &'a Turns,
     name: String,
     owner: String,
-    /// `owner:kind:ttl_ms`, comma-separated; empty for none.
-    pub(crate) waiters: String,
-    named: Vec<String>,
+    /// A writer alone, or readers; empty for none.
+    pub(crate) waiters: Vec<Named>,
     settled: bool,
+}
+
+/// A waiter a release names: it asks for `side`, with a lease of `ttl_ms`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Named {
+    pub(crate) owner: String,
+    pub(crate) side: Side,
+    pub(crate) ttl_ms: i64,
 }
 
 /// What a release leaves to do once its statement answered.
@@ -311,8 +318,8 @@ impl Turns {
         };
         let answer_by = now + within;
         let mut waiters = Vec::with_capacity(named.len());
-        for waiter in &named {
-            if let Some(entry) = entries.get_mut(waiter)
+        for waiter in named {
+            if let Some(entry) = entries.get_mut(&waiter)
                 && let State::Waiting { ttl_ms, until } = entry.state
             {
                 entry.state = State::Offered {
@@ -320,31 +327,32 @@ impl Turns {
                     until,
                     answer_by,
                 };
-                // Owners are hex and kinds words: neither holds a
-                // separator.
-                waiters.push(format!("{waiter}:{}:{ttl_ms}", entry.side.tag()));
+                waiters.push(Named {
+                    side: entry.side,
+                    owner: waiter,
+                    ttl_ms,
+                });
             }
         }
         Offer {
             turns: self,
             name: name.to_owned(),
             owner: owner.to_owned(),
-            waiters: waiters.join(","),
-            named,
+            waiters,
             settled: false,
         }
     }
 
     /// Forgets `owner`, whose release failed, and puts the waiters named
     /// to it back to waiting.
-    fn release_failed(&self, name: &str, owner: &str, named: &[String]) {
+    fn release_failed(&self, name: &str, owner: &str, named: &[Named]) {
         let mut names = self.names();
         let Some(entries) = names.get_mut(name) else {
             return;
         };
         entries.remove(owner);
         for waiter in named {
-            if let Some(entry) = entries.get_mut(waiter) {
+            if let Some(entry) = entries.get_mut(&waiter.owner) {
                 entry.unoffer();
             }
         }
@@ -393,7 +401,7 @@ impl Offer<'_> {
         };
         entries.remove(&self.owner);
         let mut settled = Settled {
-            wake: !admitted.is_empty() || !self.named.is_empty(),
+            wake: !admitted.is_empty() || !self.waiters.is_empty(),
             ..Settled::default()
         };
         for (waiter, token) in admitted {
@@ -419,8 +427,8 @@ impl Offer<'_> {
         }
         // Those refused wait on; those that came after the offer was made
         // were not named, and look for themselves.
-        for waiter in &self.named {
-            if let Some(entry) = entries.get_mut(waiter) {
+        for waiter in &self.waiters {
+            if let Some(entry) = entries.get_mut(&waiter.owner) {
                 entry.unoffer();
             }
         }
@@ -438,7 +446,7 @@ impl Drop for Offer<'_> {
     fn drop(&mut self) {
         if !self.settled {
             self.turns
-                .release_failed(&self.name, &self.owner, &self.named);
+                .release_failed(&self.name, &self.owner, &self.waiters);
         }
     }
 }

@@ -16,6 +16,7 @@ use sqlx::{
 use crate::driver::{Driver, Member, Released, Row};
 use crate::error::ErrorMap;
 use crate::groups::{GroupKey, Single, Want};
+use crate::handover::Named;
 use crate::statements::{Join, Statements};
 
 /// A statement with its parameters bound.
@@ -309,7 +310,12 @@ where
     }
 
     fn admits_on_leave(&self) -> bool {
-        self.sql.leave_and_admit.is_some()
+        match &self.sql.join {
+            #[cfg(feature = "postgres")]
+            Join::Function(_) => self.sql.leave_and_admit.is_some(),
+            #[cfg(any(feature = "sqlite", feature = "mysql"))]
+            Join::Transaction(_) => true,
+        }
     }
 
     async fn leave_and_admit(
@@ -317,18 +323,41 @@ where
         group: &GroupKey,
         owner: &str,
         token: FencingToken,
-        waiters: &str,
+        waiters: &[Named],
     ) -> Result<(bool, Vec<(String, i64)>)> {
-        let Some(sql) = &self.sql.leave_and_admit else {
-            return Ok((self.leave(group, owner, token).await?, Vec::new()));
+        let sql = match (&self.sql.leave_and_admit, &self.sql.join) {
+            (Some(sql), _) => sql,
+            #[cfg(any(feature = "sqlite", feature = "mysql"))]
+            (None, Join::Transaction(admission)) if !waiters.is_empty() => {
+                return admission
+                    .leave_and_admit(
+                        &self.pool,
+                        &self.errors,
+                        &self.sql.leave,
+                        group,
+                        owner,
+                        token,
+                        waiters,
+                        DB::rows_affected,
+                    )
+                    .await;
+            }
+            _ => return Ok((self.leave(group, owner, token).await?, Vec::new())),
         };
         let map = |e| self.errors.convert("release", e);
+        // `owner:kind:ttl_ms`, comma-separated: owners are hex and kinds
+        // words, so neither holds a separator.
+        let waiters = waiters
+            .iter()
+            .map(|w| format!("{}:{}:{}", w.owner, w.side.tag(), w.ttl_ms))
+            .collect::<Vec<_>>()
+            .join(",");
         let rows = statement::<DB>(sql)
             .bind(group.family)
             .bind(group.name.as_str())
             .bind(owner)
             .bind(token.to_i64())
-            .bind(waiters)
+            .bind(waiters.as_str())
             .fetch_all(&self.pool)
             .await
             .map_err(map)?;

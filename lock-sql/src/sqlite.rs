@@ -18,7 +18,7 @@ use sqlx::sqlite::{
     SqliteQueryResult, SqliteSynchronous,
 };
 
-use crate::admission::Admission;
+use crate::admission::{Admission, Put};
 use crate::client::{client_limit, within};
 use crate::config::Checked;
 use crate::config::sqlite::Config;
@@ -255,7 +255,7 @@ fn statements(tables: &Tables<'_>) -> Statements {
         // `BEGIN IMMEDIATE` takes the write lock before the first read, so
         // the transaction reads every commit before it and cannot fail to
         // upgrade a stale read later; the busy timeout bounds the wait.
-        join: Join::Transaction(Admission {
+        join: Join::Transaction(Box::new(Admission {
             begin: "BEGIN IMMEDIATE",
             lock: format!(
                 "INSERT INTO {g} (family, name, last_token) VALUES (?1, ?2, 0) ON CONFLICT DO NOTHING"
@@ -272,13 +272,14 @@ fn statements(tables: &Tables<'_>) -> Statements {
                 "UPDATE {h} SET expires_at = {NOW_MS} + ?1 WHERE family = ?2 AND name = ?3 AND owner = ?4"
             ),
             advance: format!("UPDATE {g} SET last_token = ?1 WHERE family = ?2 AND name = ?3"),
-            put: format!(
-                "INSERT INTO {h} (family, name, owner, kind, token, expires_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, {NOW_MS} + ?6)
-                 ON CONFLICT (family, name, owner) DO UPDATE SET
+            put: Put::new(
+                format!("INSERT INTO {h} (family, name, owner, kind, token, expires_at) VALUES"),
+                format!("(?, ?, ?, ?, ?, {NOW_MS} + ?)"),
+                "ON CONFLICT (family, name, owner) DO UPDATE SET
                     kind = excluded.kind, token = excluded.token, expires_at = excluded.expires_at"
+                    .to_owned(),
             ),
-        }),
+        })),
         renew_member: format!(
             "UPDATE {h} SET expires_at = {NOW_MS} + ?5
              WHERE family = ?1 AND name = ?2 AND owner = ?3 AND token = ?4 AND kind <> 'wait'

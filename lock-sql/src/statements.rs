@@ -83,5 +83,5 @@ pub(crate) enum Join {
     /// A short transaction (the dialects without server-side functions we
     /// create).
     #[cfg(any(feature = "sqlite", feature = "mysql"))]
-    Transaction(Admission),
+    Transaction(Box<Admission>),
 }

@@ -1,11 +1,11 @@
 //! A read-write lock's hand-over on [`SqlBackend`], where the dialect
-//! leaves and admits in one statement: the release that admits the
+//! leaves and admits in one transaction: the release that admits the
 //! waiters of this backend it can and hands them their grants, and the
 //! clean-up of an acquire that ended without taking what it was handed
 //! (`handover.rs` keeps who is doing what).
 
 use lock_core::backend::{AcquireRequest, Lease};
-use lock_core::{FencingToken, LockKind, Result};
+use lock_core::{Error, FencingToken, LockKind, Result};
 use tokio::time::Instant;
 
 use super::SqlBackend;
@@ -45,10 +45,27 @@ impl SqlBackend {
             within,
         );
         let sent = Instant::now();
-        let statement = self
-            .driver
-            .leave_and_admit(group, &owner, token, &offer.waiters);
-        let (left, admitted) = match self.bounded("release", statement).await {
+        // In a task of its own, so that a caller who stops waiting does not
+        // cut it: cut between its statements, a dialect's transaction could
+        // leave its connection in the pool inside a transaction the server
+        // still holds open (sqlx undoes none it has not seen begin), row
+        // locks and all. Its answer then goes unread, as a statement's would.
+        let statement = tokio::spawn({
+            let (driver, group) = (self.driver.clone(), group.clone());
+            let (owner, waiters) = (owner.clone(), offer.waiters.clone());
+            async move {
+                driver
+                    .leave_and_admit(&group, &owner, token, &waiters)
+                    .await
+            }
+        });
+        let backend = self.driver.capabilities().backend;
+        let answer = async {
+            statement
+                .await
+                .unwrap_or_else(|e| Err(Error::backend_from(backend, "release", e)))
+        };
+        let (left, admitted) = match self.bounded("release", answer).await {
             Ok(answer) => answer,
             Err(e) => {
                 drop(offer);

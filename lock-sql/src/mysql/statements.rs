@@ -1,7 +1,7 @@
 //! The statements for one table, as MySQL and MariaDB take them: each
 //! answers through `LAST_INSERT_ID(expr)` (see `mysql.rs`).
 
-use crate::admission::Admission;
+use crate::admission::{Admission, Put};
 use crate::statements::{Join, OneRow, Statements};
 
 /// The database's clock in milliseconds; `NOW(3)` is fixed for the length of
@@ -83,7 +83,7 @@ pub(super) fn statements(t: &str, h: &str, g: &str, e: &str) -> Statements {
         // different locks never block, nor deadlock, each other. The
         // reads that count are locking reads either way (see
         // `admission.rs`), which see the newest committed rows.
-        join: Join::Transaction(Admission {
+        join: Join::Transaction(Box::new(Admission {
             begin: "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION",
             lock: format!(
                 "INSERT INTO {g} (family, name, last_token) VALUES (?, ?, 0)
@@ -102,13 +102,14 @@ pub(super) fn statements(t: &str, h: &str, g: &str, e: &str) -> Statements {
                 "UPDATE {h} SET expires_at = {NOW_MS} + ? WHERE family = ? AND name = ? AND owner = ?"
             ),
             advance: format!("UPDATE {g} SET last_token = ? WHERE family = ? AND name = ?"),
-            put: format!(
-                "INSERT INTO {h} (family, name, owner, kind, token, expires_at)
-                     VALUES (?, ?, ?, ?, ?, {NOW_MS} + ?)
-                     ON DUPLICATE KEY UPDATE
-                        kind = VALUES(kind), token = VALUES(token), expires_at = VALUES(expires_at)"
+            put: Put::new(
+                format!("INSERT INTO {h} (family, name, owner, kind, token, expires_at) VALUES"),
+                format!("(?, ?, ?, ?, ?, {NOW_MS} + ?)"),
+                "ON DUPLICATE KEY UPDATE
+                    kind = VALUES(kind), token = VALUES(token), expires_at = VALUES(expires_at)"
+                    .to_owned(),
             ),
-        }),
+        })),
         renew_member: format!(
             "UPDATE {h} SET expires_at = {NOW_MS} + ? WHERE {member} AND expires_at > {NOW_MS}"
         ),
