@@ -286,3 +286,44 @@ async fn readers_that_give_up_leave_no_grant_behind_on(on: On) {
         "{on:?}: no reader ever gave up: the test did not test"
     );
 }
+
+/// A writer named to a release that cannot admit it (a reader of another
+/// process still holds) gets no waiting mark from the release: it may have
+/// given up while the release ran, and a mark its owner never abandons
+/// would keep every reader out for the mark's whole length. PostgreSQL's
+/// leaving function is called directly, for a holder written by hand; the
+/// other dialects decide the same in `admission/leave.rs`, unit-tested
+/// there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_marks_no_writer_it_cannot_admit() {
+    let table = fresh_table();
+    let server = Postgres::shared().await;
+    let l = locker(&server.url(&format!("table={table}"))).await;
+    let other = held(ask(&l, LockKind::Read)).await;
+    let pool = sqlx::PgPool::connect(&server.url(""))
+        .await
+        .expect("connect");
+    let sql = |s: String| sqlx::raw_sql(sqlx::AssertSqlSafe(s));
+    sql(format!(
+        "INSERT INTO {table}_holders (family, name, owner, kind, token, expires_at)
+         VALUES ('rw', 'sides', 'aa01', 'read', 1000, now() + INTERVAL '30 seconds')"
+    ))
+    .execute(&pool)
+    .await
+    .expect("a holder of ours");
+    let left: Vec<(Option<String>, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT w_owner, w_token FROM {table}_leave('rw', 'sides', 'aa01', 1000, 'bb02:write:30000')"
+    )))
+    .fetch_all(&pool)
+    .await
+    .expect("the release");
+    assert_eq!(left, [(None, 0)], "deleted, and nobody admitted");
+    let marks: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*) FROM {table}_holders WHERE owner = 'bb02'"
+    )))
+    .fetch_one(&pool)
+    .await
+    .expect("count");
+    assert_eq!(marks, 0, "the release marked the writer it refused");
+    other.release().await.expect("release");
+}

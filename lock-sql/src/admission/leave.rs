@@ -2,17 +2,17 @@
 //! it (`handover.rs`), for the dialects whose admission is a transaction
 //! run from here: the release's delete, then the waiters decided by the
 //! same rule an attempt follows ([`decide`]), on what the transaction has
-//! read and written so far, and their rows written together: one advance of
+//! read and written so far (a writer refused is not marked waiting, as its
+//! own attempt would mark it), and their grants written together: one advance of
 //! the group's token and one insert for all of them, so that a writer's
 //! release admitting every reader costs the statements of one admission.
 
-use lock_core::backend::AcquireRequest;
 use lock_core::{FencingToken, Result};
 use sqlx::{
     AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Type,
 };
 
-use super::{Admission, Member, Outcome, WAITING, decide, read_members};
+use super::{Admission, Member, Outcome, decide, read_members};
 use crate::error::ErrorMap;
 use crate::groups::{GroupKey, Want};
 use crate::handover::Named;
@@ -34,7 +34,7 @@ struct Plan<'a> {
     keep: Vec<(&'a str, i64)>,
     /// The group's last token once the grants are made.
     last_token: i64,
-    /// The grants, and the waiting marks of writers refused.
+    /// The grants.
     rows: Vec<Row<'a>>,
     /// The waiters admitted, with their tokens.
     admitted: Vec<(String, i64)>,
@@ -59,13 +59,12 @@ fn plan<'a>(mut last_token: i64, mut members: Vec<Member>, waiters: &'a [Named])
                 plan.admitted.push((owner.to_owned(), token));
                 (kind, token, waiter.ttl_ms)
             }
-            // Refused as its own attempt would have been: it keeps (or
-            // gets) its waiting mark, for as long as an attempt marks it.
-            Outcome::Queue => {
-                let mark_ms = crate::client::ttl_ms(AcquireRequest::WRITER_MARK);
-                (WAITING, 0, waiter.ttl_ms.max(mark_ms))
-            }
-            Outcome::Refuse => continue,
+            // A writer refused gets no waiting mark from here, where its
+            // own attempt would write one: it may have given up while this
+            // transaction ran, and a mark nobody abandons keeps readers out
+            // for its whole length. Put back to waiting, it attempts and
+            // marks itself.
+            Outcome::Queue | Outcome::Refuse => continue,
         };
         members.retain(|m| m.owner != owner);
         members.push(Member {
@@ -178,6 +177,7 @@ impl Admission {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::admission::WAITING;
     use crate::handover::Side;
 
     fn named(owner: &str, side: Side) -> Named {
@@ -216,20 +216,12 @@ mod tests {
     }
 
     #[test]
-    fn a_writer_behind_a_holder_keeps_its_mark_and_a_holder_keeps_its_token() {
+    fn a_writer_refused_is_not_marked_and_a_holder_keeps_its_token() {
         let waiters = [named("r", Side::Read), named("w", Side::Write)];
         let plan = plan(5, vec![member("r", "read", 5)], &waiters);
         assert_eq!(plan.keep, [("r", 500)]);
         assert_eq!(plan.admitted, [("r".to_owned(), 5)]);
         assert_eq!(plan.last_token, 5, "no grant, no advance");
-        assert_eq!(
-            plan.rows,
-            [Row {
-                owner: "w",
-                kind: WAITING,
-                token: 0,
-                ttl_ms: crate::client::ttl_ms(AcquireRequest::WRITER_MARK).max(500),
-            }]
-        );
+        assert!(plan.rows.is_empty(), "no mark for w: {:?}", plan.rows);
     }
 }

@@ -141,7 +141,9 @@ fn admission(h: &str, g: &str) -> String {
 /// The group's row is locked first, as every admission locks it first, so
 /// that two releases that admit cannot each wait for the other. The
 /// admission is the waiter's own attempt made for it: the same rule, the
-/// same snapshot discipline. The release itself commits without waiting
+/// same snapshot discipline; but a writer that would be refused is skipped,
+/// not marked waiting, since it may have given up while the release ran,
+/// and a mark nobody abandons keeps readers out for its whole length. The release itself commits without waiting
 /// for the disk (a release lost in a crash keeps the lock until its TTL,
 /// which is safe); a grant made here waits for it as every grant does, and
 /// takes the release with it, since the log is written in order.
@@ -169,6 +171,12 @@ fn leaving(join: &str, h: &str, g: &str, channel: &str) -> String {
                 RETURN NEXT;
                 FOREACH v_waiter IN ARRAY string_to_array(p_waiters, ',') LOOP
                     v_w := string_to_array(v_waiter, ':');
+                    -- A writer refused is not marked from here (it may
+                    -- have given up meanwhile, and a mark nobody abandons
+                    -- keeps readers out): its own attempt marks it.
+                    CONTINUE WHEN v_w[2] = 'write' AND EXISTS (
+                        SELECT 1 FROM {h} WHERE family = p_family AND name = p_name
+                            AND owner <> v_w[1] AND kind <> 'wait' AND expires_at > now());
                     v_token := {join}(p_family, p_name, v_w[1], v_w[2], 0, v_w[3]::BIGINT);
                     IF v_token IS NOT NULL THEN
                         v_granted := true;
