@@ -327,3 +327,40 @@ async fn a_release_marks_no_writer_it_cannot_admit() {
     assert_eq!(marks, 0, "the release marked the writer it refused");
     other.release().await.expect("release");
 }
+
+/// A writer's release whose caller stops waiting for it at once still
+/// hands its grants over: the reader waiting behind it and a writer of the
+/// same backend arriving right after both get in (in either order, each
+/// releasing at once), well within the TTL (30 s). When the grants were
+/// only handed to a caller still waiting, the reader, put back to waiting,
+/// skipped its attempts behind the new writer, whose own attempts its
+/// grant refused, until the grant's TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_its_caller_stops_waiting_for_still_hands_over() {
+    for on in ON {
+        a_release_its_caller_stops_waiting_for_still_hands_over_on(on).await;
+    }
+}
+
+async fn a_release_its_caller_stops_waiting_for_still_hands_over_on(on: On) {
+    let (l, _, _dir) = fresh(on).await;
+    let within = Duration::from_secs(10);
+    let take_and_leave = |kind| {
+        let asked = ask(&l, kind);
+        tokio::spawn(async move { asked.await.expect("task").release().await })
+    };
+    for round in 0..3 {
+        let writer = held(ask(&l, LockKind::Write)).await;
+        let reader = take_and_leave(LockKind::Read);
+        sleep(SETTLE).await;
+        let _ = timeout(Duration::ZERO, writer.release()).await;
+        let next = take_and_leave(LockKind::Write);
+        for (who, task) in [("the reader", reader), ("the writer after it", next)] {
+            timeout(within, task)
+                .await
+                .unwrap_or_else(|_| panic!("{on:?} round {round}: {who} never held"))
+                .expect("task")
+                .expect("release");
+        }
+    }
+}

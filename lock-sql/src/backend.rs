@@ -59,7 +59,7 @@ pub struct SqlBackend {
     listener: Option<JoinHandle<()>>,
     /// The read-write acquirers of this backend, where a release can admit
     /// them (`handover.rs`).
-    turns: Option<Turns>,
+    turns: Option<Arc<Turns>>,
 }
 
 impl SqlBackend {
@@ -72,7 +72,7 @@ impl SqlBackend {
             Some((task, poll_cap)) => (Some(task), poll_cap),
             None => (None, Self::POLL_CAP),
         };
-        let turns = opened.driver.admits_on_leave().then(Turns::default);
+        let turns = opened.driver.admits_on_leave().then(Arc::default);
         Self {
             turns,
             driver: opened.driver,

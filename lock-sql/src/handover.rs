@@ -27,7 +27,7 @@
 //! let go here; its next attempt of its own finds it, or makes a new one.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use lock_core::backend::AcquireRequest;
@@ -154,16 +154,16 @@ pub(crate) enum Turn {
     Attempt,
 }
 
-/// A release under way and the waiters it names to its statement. Dropped
-/// without [`settle`](Self::settle) (the statement failed, or the release
-/// was cancelled), it forgets the releaser and puts the waiters it named
-/// back to waiting, and their next look (a wake-up, or their poll) is an
-/// attempt of their own: an admission the statement made is theirs to
-/// keep, and that attempt finds it.
+/// A release under way and the waiters it names to its statement, owned by
+/// the task that runs the statement to its end, whether or not the
+/// release's caller still waits. Dropped without [`settle`](Self::settle)
+/// (the statement failed), it forgets the releaser and puts the waiters it
+/// named back to waiting, and their next look (a wake-up, or their poll)
+/// is an attempt of their own.
 #[derive(Debug)]
 #[must_use = "dropping the offer sends the waiters it names to look for themselves"]
-pub(crate) struct Offer<'a> {
-    turns: &'a Turns,
+pub(crate) struct Offer {
+    turns: Arc<Turns>,
     name: String,
     owner: String,
     /// A writer alone, or readers; empty for none.
@@ -189,6 +189,11 @@ pub(crate) struct Settled {
 }
 
 type Entries = HashMap<String, Entry>;
+
+/// The most readers one release names: its statement binds a few
+/// parameters per waiter, and the dialects cap a statement's parameters
+/// (SQLite at 32,766). Readers left out are woken, and attempt.
+const NAMED_AT_MOST: usize = 256;
 
 /// The read-write acquirers of one backend, by lock name and owner.
 #[derive(Debug, Default)]
@@ -277,14 +282,14 @@ impl Turns {
     /// waiting could be admitted); else the first writer waiting, or, with
     /// none, every reader waiting. Marks `owner` releasing.
     pub(crate) fn offer(
-        &self,
+        self: &Arc<Self>,
         name: &str,
         owner: &str,
         side: Side,
         token: i64,
         lease_end: Instant,
         within: Duration,
-    ) -> Offer<'_> {
+    ) -> Offer {
         let mut names = self.names();
         let entries = names.entry(name.to_owned()).or_default();
         let now = Instant::now();
@@ -314,7 +319,7 @@ impl Turns {
         let named: Vec<String> = match (others_hold, waiting(Side::Write).next()) {
             (true, _) => Vec::new(),
             (false, Some(writer)) => vec![writer],
-            (false, None) => waiting(Side::Read).collect(),
+            (false, None) => waiting(Side::Read).take(NAMED_AT_MOST).collect(),
         };
         let answer_by = now + within;
         let mut waiters = Vec::with_capacity(named.len());
@@ -335,7 +340,7 @@ impl Turns {
             }
         }
         Offer {
-            turns: self,
+            turns: Arc::clone(self),
             name: name.to_owned(),
             owner: owner.to_owned(),
             waiters,
@@ -386,7 +391,7 @@ impl Turns {
     }
 }
 
-impl Offer<'_> {
+impl Offer {
     /// Hands the grants `admitted` (owner, token), made by the release's
     /// statement sent at `sent`, to the waiters still waiting, and forgets
     /// the releaser.
@@ -442,7 +447,7 @@ impl Offer<'_> {
     }
 }
 
-impl Drop for Offer<'_> {
+impl Drop for Offer {
     fn drop(&mut self) {
         if !self.settled {
             self.turns

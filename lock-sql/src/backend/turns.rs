@@ -4,11 +4,15 @@
 //! clean-up of an acquire that ended without taking what it was handed
 //! (`handover.rs` keeps who is doing what).
 
+use std::sync::Arc;
+
 use lock_core::backend::{AcquireRequest, Lease};
 use lock_core::{Error, FencingToken, LockKind, Result};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::SqlBackend;
+use crate::client::within as within_limit;
 use crate::driver::Released;
 use crate::groups::GroupKey;
 use crate::handover::{Side, Turns};
@@ -16,7 +20,7 @@ use crate::handover::{Side, Turns};
 impl SqlBackend {
     /// The registry of read-write acquirers and the side, for a `kind` of a
     /// read-write lock where a release can admit them.
-    pub(super) fn turns_for(&self, kind: LockKind) -> Option<(&Turns, Side)> {
+    pub(super) fn turns_for(&self, kind: LockKind) -> Option<(&Arc<Turns>, Side)> {
         let side = match kind {
             LockKind::Read => Side::Read,
             LockKind::Write => Side::Write,
@@ -27,9 +31,19 @@ impl SqlBackend {
 
     /// A read-write lock's release that admits the waiters of this backend
     /// it can, and hands them their grants (`handover.rs`).
+    ///
+    /// The statement and what follows it (handing the grants over, waking
+    /// the waiters, letting go of grants made for acquirers that stopped
+    /// waiting) run in a task of their own, to their end, whether or not
+    /// the caller still waits. Cut between its statements, a dialect's
+    /// transaction could leave its connection in the pool inside a
+    /// transaction the server still holds open (sqlx undoes none it has not
+    /// seen begin), row locks and all; and grants it made that nobody
+    /// handed over would keep their waiters, and anyone behind them, out
+    /// until their TTL.
     pub(super) async fn leave_and_admit(
         &self,
-        turns: &Turns,
+        turns: &Arc<Turns>,
         group: &GroupKey,
         lease: &Lease,
         side: Side,
@@ -45,51 +59,46 @@ impl SqlBackend {
             within,
         );
         let sent = Instant::now();
-        // In a task of its own, so that a caller who stops waiting does not
-        // cut it: cut between its statements, a dialect's transaction could
-        // leave its connection in the pool inside a transaction the server
-        // still holds open (sqlx undoes none it has not seen begin), row
-        // locks and all. Its answer then goes unread, as a statement's would.
-        let statement = tokio::spawn({
-            let (driver, group) = (self.driver.clone(), group.clone());
-            let (owner, waiters) = (owner.clone(), offer.waiters.clone());
-            async move {
-                driver
-                    .leave_and_admit(&group, &owner, token, &waiters)
-                    .await
+        let (driver, signals) = (self.driver.clone(), self.signals.clone());
+        let (group, family, name) = (group.clone(), lease.kind().family(), name.clone());
+        // The caller learns the answer once the grants are handed over, not
+        // after the orphans are let go.
+        let (answer, answered) = oneshot::channel();
+        tokio::spawn(async move {
+            let statement = driver.leave_and_admit(&group, &owner, token, &offer.waiters);
+            let (left, admitted) = match statement.await {
+                Ok(answer) => answer,
+                Err(e) => {
+                    drop(offer);
+                    signals.wake(family, &name);
+                    let _ = answer.send(Err(e));
+                    return;
+                }
+            };
+            let settled = offer.settle(admitted, sent);
+            // The waiters handed a grant hold from the release's send:
+            // woken first.
+            if settled.wake {
+                signals.wake(family, &name);
+            }
+            let _ = answer.send(Ok(left));
+            for (waiter, token) in settled.orphans {
+                // Admitted as it stopped waiting: let go at once.
+                let orphan = driver.leave(&group, &waiter, FencingToken::from_i64(token));
+                let _ = within_limit(within, "release", orphan).await;
             }
         });
         let backend = self.driver.capabilities().backend;
-        let answer = async {
-            statement
-                .await
-                .unwrap_or_else(|e| Err(Error::backend_from(backend, "release", e)))
+        let answered = async {
+            answered.await.unwrap_or_else(|_| {
+                Err(Error::backend(format!(
+                    "{backend} release: the task running it ended"
+                )))
+            })
         };
-        let (left, admitted) = match self.bounded("release", answer).await {
-            Ok(answer) => answer,
-            Err(e) => {
-                drop(offer);
-                self.signals.wake(lease.kind().family(), name);
-                return Err(e);
-            }
-        };
-        let settled = offer.settle(admitted, sent);
-        // The waiters handed a grant hold from the release's send: woken
-        // first.
-        if settled.wake {
-            self.signals.wake(lease.kind().family(), name);
-        }
-        for (waiter, token) in settled.orphans {
-            // Admitted as it stopped waiting: let go at once.
-            let orphan = self
-                .driver
-                .leave(group, &waiter, FencingToken::from_i64(token));
-            let _ = self.bounded("release", orphan).await;
-        }
-        Ok(if left {
-            Released::InTime
-        } else {
-            Released::NotOurs
+        Ok(match self.bounded("release", answered).await? {
+            true => Released::InTime,
+            false => Released::NotOurs,
         })
     }
 

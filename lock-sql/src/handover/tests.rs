@@ -5,13 +5,13 @@ use super::*;
 const TTL: Duration = Duration::from_secs(30);
 const WITHIN: Duration = Duration::from_secs(5);
 
-fn offer<'a>(turns: &'a Turns, owner: &str, side: Side, token: i64) -> Offer<'a> {
+fn offer(turns: &Arc<Turns>, owner: &str, side: Side, token: i64) -> Offer {
     turns.offer("n", owner, side, token, Instant::now() + TTL, WITHIN)
 }
 
 #[tokio::test]
 async fn waiters_skip_what_this_backend_holds_until_it_ends() {
-    let turns = Turns::default();
+    let turns = Arc::new(Turns::default());
     let now = Instant::now();
     turns.attempted("n", "w", Side::Write, TTL, now, Some(Some(1)));
     assert_eq!(turns.turn("n", "r", Side::Read, TTL), Turn::Wait);
@@ -31,7 +31,7 @@ async fn waiters_skip_what_this_backend_holds_until_it_ends() {
 
 #[tokio::test]
 async fn a_release_names_one_writer_or_the_readers_and_hands_them_their_grants() {
-    let turns = Turns::default();
+    let turns = Arc::new(Turns::default());
     let now = Instant::now();
     turns.attempted("n", "w", Side::Write, TTL, now, Some(Some(1)));
     for reader in ["r1", "r2"] {
@@ -64,7 +64,7 @@ async fn a_release_names_one_writer_or_the_readers_and_hands_them_their_grants()
 
 #[tokio::test]
 async fn a_grant_handed_meanwhile_is_never_lost_to_a_mark_of_waiting() {
-    let turns = Turns::default();
+    let turns = Arc::new(Turns::default());
     let now = Instant::now();
     turns.attempted("n", "w", Side::Write, TTL, now, Some(Some(1)));
     assert_eq!(turns.turn("n", "r", Side::Read, TTL), Turn::Wait);
@@ -78,7 +78,7 @@ async fn a_grant_handed_meanwhile_is_never_lost_to_a_mark_of_waiting() {
 
 #[tokio::test]
 async fn an_unsure_waiter_is_neither_named_nor_handed_nor_let_go() {
-    let turns = Turns::default();
+    let turns = Arc::new(Turns::default());
     let now = Instant::now();
     turns.attempted("n", "w", Side::Write, TTL, now, Some(Some(1)));
     assert_eq!(turns.turn("n", "r", Side::Read, TTL), Turn::Wait);
@@ -95,7 +95,7 @@ async fn an_unsure_waiter_is_neither_named_nor_handed_nor_let_go() {
 
 #[tokio::test]
 async fn a_release_that_fails_or_is_parked_holds_no_waiter() {
-    let turns = Turns::default();
+    let turns = Arc::new(Turns::default());
     let now = Instant::now();
     turns.attempted("n", "w", Side::Write, TTL, now, Some(Some(1)));
     assert_eq!(turns.turn("n", "r", Side::Read, TTL), Turn::Wait);
