@@ -364,3 +364,71 @@ async fn a_release_its_caller_stops_waiting_for_still_hands_over_on(on: On) {
         }
     }
 }
+
+/// The same, when the holder that refuses the writer is being renewed as
+/// the release runs: its row, expired as last committed, is live once the
+/// renewal commits. The leaving function waits for the renewal before it
+/// decides, so it still marks nobody; deciding on the row as committed, it
+/// let the admission (which does wait) refuse the writer and mark it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_marks_no_writer_refused_by_a_renewal_in_flight() {
+    let table = fresh_table();
+    let server = Postgres::shared().await;
+    let l = locker(&server.url(&format!("table={table}"))).await;
+    // The group's row, made by a grant of the backend's own.
+    held(ask(&l, LockKind::Read))
+        .await
+        .release()
+        .await
+        .expect("release");
+    let pool = sqlx::PgPool::connect(&server.url(""))
+        .await
+        .expect("connect");
+    let sql = |s: String| sqlx::raw_sql(sqlx::AssertSqlSafe(s));
+    sql(format!(
+        "INSERT INTO {table}_holders (family, name, owner, kind, token, expires_at)
+         VALUES ('rw', 'sides', 'aa01', 'read', 1000, now() + INTERVAL '30 seconds'),
+                ('rw', 'sides', 'cc03', 'read', 1001, now() - INTERVAL '1 second')"
+    ))
+    .execute(&pool)
+    .await
+    .expect("a holder of ours, and one whose renewal is in flight");
+    let mut renewal = pool.begin().await.expect("begin");
+    sql(format!(
+        "UPDATE {table}_holders SET expires_at = now() + INTERVAL '30 seconds'
+         WHERE owner = 'cc03'"
+    ))
+    .execute(&mut *renewal)
+    .await
+    .expect("the renewal, not yet committed");
+    let release = tokio::spawn({
+        let (pool, table) = (pool.clone(), table.clone());
+        async move {
+            sqlx::query_as::<_, (Option<String>, i64)>(sqlx::AssertSqlSafe(format!(
+                "SELECT w_owner, w_token
+                 FROM {table}_leave('rw', 'sides', 'aa01', 1000, 'bb02:write:30000')"
+            )))
+            .fetch_all(&pool)
+            .await
+            .expect("the release")
+        }
+    });
+    // Time for the release to reach the renewed row's lock.
+    sleep(Duration::from_millis(500)).await;
+    renewal.commit().await.expect("commit the renewal");
+    let left = timeout(Duration::from_secs(30), release)
+        .await
+        .expect("the release ends")
+        .expect("task");
+    assert_eq!(left, [(None, 0)], "deleted, and nobody admitted");
+    let marks: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*) FROM {table}_holders WHERE owner = 'bb02'"
+    )))
+    .fetch_one(&pool)
+    .await
+    .expect("count");
+    assert_eq!(
+        marks, 0,
+        "the release marked the writer the renewed reader refused"
+    );
+}

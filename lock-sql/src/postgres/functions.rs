@@ -173,7 +173,14 @@ fn leaving(join: &str, h: &str, g: &str, channel: &str) -> String {
                     v_w := string_to_array(v_waiter, ':');
                     -- A writer refused is not marked from here (it may
                     -- have given up meanwhile, and a mark nobody abandons
-                    -- keeps readers out): its own attempt marks it.
+                    -- keeps readers out): its own attempt marks it. The
+                    -- expired rows go first, as the admission's first
+                    -- delete would take them: that waits for a renewal in
+                    -- flight, so the check below counts a row it renewed.
+                    IF v_w[2] = 'write' THEN
+                        DELETE FROM {h} WHERE family = p_family AND name = p_name
+                            AND expires_at <= now();
+                    END IF;
                     CONTINUE WHEN v_w[2] = 'write' AND EXISTS (
                         SELECT 1 FROM {h} WHERE family = p_family AND name = p_name
                             AND owner <> v_w[1] AND kind <> 'wait' AND expires_at > now());
