@@ -287,6 +287,69 @@ async fn readers_that_give_up_leave_no_grant_behind_on(on: On) {
     );
 }
 
+/// The leaving function of a fresh PostgreSQL table, called directly:
+/// `aa01` holds a read grant written by hand, and releases it naming the
+/// writer `bb02`.
+struct Leaving {
+    table: String,
+    locker: Locker,
+    pool: sqlx::PgPool,
+}
+
+impl Leaving {
+    async fn new() -> Self {
+        let table = fresh_table();
+        let server = Postgres::shared().await;
+        let locker = locker(&server.url(&format!("table={table}"))).await;
+        let pool = sqlx::PgPool::connect(&server.url(""))
+            .await
+            .expect("connect");
+        Self {
+            table,
+            locker,
+            pool,
+        }
+    }
+
+    /// Writes `aa01`'s grant, with `others` (more rows of `VALUES`).
+    async fn hold(&self, others: &str) {
+        let table = &self.table;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO {table}_holders (family, name, owner, kind, token, expires_at)
+             VALUES ('rw', 'sides', 'aa01', 'read', 1000, now() + INTERVAL '30 seconds'){others}"
+        )))
+        .execute(&self.pool)
+        .await
+        .expect("a holder of ours");
+    }
+
+    /// `aa01`'s release naming `bb02`, on a task of its own: what it
+    /// answers.
+    fn release(&self) -> JoinHandle<Vec<(Option<String>, i64)>> {
+        let (pool, table) = (self.pool.clone(), self.table.clone());
+        tokio::spawn(async move {
+            sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT w_owner, w_token
+                 FROM {table}_leave('rw', 'sides', 'aa01', 1000, 'bb02:write:30000')"
+            )))
+            .fetch_all(&pool)
+            .await
+            .expect("the release")
+        })
+    }
+
+    /// The rows `bb02` has: its waiting mark, if anything wrote one.
+    async fn marks(&self) -> i64 {
+        let table = &self.table;
+        sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FROM {table}_holders WHERE owner = 'bb02'"
+        )))
+        .fetch_one(&self.pool)
+        .await
+        .expect("count")
+    }
+}
+
 /// A writer named to a release that cannot admit it (a reader of another
 /// process still holds) gets no waiting mark from the release: it may have
 /// given up while the release ran, and a mark its owner never abandons
@@ -296,35 +359,16 @@ async fn readers_that_give_up_leave_no_grant_behind_on(on: On) {
 /// there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_marks_no_writer_it_cannot_admit() {
-    let table = fresh_table();
-    let server = Postgres::shared().await;
-    let l = locker(&server.url(&format!("table={table}"))).await;
-    let other = held(ask(&l, LockKind::Read)).await;
-    let pool = sqlx::PgPool::connect(&server.url(""))
-        .await
-        .expect("connect");
-    let sql = |s: String| sqlx::raw_sql(sqlx::AssertSqlSafe(s));
-    sql(format!(
-        "INSERT INTO {table}_holders (family, name, owner, kind, token, expires_at)
-         VALUES ('rw', 'sides', 'aa01', 'read', 1000, now() + INTERVAL '30 seconds')"
-    ))
-    .execute(&pool)
-    .await
-    .expect("a holder of ours");
-    let left: Vec<(Option<String>, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT w_owner, w_token FROM {table}_leave('rw', 'sides', 'aa01', 1000, 'bb02:write:30000')"
-    )))
-    .fetch_all(&pool)
-    .await
-    .expect("the release");
+    let leaving = Leaving::new().await;
+    let other = held(ask(&leaving.locker, LockKind::Read)).await;
+    leaving.hold("").await;
+    let left = leaving.release().await.expect("task");
     assert_eq!(left, [(None, 0)], "deleted, and nobody admitted");
-    let marks: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-        "SELECT count(*) FROM {table}_holders WHERE owner = 'bb02'"
-    )))
-    .fetch_one(&pool)
-    .await
-    .expect("count");
-    assert_eq!(marks, 0, "the release marked the writer it refused");
+    assert_eq!(
+        leaving.marks().await,
+        0,
+        "the release marked the writer it refused"
+    );
     other.release().await.expect("release");
 }
 
@@ -372,47 +416,26 @@ async fn a_release_its_caller_stops_waiting_for_still_hands_over_on(on: On) {
 /// let the admission (which does wait) refuse the writer and mark it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_marks_no_writer_refused_by_a_renewal_in_flight() {
-    let table = fresh_table();
-    let server = Postgres::shared().await;
-    let l = locker(&server.url(&format!("table={table}"))).await;
+    let leaving = Leaving::new().await;
     // The group's row, made by a grant of the backend's own.
-    held(ask(&l, LockKind::Read))
+    held(ask(&leaving.locker, LockKind::Read))
         .await
         .release()
         .await
         .expect("release");
-    let pool = sqlx::PgPool::connect(&server.url(""))
-        .await
-        .expect("connect");
-    let sql = |s: String| sqlx::raw_sql(sqlx::AssertSqlSafe(s));
-    sql(format!(
-        "INSERT INTO {table}_holders (family, name, owner, kind, token, expires_at)
-         VALUES ('rw', 'sides', 'aa01', 'read', 1000, now() + INTERVAL '30 seconds'),
-                ('rw', 'sides', 'cc03', 'read', 1001, now() - INTERVAL '1 second')"
-    ))
-    .execute(&pool)
-    .await
-    .expect("a holder of ours, and one whose renewal is in flight");
-    let mut renewal = pool.begin().await.expect("begin");
-    sql(format!(
+    leaving
+        .hold(",\n('rw', 'sides', 'cc03', 'read', 1001, now() - INTERVAL '1 second')")
+        .await;
+    let mut renewal = leaving.pool.begin().await.expect("begin");
+    let table = &leaving.table;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "UPDATE {table}_holders SET expires_at = now() + INTERVAL '30 seconds'
          WHERE owner = 'cc03'"
-    ))
+    )))
     .execute(&mut *renewal)
     .await
     .expect("the renewal, not yet committed");
-    let release = tokio::spawn({
-        let (pool, table) = (pool.clone(), table.clone());
-        async move {
-            sqlx::query_as::<_, (Option<String>, i64)>(sqlx::AssertSqlSafe(format!(
-                "SELECT w_owner, w_token
-                 FROM {table}_leave('rw', 'sides', 'aa01', 1000, 'bb02:write:30000')"
-            )))
-            .fetch_all(&pool)
-            .await
-            .expect("the release")
-        }
-    });
+    let release = leaving.release();
     // Time for the release to reach the renewed row's lock.
     sleep(Duration::from_millis(500)).await;
     renewal.commit().await.expect("commit the renewal");
@@ -421,14 +444,9 @@ async fn a_release_marks_no_writer_refused_by_a_renewal_in_flight() {
         .expect("the release ends")
         .expect("task");
     assert_eq!(left, [(None, 0)], "deleted, and nobody admitted");
-    let marks: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-        "SELECT count(*) FROM {table}_holders WHERE owner = 'bb02'"
-    )))
-    .fetch_one(&pool)
-    .await
-    .expect("count");
     assert_eq!(
-        marks, 0,
+        leaving.marks().await,
+        0,
         "the release marked the writer the renewed reader refused"
     );
 }

@@ -179,9 +179,10 @@ pub(crate) trait Driver: Send + Sync + fmt::Debug + 'static {
     fn admits_on_leave(&self) -> bool;
 
     /// [`leave`](Self::leave), then the admission of each of `waiters` in
-    /// turn, in one transaction: whether the holder's row was deleted, and the waiters admitted, with
-    /// their tokens. Nobody is admitted unless the row was deleted; where
-    /// the dialect cannot admit on leaving, the leave alone.
+    /// turn, in one transaction: whether the holder's row was deleted, and
+    /// the waiters admitted, with their tokens. Nobody is admitted unless
+    /// the row was deleted; where the dialect cannot admit on leaving, the
+    /// leave alone.
     async fn leave_and_admit(
         &self,
         group: &GroupKey,

@@ -3,9 +3,10 @@
 //! run from here: the release's delete, then the waiters decided by the
 //! same rule an attempt follows ([`decide`]), on what the transaction has
 //! read and written so far (a writer refused is not marked waiting, as its
-//! own attempt would mark it), and their grants written together: one advance of
-//! the group's token and one insert for all of them, so that a writer's
-//! release admitting every reader costs the statements of one admission.
+//! own attempt would mark it), and their grants written together: one
+//! advance of the group's token and one insert for all of them, so that a
+//! writer's release admitting every reader costs the statements of one
+//! admission.
 
 use lock_core::{FencingToken, Result};
 use sqlx::{
@@ -127,11 +128,12 @@ impl Admission {
                 .bind(token.to_i64())
                 .execute(&mut *tx)
                 .await?;
+            let left = affected(&done) == 1;
             // No group row (never so while a holder's row is there):
             // nothing to count by, so nobody is admitted.
-            if affected(&done) != 1 || rows.is_empty() {
+            if !left || rows.is_empty() {
                 tx.commit().await?;
-                return Ok((affected(&done) == 1, Vec::new()));
+                return Ok((left, Vec::new()));
             }
             let (last_token, mut members) = read_members::<DB>(rows)?;
             members.retain(|m| m.owner != owner);

@@ -12,7 +12,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::SqlBackend;
-use crate::client::within as within_limit;
+use crate::client::within;
 use crate::driver::Released;
 use crate::groups::GroupKey;
 use crate::handover::{Side, Turns};
@@ -49,14 +49,14 @@ impl SqlBackend {
         side: Side,
     ) -> Result<Released> {
         let (name, owner, token) = (lease.name(), lease.owner().to_hex(), lease.token());
-        let (lease_end, within) = (lease.deadline(), self.op_timeout);
+        let (lease_end, limit) = (lease.deadline(), self.op_timeout);
         let offer = turns.offer(
             name.as_str(),
             &owner,
             side,
             token.to_i64(),
             lease_end,
-            within,
+            limit,
         );
         let sent = Instant::now();
         let (driver, signals) = (self.driver.clone(), self.signals.clone());
@@ -85,7 +85,7 @@ impl SqlBackend {
             for (waiter, token) in settled.orphans {
                 // Admitted as it stopped waiting: let go at once.
                 let orphan = driver.leave(&group, &waiter, FencingToken::from_i64(token));
-                let _ = within_limit(within, "release", orphan).await;
+                let _ = within(limit, "release", orphan).await;
             }
         });
         let backend = self.driver.capabilities().backend;
