@@ -123,6 +123,7 @@ async fn start(
         sql: statements::statements(t, &h, &g, &e),
         errors,
         capabilities: CAPABILITIES,
+        writes: None,
     };
     Ok(Opened::new(driver, timeout).with_name_limit(name_limit))
 }

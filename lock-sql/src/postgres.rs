@@ -127,6 +127,7 @@ async fn start(
         sql: statements(&location, leaving),
         errors,
         capabilities: CAPABILITIES,
+        writes: None,
     };
     let opened = Opened::new(driver, timeout).with_name_limit(name_limit);
     Ok(match listener {

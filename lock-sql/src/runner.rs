@@ -4,14 +4,16 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 
-use lock_core::backend::async_trait;
+use lock_core::backend::{Family, async_trait};
 use lock_core::{Capabilities, FencingToken, Result};
 use sqlx::query::Query;
 use sqlx::{
     AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row as _,
     Type,
 };
+use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::driver::{Driver, Member, Released, Row};
 use crate::error::ErrorMap;
@@ -86,6 +88,9 @@ pub(crate) struct SqlDriver<DB: Database> {
     pub(crate) sql: Statements,
     pub(crate) errors: ErrorMap,
     pub(crate) capabilities: Capabilities,
+    /// SQLite only: the queue a read-write lock's writes take turns in
+    /// within this process (see [`Self::queued`]).
+    pub(crate) writes: Option<Arc<Mutex<()>>>,
 }
 
 /// `sql`, not yet bound.
@@ -97,6 +102,25 @@ impl<DB: Dialect> SqlDriver<DB>
 where
     for<'q> i64: Encode<'q, DB> + Type<DB>,
 {
+    /// A turn to write to `group`, where this process's writes to a
+    /// read-write lock queue (SQLite). SQLite takes one writer at a time
+    /// and makes the others sleep in its busy handler, a millisecond and
+    /// more per collision, where the grants and releases of one lock's
+    /// sides come in quick turns; queued here, the next write goes as
+    /// soon as the last one ends. Semaphores do not queue: their waiters,
+    /// woken by a release, would then make their refused attempts in line
+    /// with the grants (measured slower, docs/BENCHMARKS.md). Taken before
+    /// a connection, so a turn never waits for the pool while another
+    /// write holds a connection and waits for the turn.
+    async fn queued(&self, group: &GroupKey) -> Option<OwnedMutexGuard<()>> {
+        match &self.writes {
+            Some(writes) if group.family == Family::ReadWrite.tag() => {
+                Some(writes.clone().lock_owned().await)
+            }
+            _ => None,
+        }
+    }
+
     /// The row of `name`'s live holder, as the holder query answers.
     async fn holder_row(
         &self,
@@ -270,6 +294,7 @@ where
             }
             #[cfg(any(feature = "sqlite", feature = "mysql"))]
             Join::Transaction(admission) => {
+                let _turn = self.queued(group).await;
                 admission
                     .run(&self.pool, &self.errors, group, owner, want, ttl_ms)
                     .await
@@ -284,6 +309,7 @@ where
         token: FencingToken,
         ttl_ms: i64,
     ) -> Result<bool> {
+        let _turn = self.queued(group).await;
         let renew = Self::with_ttl(&self.sql.renew_member, ttl_ms, |q| {
             q.bind(group.family)
                 .bind(group.name.as_str())
@@ -298,6 +324,7 @@ where
     }
 
     async fn leave(&self, group: &GroupKey, owner: &str, token: FencingToken) -> Result<bool> {
+        let _turn = self.queued(group).await;
         let done = statement::<DB>(&self.sql.leave)
             .bind(group.family)
             .bind(group.name.as_str())
@@ -329,6 +356,7 @@ where
             (Some(sql), _) => sql,
             #[cfg(any(feature = "sqlite", feature = "mysql"))]
             (None, Join::Transaction(admission)) if !waiters.is_empty() => {
+                let _turn = self.queued(group).await;
                 return admission
                     .leave_and_admit(
                         &self.pool,
@@ -375,6 +403,7 @@ where
     }
 
     async fn leave_all(&self, group: &GroupKey, owner: &str) -> Result<()> {
+        let _turn = self.queued(group).await;
         statement::<DB>(&self.sql.leave_all)
             .bind(group.family)
             .bind(group.name.as_str())

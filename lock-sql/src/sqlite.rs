@@ -9,6 +9,7 @@
 //! handed out again, and the backend says its fencing is best effort.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::backend::Backoff;
@@ -193,6 +194,7 @@ async fn start(
         sql: statements(&tables),
         errors,
         capabilities: capabilities(synced),
+        writes: Some(Arc::default()),
     };
     Ok(Opened::new(driver, timeout))
 }
