@@ -406,9 +406,9 @@ async fn sqlite_read_write_writes_never_collide_within_one_backend() {
             let locker = locker.clone();
             tokio::spawn(async move {
                 let rw = locker.rwlock("queued");
+                let side = if i == 0 { "write" } else { "read" };
                 for round in 0..150 {
                     let opts = AcquireOptions::with_ttl(ttl).wait(Wait::For(ttl));
-                    let side = if i == 0 { "write" } else { "read" };
                     let guard = if i == 0 {
                         rw.write_with(opts).await
                     } else {

@@ -102,16 +102,17 @@ impl<DB: Dialect> SqlDriver<DB>
 where
     for<'q> i64: Encode<'q, DB> + Type<DB>,
 {
-    /// A turn to write to `group`, where this process's writes to a
-    /// read-write lock queue (SQLite). SQLite takes one writer at a time
-    /// and makes the others sleep in its busy handler, a millisecond and
-    /// more per collision, where the grants and releases of one lock's
-    /// sides come in quick turns; queued here, the next write goes as
-    /// soon as the last one ends. Semaphores do not queue: their waiters,
-    /// woken by a release, would then make their refused attempts in line
-    /// with the grants (measured slower, docs/BENCHMARKS.md). Taken before
-    /// a connection, so a turn never waits for the pool while another
-    /// write holds a connection and waits for the turn.
+    /// A turn to write to `group`, where this backend's writes to its
+    /// read-write locks queue (SQLite; one queue for all of them). SQLite
+    /// takes one writer at a time and makes the others sleep in its busy
+    /// handler, a millisecond and more per collision, where the grants and
+    /// releases of one lock's sides come in quick turns; queued here, the
+    /// next write goes as soon as the last one ends. Other families do not
+    /// queue: a semaphore's waiters, woken by a release, would then make
+    /// their refused attempts in line with the grants (measured slower,
+    /// docs/BENCHMARKS.md). Taken before a connection, so a turn never
+    /// waits for the pool while another write holds a connection and waits
+    /// for the turn.
     async fn queued(&self, group: &GroupKey) -> Option<OwnedMutexGuard<()>> {
         match &self.writes {
             Some(writes) if group.family == Family::ReadWrite.tag() => {
