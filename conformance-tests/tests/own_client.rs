@@ -30,7 +30,9 @@ use distlock::backends::sql::{SqlBackend, SqlConfig};
 use distlock::backends::zk::{ZkBackend, ZkConfig};
 use lock_core::backend::{LockBackend, async_trait};
 use lock_core::{AcquireOptions, Error, Fencing, LockState, Locker, Wait};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqliteSynchronous};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
 use zookeeper_client as zk;
 
 type Connect =
@@ -381,6 +383,40 @@ async fn sqlite_fencing_follows_the_pools_synchronous() {
     }
 }
 
+/// A locker on a pool of a fresh SQLite file in `dir` whose connections
+/// have no busy timeout, so that two writes that meet fail at once with
+/// "database is locked". Every connection is opened first, and none is
+/// closed after: opening one reads the file under a lock, and would meet
+/// the writes as well. sqlx closes a connection whose acquire is cut while
+/// it tests it before handing it out, so it does not test them (as
+/// lock-sql's own pools do not).
+async fn locker_failing_on_collisions(dir: &std::path::Path) -> Locker {
+    const CONNECTIONS: u32 = 8;
+    let options = SqliteConnectOptions::new()
+        .filename(dir.join("locks.db"))
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .busy_timeout(Duration::ZERO);
+    let pool = SqlitePoolOptions::new()
+        .max_connections(CONNECTIONS)
+        .test_before_acquire(false)
+        .idle_timeout(None)
+        .max_lifetime(None)
+        .connect_with(options)
+        .await
+        .unwrap();
+    let mut opened = Vec::new();
+    for _ in 0..CONNECTIONS {
+        opened.push(pool.acquire().await.unwrap());
+    }
+    drop(opened);
+    Locker::new(
+        SqlBackend::from_pool(pool, SqlConfig::default())
+            .await
+            .unwrap(),
+    )
+}
+
 /// A read-write lock's writes from one backend on SQLite queue in the
 /// process instead of meeting in SQLite's busy handler: on a pool with no
 /// busy timeout, where every collision fails at once with "database is
@@ -389,17 +425,7 @@ async fn sqlite_fencing_follows_the_pools_synchronous() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_read_write_writes_never_collide_within_one_backend() {
     let dir = tempfile::tempdir().unwrap();
-    let options = SqliteConnectOptions::new()
-        .filename(dir.path().join("locks.db"))
-        .create_if_missing(true)
-        .journal_mode(SqliteJournalMode::Wal)
-        .busy_timeout(Duration::ZERO);
-    let pool = SqlitePool::connect_with(options).await.unwrap();
-    let locker = Locker::new(
-        SqlBackend::from_pool(pool, SqlConfig::default())
-            .await
-            .unwrap(),
-    );
+    let locker = locker_failing_on_collisions(dir.path()).await;
     let ttl = Duration::from_secs(30);
     let sides: Vec<_> = (0..4)
         .map(|i| {
@@ -425,6 +451,49 @@ async fn sqlite_read_write_writes_never_collide_within_one_backend() {
         .collect();
     for side in sides {
         side.await.expect("no side failed");
+    }
+}
+
+/// A queued write's turn lasts until SQLite is done with it, not until its
+/// caller stops waiting: a release stops its guard's keep-alive, whose
+/// renewal may be in flight, and its own write must not start beside that
+/// renewal's. On a pool with no busy timeout, where a collision fails at
+/// once with "database is locked", guards held for about as long as their
+/// keep-alive waits to renew (a third of the TTL) release with no such
+/// error. A lease a stall on a busy machine let run out is not a collision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_read_write_release_waits_for_a_renewal_it_cuts_short() {
+    let dir = tempfile::tempdir().unwrap();
+    let locker = locker_failing_on_collisions(dir.path()).await;
+    let ttl = Duration::from_millis(150);
+    let holders: Vec<_> = (0..4u64)
+        .map(|i| {
+            let locker = locker.clone();
+            tokio::spawn(async move {
+                // A name each: the writes meet only in the backend's queue.
+                let rw = locker.rwlock(format!("renewed-{i}"));
+                for round in 0..50u64 {
+                    let opts =
+                        AcquireOptions::with_ttl(ttl).wait(Wait::For(Duration::from_secs(10)));
+                    let guard = if i % 2 == 0 {
+                        rw.write_with(opts).await
+                    } else {
+                        rw.read_with(opts).await
+                    };
+                    let guard = guard.unwrap_or_else(|e| panic!("{i} acquire {round}: {e}"));
+                    let hold =
+                        ttl / 3 + Duration::from_millis((round + i) % 5) - Duration::from_millis(2);
+                    tokio::time::sleep(hold).await;
+                    match guard.release().await {
+                        Err(e) if !e.is_lost() => panic!("{i} release {round}: {e}"),
+                        _ => {}
+                    }
+                }
+            })
+        })
+        .collect();
+    for holder in holders {
+        holder.await.expect("no holder failed");
     }
 }
 

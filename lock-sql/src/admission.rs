@@ -21,13 +21,11 @@
 //! (docs/BENCHMARKS.md, "MariaDB: where the semaphore's time goes").
 
 use lock_core::backend::AcquireRequest;
-use lock_core::{FencingToken, Result};
 use sqlx::{
-    AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row as _,
-    Type,
+    AssertSqlSafe, ColumnIndex, Connection as _, Database, Decode, Encode, Executor, IntoArguments,
+    Row as _, Type,
 };
 
-use crate::error::ErrorMap;
 use crate::groups::{GroupKey, Want};
 
 mod leave;
@@ -142,16 +140,15 @@ impl Put {
 }
 
 impl Admission {
-    /// Runs one attempt on `pool`: the token when admitted.
+    /// Runs one attempt on `conn`: the token when admitted.
     pub(crate) async fn run<DB>(
         &self,
-        pool: &Pool<DB>,
-        errors: &ErrorMap,
+        conn: &mut DB::Connection,
         group: &GroupKey,
         owner: &str,
         want: Want,
         ttl_ms: i64,
-    ) -> Result<Option<FencingToken>>
+    ) -> Result<Option<i64>, sqlx::Error>
     where
         DB: Database,
         for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
@@ -162,81 +159,75 @@ impl Admission {
         usize: ColumnIndex<DB::Row>,
     {
         let (family, name) = (group.family, group.name.as_str());
-        let attempt = async {
-            let mut tx = pool.begin_with(self.begin).await?;
-            let read = || {
-                sqlx::query::<DB>(AssertSqlSafe(self.read.as_str()))
-                    .bind(family)
-                    .bind(name)
-            };
-            let mut rows = read().fetch_all(&mut *tx).await?;
-            if rows.is_empty() {
-                // The group's first attempt: its row is made, and read
-                // again. Once it is there, the read alone locks it.
-                sqlx::query::<DB>(AssertSqlSafe(self.lock.as_str()))
-                    .bind(family)
-                    .bind(name)
-                    .execute(&mut *tx)
-                    .await?;
-                rows = read().fetch_all(&mut *tx).await?;
-            }
-            let (last_token, members) = read_members::<DB>(rows)?;
-            let put = |kind: &'static str, token: i64, ttl_ms: i64| {
-                sqlx::query::<DB>(AssertSqlSafe(self.put.one.as_str()))
+        let mut tx = conn.begin_with(self.begin).await?;
+        let read = || {
+            sqlx::query::<DB>(AssertSqlSafe(self.read.as_str()))
+                .bind(family)
+                .bind(name)
+        };
+        let mut rows = read().fetch_all(&mut *tx).await?;
+        if rows.is_empty() {
+            // The group's first attempt: its row is made, and read
+            // again. Once it is there, the read alone locks it.
+            sqlx::query::<DB>(AssertSqlSafe(self.lock.as_str()))
+                .bind(family)
+                .bind(name)
+                .execute(&mut *tx)
+                .await?;
+            rows = read().fetch_all(&mut *tx).await?;
+        }
+        let (last_token, members) = read_members::<DB>(rows)?;
+        let put = |kind: &'static str, token: i64, ttl_ms: i64| {
+            sqlx::query::<DB>(AssertSqlSafe(self.put.one.as_str()))
+                .bind(family)
+                .bind(name)
+                .bind(owner)
+                .bind(kind)
+                .bind(token)
+                .bind(ttl_ms)
+        };
+        let token = match decide(last_token, &members, owner, want) {
+            Outcome::Keep(token) => {
+                sqlx::query::<DB>(AssertSqlSafe(self.extend.as_str()))
+                    .bind(ttl_ms)
                     .bind(family)
                     .bind(name)
                     .bind(owner)
-                    .bind(kind)
+                    .execute(&mut *tx)
+                    .await?;
+                Some(token)
+            }
+            Outcome::Grant(token) => {
+                sqlx::query::<DB>(AssertSqlSafe(self.advance.as_str()))
                     .bind(token)
-                    .bind(ttl_ms)
-            };
-            let token = match decide(last_token, &members, owner, want) {
-                Outcome::Keep(token) => {
-                    sqlx::query::<DB>(AssertSqlSafe(self.extend.as_str()))
-                        .bind(ttl_ms)
-                        .bind(family)
-                        .bind(name)
-                        .bind(owner)
-                        .execute(&mut *tx)
-                        .await?;
-                    Some(token)
-                }
-                Outcome::Grant(token) => {
-                    sqlx::query::<DB>(AssertSqlSafe(self.advance.as_str()))
-                        .bind(token)
-                        .bind(family)
-                        .bind(name)
-                        .execute(&mut *tx)
-                        .await?;
-                    put(want.kind, token, ttl_ms).execute(&mut *tx).await?;
-                    Some(token)
-                }
-                Outcome::Queue => {
-                    // Marked for at least `WRITER_MARK`, longer than the
-                    // writer's naps between attempts.
-                    let mark_ms = ttl_ms.max(crate::client::ttl_ms(AcquireRequest::WRITER_MARK));
-                    put(WAITING, 0, mark_ms).execute(&mut *tx).await?;
-                    None
-                }
-                Outcome::Refuse => None,
-            };
-            // Expired rows go last, on the clock of this statement: our own
-            // row, read live, was extended above, so a prune on a later
-            // clock cannot take a grant this attempt reports.
-            if members.iter().any(|m| !m.live) {
-                sqlx::query::<DB>(AssertSqlSafe(self.prune.as_str()))
                     .bind(family)
                     .bind(name)
                     .execute(&mut *tx)
                     .await?;
+                put(want.kind, token, ttl_ms).execute(&mut *tx).await?;
+                Some(token)
             }
-            tx.commit().await?;
-            Ok::<_, sqlx::Error>(token)
+            Outcome::Queue => {
+                // Marked for at least `WRITER_MARK`, longer than the
+                // writer's naps between attempts.
+                let mark_ms = ttl_ms.max(crate::client::ttl_ms(AcquireRequest::WRITER_MARK));
+                put(WAITING, 0, mark_ms).execute(&mut *tx).await?;
+                None
+            }
+            Outcome::Refuse => None,
         };
-        attempt
-            .await
-            .map(|token| token.map(FencingToken::from_i64))
-            .map_err(|e| errors.convert("acquire", e))
+        // Expired rows go last, on the clock of this statement: our own
+        // row, read live, was extended above, so a prune on a later
+        // clock cannot take a grant this attempt reports.
+        if members.iter().any(|m| !m.live) {
+            sqlx::query::<DB>(AssertSqlSafe(self.prune.as_str()))
+                .bind(family)
+                .bind(name)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(token)
     }
 }
 

@@ -26,6 +26,12 @@ pub fn is_transient(e: &sqlx::Error) -> bool {
     }
 }
 
+/// Whether `e` is a database's own transient error (SQLite: busy or
+/// locked, another writer holding the database).
+pub(crate) fn busy(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if transient_database_error(&**db))
+}
+
 /// The transient rule of the dialect `db` comes from.
 fn transient_database_error(db: &dyn DatabaseError) -> bool {
     #[cfg(feature = "sqlite")]

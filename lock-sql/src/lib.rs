@@ -21,6 +21,8 @@ mod pool;
 mod postgres;
 mod provision;
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+mod queue;
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 mod runner;
 mod signals;
 #[cfg(feature = "sqlite")]

@@ -13,12 +13,12 @@ use sqlx::{
     AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row as _,
     Type,
 };
-use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::driver::{Driver, Member, Released, Row};
-use crate::error::ErrorMap;
+use crate::error::{ErrorMap, busy};
 use crate::groups::{GroupKey, Single, Want};
 use crate::handover::Named;
+use crate::queue::{NoTurn, WriteQueue, Writer};
 use crate::statements::{Join, Statements};
 
 /// A statement with its parameters bound.
@@ -88,9 +88,9 @@ pub(crate) struct SqlDriver<DB: Database> {
     pub(crate) sql: Statements,
     pub(crate) errors: ErrorMap,
     pub(crate) capabilities: Capabilities,
-    /// SQLite only: the queue a read-write lock's writes take turns in
-    /// within this process (see [`Self::queued`]).
-    pub(crate) writes: Option<Arc<Mutex<()>>>,
+    /// SQLite only: the queue its read-write locks' writes take turns in
+    /// within this process (`queue.rs`).
+    pub(crate) writes: Option<Arc<WriteQueue>>,
 }
 
 /// `sql`, not yet bound.
@@ -102,24 +102,41 @@ impl<DB: Dialect> SqlDriver<DB>
 where
     for<'q> i64: Encode<'q, DB> + Type<DB>,
 {
-    /// A turn to write to `group`, where this backend's writes to its
-    /// read-write locks queue (SQLite; one queue for all of them). SQLite
-    /// takes one writer at a time and makes the others sleep in its busy
-    /// handler, a millisecond and more per collision, where the grants and
-    /// releases of one lock's sides come in quick turns; queued here, the
-    /// next write goes as soon as the last one ends. Other families do not
-    /// queue: a semaphore's waiters, woken by a release, would then make
-    /// their refused attempts in line with the grants (measured slower,
-    /// docs/BENCHMARKS.md). Taken before a connection, so a turn never
-    /// waits for the pool while another write holds a connection and waits
-    /// for the turn.
-    async fn queued(&self, group: &GroupKey) -> Option<OwnedMutexGuard<()>> {
-        match &self.writes {
-            Some(writes) if group.family == Family::ReadWrite.tag() => {
-                Some(writes.clone().lock_owned().await)
-            }
+    /// A connection to write to `group` on, in its turn where this
+    /// backend's writes to it queue (SQLite's read-write locks; one queue
+    /// for all of them). The turn is taken before the connection, so a turn
+    /// never waits for the pool while another write holds a connection and
+    /// waits for the turn.
+    async fn writer(&self, group: &GroupKey, operation: &'static str) -> Result<Writer<DB>> {
+        let turn = match &self.writes {
+            Some(queue) if group.family == Family::ReadWrite.tag() => Some(
+                queue
+                    .turn()
+                    .await
+                    .map_err(|why| self.no_turn(operation, why))?,
+            ),
             _ => None,
-        }
+        };
+        let conn = self
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| self.errors.convert(operation, e))?;
+        Ok(Writer::new(conn, turn))
+    }
+
+    /// The answer to a write that got no turn: SQLite's own, busy.
+    fn no_turn(&self, operation: &'static str, why: NoTurn) -> lock_core::Error {
+        let backend = self.errors.backend;
+        let why = match why {
+            NoTurn::Waited(limit) => {
+                format!("waited {limit:?} for this backend's writes ahead of it")
+            }
+            NoTurn::LockedOut => {
+                "a write of this backend ahead of it was kept out by another writer".to_owned()
+            }
+        };
+        lock_core::Error::unavailable(backend, format!("{operation}: database is locked ({why})"))
     }
 
     /// The row of `name`'s live holder, as the holder query answers.
@@ -295,10 +312,11 @@ where
             }
             #[cfg(any(feature = "sqlite", feature = "mysql"))]
             Join::Transaction(admission) => {
-                let _turn = self.queued(group).await;
-                admission
-                    .run(&self.pool, &self.errors, group, owner, want, ttl_ms)
-                    .await
+                let mut conn = self.writer(group, "acquire").await?;
+                let token = admission.run(&mut *conn, group, owner, want, ttl_ms).await;
+                conn.answered(token, busy)
+                    .map(|token| token.map(FencingToken::from_i64))
+                    .map_err(|e| self.errors.convert("acquire", e))
             }
         }
     }
@@ -310,29 +328,31 @@ where
         token: FencingToken,
         ttl_ms: i64,
     ) -> Result<bool> {
-        let _turn = self.queued(group).await;
+        let mut conn = self.writer(group, "renew").await?;
         let renew = Self::with_ttl(&self.sql.renew_member, ttl_ms, |q| {
             q.bind(group.family)
                 .bind(group.name.as_str())
                 .bind(owner)
                 .bind(token.to_i64())
         });
-        let done = renew
-            .execute(&self.pool)
-            .await
+        let done = renew.execute(&mut *conn).await;
+        let done = conn
+            .answered(done, busy)
             .map_err(|e| self.errors.convert("renew", e))?;
         Ok(DB::rows_affected(&done) == 1)
     }
 
     async fn leave(&self, group: &GroupKey, owner: &str, token: FencingToken) -> Result<bool> {
-        let _turn = self.queued(group).await;
+        let mut conn = self.writer(group, "release").await?;
         let done = statement::<DB>(&self.sql.leave)
             .bind(group.family)
             .bind(group.name.as_str())
             .bind(owner)
             .bind(token.to_i64())
-            .execute(&self.pool)
-            .await
+            .execute(&mut *conn)
+            .await;
+        let done = conn
+            .answered(done, busy)
             .map_err(|e| self.errors.convert("release", e))?;
         Ok(DB::rows_affected(&done) == 1)
     }
@@ -357,19 +377,22 @@ where
             (Some(sql), _) => sql,
             #[cfg(any(feature = "sqlite", feature = "mysql"))]
             (None, Join::Transaction(admission)) if !waiters.is_empty() => {
-                let _turn = self.queued(group).await;
-                return admission
+                let mut conn = self.writer(group, "release").await?;
+                let (leave, rows_affected) = (&self.sql.leave, DB::rows_affected);
+                let done = admission
                     .leave_and_admit(
-                        &self.pool,
-                        &self.errors,
-                        &self.sql.leave,
+                        &mut *conn,
+                        leave,
                         group,
                         owner,
                         token,
                         waiters,
-                        DB::rows_affected,
+                        rows_affected,
                     )
                     .await;
+                return conn
+                    .answered(done, busy)
+                    .map_err(|e| self.errors.convert("release", e));
             }
             _ => return Ok((self.leave(group, owner, token).await?, Vec::new())),
         };
@@ -404,13 +427,14 @@ where
     }
 
     async fn leave_all(&self, group: &GroupKey, owner: &str) -> Result<()> {
-        let _turn = self.queued(group).await;
-        statement::<DB>(&self.sql.leave_all)
+        let mut conn = self.writer(group, "abandon").await?;
+        let done = statement::<DB>(&self.sql.leave_all)
             .bind(group.family)
             .bind(group.name.as_str())
             .bind(owner)
-            .execute(&self.pool)
-            .await
+            .execute(&mut *conn)
+            .await;
+        conn.answered(done, busy)
             .map_err(|e| self.errors.convert("abandon", e))?;
         Ok(())
     }

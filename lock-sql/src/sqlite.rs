@@ -9,7 +9,6 @@
 //! handed out again, and the backend says its fencing is best effort.
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::backend::Backoff;
@@ -26,6 +25,7 @@ use crate::config::sqlite::Config;
 use crate::driver::Opened;
 use crate::error::{ErrorMap, sqlite_transient as transient};
 use crate::names::SQLITE_NAME;
+use crate::queue::WriteQueue;
 use crate::runner::{Dialect, SqlDriver};
 use crate::statements::{Join, OneRow, Statements};
 use crate::table::TableName;
@@ -127,7 +127,8 @@ pub(crate) async fn connect(config: Config, common: Checked) -> Result<Opened> {
     let synced = matches!(config.synchronous, SqliteSynchronous::Full);
     // SQLite's busy timeout bounds the wait for another writer.
     let (table, create) = (&common.table, common.create_tables);
-    start(pool, table, common.timeout, create, errors, synced).await
+    let busy = common.timeout;
+    start(pool, table, common.timeout, busy, create, errors, synced).await
 }
 
 /// A backend on a pool the application made (see the crate docs). Its
@@ -162,7 +163,8 @@ pub(crate) async fn from_pool(pool: SqlitePool, options: Checked) -> Result<Open
     // 2 is FULL, 3 EXTRA; below, a power cut can lose the last grants.
     let synced = synchronous >= 2;
     let (table, create) = (&options.table, options.create_tables);
-    start(pool, table, options.timeout, create, errors, synced).await
+    let busy = Duration::from_millis(u64::try_from(busy_timeout_ms).unwrap_or(0));
+    start(pool, table, options.timeout, busy, create, errors, synced).await
 }
 
 /// Creates the tables if they are missing (or checks they are there) and
@@ -171,6 +173,7 @@ async fn start(
     pool: SqlitePool,
     table: &TableName,
     timeout: Duration,
+    busy: Duration,
     create_tables: bool,
     errors: ErrorMap,
     synced: bool,
@@ -194,7 +197,7 @@ async fn start(
         sql: statements(&tables),
         errors,
         capabilities: capabilities(synced),
-        writes: Some(Arc::default()),
+        writes: Some(WriteQueue::new(timeout, busy)),
     };
     Ok(Opened::new(driver, timeout))
 }

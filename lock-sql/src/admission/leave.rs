@@ -8,13 +8,13 @@
 //! writer's release admitting every reader costs the statements of one
 //! admission.
 
-use lock_core::{FencingToken, Result};
+use lock_core::FencingToken;
 use sqlx::{
-    AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Type,
+    AssertSqlSafe, ColumnIndex, Connection as _, Database, Decode, Encode, Executor, IntoArguments,
+    Type,
 };
 
 use super::{Admission, Member, Outcome, decide, read_members};
-use crate::error::ErrorMap;
 use crate::groups::{GroupKey, Want};
 use crate::handover::Named;
 
@@ -95,15 +95,14 @@ impl Admission {
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn leave_and_admit<DB>(
         &self,
-        pool: &Pool<DB>,
-        errors: &ErrorMap,
+        conn: &mut DB::Connection,
         leave: &str,
         group: &GroupKey,
         owner: &str,
         token: FencingToken,
         waiters: &[Named],
         affected: fn(&DB::QueryResult) -> u64,
-    ) -> Result<(bool, Vec<(String, i64)>)>
+    ) -> Result<(bool, Vec<(String, i64)>), sqlx::Error>
     where
         DB: Database,
         for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
@@ -114,65 +113,62 @@ impl Admission {
         usize: ColumnIndex<DB::Row>,
     {
         let (family, name) = (group.family, group.name.as_str());
-        let release = async {
-            let mut tx = pool.begin_with(self.begin).await?;
-            let rows = sqlx::query::<DB>(AssertSqlSafe(self.read.as_str()))
+        let mut tx = conn.begin_with(self.begin).await?;
+        let rows = sqlx::query::<DB>(AssertSqlSafe(self.read.as_str()))
+            .bind(family)
+            .bind(name)
+            .fetch_all(&mut *tx)
+            .await?;
+        let done = sqlx::query::<DB>(AssertSqlSafe(leave))
+            .bind(family)
+            .bind(name)
+            .bind(owner)
+            .bind(token.to_i64())
+            .execute(&mut *tx)
+            .await?;
+        let left = affected(&done) == 1;
+        // No group row (never so while a holder's row is there):
+        // nothing to count by, so nobody is admitted.
+        if !left || rows.is_empty() {
+            tx.commit().await?;
+            return Ok((left, Vec::new()));
+        }
+        let (last_token, mut members) = read_members::<DB>(rows)?;
+        members.retain(|m| m.owner != owner);
+        let plan = plan(last_token, members, waiters);
+        for (waiter, ttl_ms) in &plan.keep {
+            sqlx::query::<DB>(AssertSqlSafe(self.extend.as_str()))
+                .bind(*ttl_ms)
                 .bind(family)
                 .bind(name)
-                .fetch_all(&mut *tx)
-                .await?;
-            let done = sqlx::query::<DB>(AssertSqlSafe(leave))
-                .bind(family)
-                .bind(name)
-                .bind(owner)
-                .bind(token.to_i64())
+                .bind(*waiter)
                 .execute(&mut *tx)
                 .await?;
-            let left = affected(&done) == 1;
-            // No group row (never so while a holder's row is there):
-            // nothing to count by, so nobody is admitted.
-            if !left || rows.is_empty() {
-                tx.commit().await?;
-                return Ok((left, Vec::new()));
-            }
-            let (last_token, mut members) = read_members::<DB>(rows)?;
-            members.retain(|m| m.owner != owner);
-            let plan = plan(last_token, members, waiters);
-            for (waiter, ttl_ms) in &plan.keep {
-                sqlx::query::<DB>(AssertSqlSafe(self.extend.as_str()))
-                    .bind(*ttl_ms)
+        }
+        if plan.last_token != last_token {
+            sqlx::query::<DB>(AssertSqlSafe(self.advance.as_str()))
+                .bind(plan.last_token)
+                .bind(family)
+                .bind(name)
+                .execute(&mut *tx)
+                .await?;
+        }
+        if !plan.rows.is_empty() {
+            let sql = self.put.rows(plan.rows.len());
+            let mut put = sqlx::query::<DB>(AssertSqlSafe(sql.as_ref()));
+            for row in &plan.rows {
+                put = put
                     .bind(family)
                     .bind(name)
-                    .bind(*waiter)
-                    .execute(&mut *tx)
-                    .await?;
+                    .bind(row.owner)
+                    .bind(row.kind)
+                    .bind(row.token)
+                    .bind(row.ttl_ms);
             }
-            if plan.last_token != last_token {
-                sqlx::query::<DB>(AssertSqlSafe(self.advance.as_str()))
-                    .bind(plan.last_token)
-                    .bind(family)
-                    .bind(name)
-                    .execute(&mut *tx)
-                    .await?;
-            }
-            if !plan.rows.is_empty() {
-                let sql = self.put.rows(plan.rows.len());
-                let mut put = sqlx::query::<DB>(AssertSqlSafe(sql.as_ref()));
-                for row in &plan.rows {
-                    put = put
-                        .bind(family)
-                        .bind(name)
-                        .bind(row.owner)
-                        .bind(row.kind)
-                        .bind(row.token)
-                        .bind(row.ttl_ms);
-                }
-                put.execute(&mut *tx).await?;
-            }
-            tx.commit().await?;
-            Ok::<_, sqlx::Error>((true, plan.admitted))
-        };
-        release.await.map_err(|e| errors.convert("release", e))
+            put.execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok((true, plan.admitted))
     }
 }
 

@@ -173,3 +173,74 @@ async fn an_election_is_a_lock_of_its_own() {
     second.resign().await.unwrap();
     mutex.release().await.unwrap();
 }
+
+/// Writes queued in the process behind one that another process's write
+/// lock kept waiting for the busy timeout end as that one ends: a
+/// retryable "database is locked" each, nothing sent, not a wait each in
+/// turn for the busy timeout again, past the caller's limit, into a
+/// timeout whose outcome nobody knows. Releases that fail so leave their
+/// locks held, as they say. The pool's busy timeout (2 s) is far shorter
+/// than the backend's timeout (10 s), so the queued writes cannot end by
+/// their own wait's limit first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_queued_behind_another_writer_fail_with_it() {
+    use lock_core::{AcquireOptions, Error, Locker, Wait};
+    use sqlx::Connection as _;
+    use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("locks.db");
+    let options = SqliteConnectOptions::new()
+        .filename(&file)
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .busy_timeout(Duration::from_secs(2));
+    let pool = SqlitePool::connect_with(options).await.unwrap();
+    let config = crate::SqlConfig::default().timeout(Duration::from_secs(10));
+    let locker = Locker::new(SqlBackend::from_pool(pool, config).await.unwrap());
+    let rw = locker.rwlock("queued");
+    let hold = || AcquireOptions::with_ttl(Duration::from_secs(60)).wait(Wait::No);
+    let mut guards = Vec::new();
+    for _ in 0..4 {
+        guards.push(rw.read_with(hold()).await.unwrap());
+    }
+    let url = format!("sqlite://{}", file.display());
+    let mut other = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut other)
+        .await
+        .unwrap();
+
+    let kept_out = |what: &str, outcome: lock_core::Result<()>| match outcome {
+        Err(e @ Error::Unavailable { .. }) => e.to_string().contains("kept out"),
+        other => panic!("{what}: {other:?}, not a definite \"database is locked\""),
+    };
+    let tries: Vec<_> = (0..4)
+        .map(|_| {
+            let rw = rw.clone();
+            tokio::spawn(async move { rw.read_with(hold()).await.map(drop) })
+        })
+        .collect();
+    let mut behind = 0;
+    for try_read in tries {
+        behind += usize::from(kept_out("try_read", try_read.await.unwrap()));
+    }
+    // All but the first, unless a task so slow to start that it began
+    // waiting after the first had failed waits on its own.
+    assert!(behind >= 2, "{behind} of 3 failed with the first");
+    let releases: Vec<_> = guards
+        .into_iter()
+        .map(|guard| tokio::spawn(guard.release()))
+        .collect();
+    for release in releases {
+        kept_out("release", release.await.unwrap());
+    }
+
+    other.close().await.unwrap();
+    let holders = rw.holders().await.unwrap();
+    assert_eq!(
+        holders.len(),
+        4,
+        "the releases that failed released nothing"
+    );
+}
