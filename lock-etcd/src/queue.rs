@@ -22,7 +22,7 @@ use etcd_client::{
 use lock_core::backend::{AcquireRequest, Lease, WaitBudget};
 use lock_core::{Error, FencingToken, Result};
 
-use crate::catch_up::watched_or_looked;
+use crate::catch_up::{looks_in_line_of, watched_or_looked};
 use crate::client::Core;
 use crate::error::{convert, lease_not_found};
 use crate::handover::{EtcdHandovers, PermitHandovers, Waiter};
@@ -53,8 +53,9 @@ pub(crate) struct Place {
 /// Who is ahead of us in the queue, as far as we know.
 pub(crate) enum Ahead {
     Nobody,
-    /// The key just before ours, and the revision of the read that found it.
-    Key(Vec<u8>, i64),
+    /// The key just before ours, the revision of the read that found it,
+    /// and how many keys the line held then (ours and any behind it too).
+    Key(Vec<u8>, i64, i64),
     /// Somebody: read the queue to find whom.
     Unknown,
 }
@@ -188,12 +189,14 @@ impl Queue {
     ) -> Result<()> {
         let mut to_watch = match &place.ahead {
             Ahead::Nobody => return Ok(()),
-            Ahead::Key(key, known_at) => Some((key.clone(), *known_at)),
+            Ahead::Key(key, known_at, queued) => Some((key.clone(), *known_at, *queued)),
             Ahead::Unknown => None,
         };
         loop {
+            let mut queued = 0;
             let watching = match to_watch.take() {
-                Some((key, known_at)) => {
+                Some((key, known_at, in_line)) => {
+                    queued = in_line;
                     let (stream, created_at) = self
                         .core
                         .watch_from_now("watch the predecessor", key.clone(), None)
@@ -227,7 +230,8 @@ impl Queue {
                 };
                 self.handovers.register(watched, waiter, budget)
             });
-            let gone = self.predecessor_gone(req, line, place, session, &watched, &mut stream);
+            let watch = (watched.as_slice(), &mut stream, queued);
+            let gone = self.predecessor_gone(req, line, place, session, watch);
             match budget.race(gone).await {
                 None => return Err(budget.exhausted(&req.name)),
                 Some(Err(e)) if e.is_retryable() && !budget.is_over() => {
@@ -247,7 +251,9 @@ impl Queue {
                     budget.attempted();
                     match looked {
                         Some(Ahead::Nobody) => return Ok(()),
-                        Some(Ahead::Key(key, known_at)) => to_watch = Some((key, known_at)),
+                        Some(Ahead::Key(key, known_at, queued)) => {
+                            to_watch = Some((key, known_at, queued));
+                        }
                         Some(Ahead::Unknown) | None => {}
                     }
                 }
@@ -255,27 +261,27 @@ impl Queue {
         }
     }
 
-    /// Completes when the key `watched`, just ahead of ours, is gone: by
-    /// its delete event (`None`), or by a look at the queue that finds
-    /// another key ahead, or none, which it answers (see `catch_up.rs`).
+    /// Completes when the key `watched`, just ahead of ours in a line of
+    /// `queued` keys, is gone: by its delete event (`None`), or by a look at
+    /// the queue that finds another key ahead, or none, which it answers
+    /// (see `catch_up.rs`).
     async fn predecessor_gone(
         &self,
         req: &AcquireRequest,
         line: &Line,
         place: &Place,
         session: &Arc<Session>,
-        watched: &[u8],
-        stream: &mut WatchStream,
+        (watched, stream, queued): (&[u8], &mut WatchStream, i64),
     ) -> Result<Option<Ahead>> {
         let look = || async move {
             let ahead = self.look_ahead(req, line, place, session).await?;
             Ok(match ahead {
-                Ahead::Key(key, _) if key == watched => None,
+                Ahead::Key(key, _, _) if key == watched => None,
                 other => Some(Some(other)),
             })
         };
         let event = async { deleted(stream, 0).await.map(|()| None) };
-        watched_or_looked(event, look).await
+        watched_or_looked(event, look, looks_in_line_of(queued)).await
     }
 
     /// Reads who is ahead now: keeps `watching` if that is still the key
@@ -288,13 +294,13 @@ impl Queue {
         place: &Place,
         session: &Arc<Session>,
         watching: Option<(Vec<u8>, WatchStream)>,
-        to_watch: &mut Option<(Vec<u8>, i64)>,
+        to_watch: &mut Option<(Vec<u8>, i64, i64)>,
     ) -> Result<Option<(Vec<u8>, WatchStream)>> {
         match self.look_ahead(req, line, place, session).await? {
-            Ahead::Key(key, known_at) => match watching {
+            Ahead::Key(key, known_at, queued) => match watching {
                 Some((watched, stream)) if watched == key => Ok(Some((watched, stream))),
                 _ => {
-                    *to_watch = Some((key, known_at));
+                    *to_watch = Some((key, known_at, queued));
                     Ok(None)
                 }
             },
@@ -342,7 +348,7 @@ impl Queue {
             return Err(Error::not_held(&req.name));
         }
         Ok(match ahead.kvs().first() {
-            Some(kv) => Ahead::Key(kv.key().to_vec(), revision(&response)),
+            Some(kv) => Ahead::Key(kv.key().to_vec(), revision(&response), ahead.count()),
             None => Ahead::Nobody,
         })
     }
@@ -416,7 +422,7 @@ fn put_place(response: &TxnResponse, key: &str) -> Result<Place> {
     Ok(Place {
         revision,
         ahead: match kvs.iter().find(|kv| kv.create_revision() < revision) {
-            Some(kv) => Ahead::Key(kv.key().to_vec(), revision),
+            Some(kv) => Ahead::Key(kv.key().to_vec(), revision, newest.count()),
             None => Ahead::Nobody,
         },
     })

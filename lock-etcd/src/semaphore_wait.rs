@@ -23,7 +23,7 @@ use etcd_client::{EventType, WatchFilterType, WatchOptions, WatchStream};
 use lock_core::backend::{AcquireRequest, Lease, Registration, WaitBudget};
 use lock_core::{Error, LockName, Result};
 
-use crate::catch_up::watched_or_looked;
+use crate::catch_up::{LOOKS, watched_or_looked};
 use crate::error::convert;
 use crate::handover::PermitWaiter;
 use crate::queue::{Queue, Requeue};
@@ -194,7 +194,7 @@ impl Queue {
                 let moved = Target::of(&now.rank).as_ref() != Some(&watching);
                 Ok(moved.then_some(Woken::Looked(now)))
             };
-            match budget.race(watched_or_looked(event, look)).await {
+            match budget.race(watched_or_looked(event, look, LOOKS)).await {
                 None => return Err(budget.exhausted(name)),
                 Some(Err(e)) if e.is_retryable() && !budget.is_over() => {
                     tracing::debug!(error = %e, "watch for a permit failed; reading again");
