@@ -30,10 +30,13 @@
 //! no busy timeout, any collision) says nothing about the next write, and
 //! fails no other.
 //!
-//! A write that waited for its turn still has the whole busy timeout for
-//! its own statement: if another writer takes the database just then, the
-//! two waits add up, and the caller's limit (the statement timeout and a
-//! second) can end it first.
+//! A write that waited for its turn then waits for a pooled connection
+//! (the pool's acquire timeout, the `connect_timeout` on a pool the backend
+//! opened), and still has the whole busy timeout for its own statement: if
+//! another writer takes the database just then, the waits add up, and the caller's limit (the statement timeout and a
+//! second) can end it first. Only the statement's own wait counts as kept
+//! out; a wait for the pool says nothing of other processes' writers, and
+//! neither does an error other than busy.
 
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex as SyncMutex, PoisonError};
@@ -70,7 +73,9 @@ pub(crate) struct WriteQueue {
 pub(crate) struct Turn {
     _turn: OwnedMutexGuard<()>,
     queue: Arc<WriteQueue>,
-    taken: Instant,
+    /// When its write began: the connection in hand, so that a wait for
+    /// the pool is not taken for a wait in SQLite's busy handler.
+    began: Instant,
 }
 
 impl WriteQueue {
@@ -98,7 +103,7 @@ impl WriteQueue {
         Ok(Turn {
             _turn: turn,
             queue: self.clone(),
-            taken: Instant::now(),
+            began: Instant::now(),
         })
     }
 
@@ -116,7 +121,7 @@ impl Turn {
     /// it that another writer holds the database for long.
     fn kept_out(&self) {
         let queue = &self.queue;
-        if queue.busy.is_zero() || self.taken.elapsed() < queue.busy / 2 {
+        if queue.busy.is_zero() || self.began.elapsed() < queue.busy / 2 {
             return;
         }
         *queue
@@ -133,35 +138,44 @@ impl Turn {
 pub(crate) struct Writer<DB: Database> {
     conn: Option<PoolConnection<DB>>,
     turn: Option<Turn>,
-    done: bool,
+    outcome: Outcome,
+}
+
+/// How a [`Writer`]'s write ended, as far as its caller saw.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// Its caller stopped waiting first.
+    Unseen,
+    Succeeded,
+    /// With an error, already weighed by [`Writer::answered`].
+    Failed,
 }
 
 impl<DB: Database> Writer<DB> {
-    pub(crate) fn new(conn: PoolConnection<DB>, turn: Option<Turn>) -> Self {
+    pub(crate) fn new(conn: PoolConnection<DB>, mut turn: Option<Turn>) -> Self {
+        if let Some(turn) = &mut turn {
+            turn.began = Instant::now();
+        }
         Self {
             conn: Some(conn),
             turn,
-            done: false,
+            outcome: Outcome::Unseen,
         }
     }
 
     /// Passes the write's result on, noting how it ended: a success leaves
-    /// the connection idle; SQLite's busy or locked (`busy`) means another
-    /// writer holds the database.
-    pub(crate) fn answered<T>(
-        &mut self,
-        result: Result<T, sqlx::Error>,
-        busy: impl FnOnce(&sqlx::Error) -> bool,
-    ) -> Result<T, sqlx::Error> {
-        match &result {
-            Ok(_) => self.done = true,
-            Err(e) if busy(e) => {
-                if let Some(turn) = &self.turn {
+    /// the connection idle; SQLite's busy or locked means another writer
+    /// holds the database; any other error says nothing of other writers.
+    pub(crate) fn answered<T>(&mut self, result: Result<T, sqlx::Error>) -> Result<T, sqlx::Error> {
+        self.outcome = match &result {
+            Ok(_) => Outcome::Succeeded,
+            Err(e) => {
+                if let (Some(turn), true) = (&self.turn, crate::error::busy(e)) {
                     turn.kept_out();
                 }
+                Outcome::Failed
             }
-            Err(_) => {}
-        }
+        };
         result
     }
 }
@@ -186,7 +200,8 @@ impl<DB: Database> DerefMut for Writer<DB> {
 
 impl<DB: Database> Drop for Writer<DB> {
     fn drop(&mut self) {
-        let (Some(turn), false) = (self.turn.take(), self.done) else {
+        let outcome = self.outcome;
+        let (Some(turn), false) = (self.turn.take(), outcome == Outcome::Succeeded) else {
             return;
         };
         let (Some(mut conn), Ok(runtime)) =
@@ -202,7 +217,9 @@ impl<DB: Database> Drop for Writer<DB> {
             drop(conn);
             // Its outcome unseen: a write that held its turn this long was
             // kept waiting.
-            turn.kept_out();
+            if outcome == Outcome::Unseen {
+                turn.kept_out();
+            }
             drop(turn);
         });
     }
@@ -252,5 +269,86 @@ mod tests {
         let waited = queue.turn().await;
         assert!(matches!(waited, Err(NoTurn::Waited(LIMIT))));
         drop(first);
+    }
+
+    /// A pool on a database file in `dir` whose connections fail busy at
+    /// once, and a connection of another process's making that holds the
+    /// database's write lock.
+    async fn pool_and_other_writer(
+        dir: &tempfile::TempDir,
+    ) -> (sqlx::SqlitePool, sqlx::SqliteConnection) {
+        use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
+        let options = SqliteConnectOptions::new()
+            .filename(dir.path().join("queue.db"))
+            .create_if_missing(true)
+            .busy_timeout(Duration::ZERO);
+        let pool = SqlitePoolOptions::new()
+            .connect_with(options.clone())
+            .await
+            .unwrap();
+        let mut other = sqlx::SqliteConnection::connect_with(&options)
+            .await
+            .unwrap();
+        sqlx::query("BEGIN IMMEDIATE")
+            .execute(&mut other)
+            .await
+            .unwrap();
+        (pool, other)
+    }
+
+    /// Whether a turn taken while `write` holds the one before it fails,
+    /// `write` being given a writer whose turn was taken `before` it got
+    /// its connection (standing for a wait for the pool).
+    async fn fails_the_next<F>(before: Duration, write: F) -> bool
+    where
+        F: AsyncFnOnce(&mut Writer<sqlx::Sqlite>),
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let (pool, _other) = pool_and_other_writer(&dir).await;
+        let queue = WriteQueue::new(LIMIT, BUSY);
+        let turn = queue.turn().await.unwrap();
+        let next = tokio::spawn({
+            let queue = queue.clone();
+            async move { queue.turn().await.map(drop) }
+        });
+        tokio::time::sleep(before).await;
+        let mut writer = Writer::new(pool.acquire().await.unwrap(), Some(turn));
+        write(&mut writer).await;
+        drop(writer);
+        matches!(next.await.unwrap(), Err(NoTurn::LockedOut))
+    }
+
+    async fn write_busy(writer: &mut Writer<sqlx::Sqlite>) {
+        let result = sqlx::query("BEGIN IMMEDIATE").execute(&mut **writer).await;
+        let e = writer.answered(result).unwrap_err();
+        assert!(crate::error::busy(&e), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_write_fails_those_behind_it_only_for_its_own_long_busy_wait() {
+        assert!(
+            !fails_the_next(BUSY, write_busy).await,
+            "a wait for the pool is not a wait in the busy handler"
+        );
+        assert!(
+            !fails_the_next(Duration::ZERO, async |writer: &mut Writer<_>| {
+                tokio::time::sleep(BUSY).await;
+                let result = sqlx::query("SELECT * FROM nowhere")
+                    .execute(&mut **writer)
+                    .await;
+                let e = writer.answered(result).unwrap_err();
+                assert!(!crate::error::busy(&e), "{e}");
+            })
+            .await,
+            "an error other than busy says nothing of other writers"
+        );
+        assert!(
+            fails_the_next(Duration::ZERO, async |writer: &mut Writer<_>| {
+                tokio::time::sleep(BUSY).await;
+                write_busy(writer).await;
+            })
+            .await,
+            "a write kept out for long does fail those behind it"
+        );
     }
 }

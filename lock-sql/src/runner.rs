@@ -15,7 +15,7 @@ use sqlx::{
 };
 
 use crate::driver::{Driver, Member, Released, Row};
-use crate::error::{ErrorMap, busy};
+use crate::error::ErrorMap;
 use crate::groups::{GroupKey, Single, Want};
 use crate::handover::Named;
 use crate::queue::{NoTurn, WriteQueue, Writer};
@@ -314,7 +314,7 @@ where
             Join::Transaction(admission) => {
                 let mut conn = self.writer(group, "acquire").await?;
                 let token = admission.run(&mut *conn, group, owner, want, ttl_ms).await;
-                conn.answered(token, busy)
+                conn.answered(token)
                     .map(|token| token.map(FencingToken::from_i64))
                     .map_err(|e| self.errors.convert("acquire", e))
             }
@@ -337,7 +337,7 @@ where
         });
         let done = renew.execute(&mut *conn).await;
         let done = conn
-            .answered(done, busy)
+            .answered(done)
             .map_err(|e| self.errors.convert("renew", e))?;
         Ok(DB::rows_affected(&done) == 1)
     }
@@ -352,7 +352,7 @@ where
             .execute(&mut *conn)
             .await;
         let done = conn
-            .answered(done, busy)
+            .answered(done)
             .map_err(|e| self.errors.convert("release", e))?;
         Ok(DB::rows_affected(&done) == 1)
     }
@@ -391,7 +391,7 @@ where
                     )
                     .await;
                 return conn
-                    .answered(done, busy)
+                    .answered(done)
                     .map_err(|e| self.errors.convert("release", e));
             }
             _ => return Ok((self.leave(group, owner, token).await?, Vec::new())),
@@ -434,7 +434,7 @@ where
             .bind(owner)
             .execute(&mut *conn)
             .await;
-        conn.answered(done, busy)
+        conn.answered(done)
             .map_err(|e| self.errors.convert("abandon", e))?;
         Ok(())
     }
