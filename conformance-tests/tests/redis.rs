@@ -191,6 +191,10 @@ async fn errors_and_debug_never_show_the_password() {
         !format!("{err} {err:?}").contains("not-the-password"),
         "{err:?}"
     );
+    assert!(
+        !err.is_retryable(),
+        "the same password is refused again: {err:?}"
+    );
     let backend = RedisBackend::connect(&server.url(""))
         .await
         .expect("connect");

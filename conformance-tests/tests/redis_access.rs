@@ -193,6 +193,7 @@ async fn every_topology_reads_its_password_from_a_file() {
                 .contains("Password authentication failed"),
             "{refused}"
         );
+        assert!(!refused.is_retryable(), "{refused:?}");
 
         let missing = url.replace("redis-password", "missing");
         let err = match distlock::connect_backend(&missing).await {

@@ -7,6 +7,11 @@ use redis::{ErrorKind, RedisError, ServerErrorKind};
 
 /// The server did not answer (as opposed to answering with an error).
 pub(crate) fn unanswered(e: &RedisError) -> bool {
+    // redis-rs would reconnect on a refused password, as on a dropped
+    // connection; the same password will be refused again.
+    if refused_credentials(e) {
+        return false;
+    }
     e.is_timeout()
         || e.is_io_error()
         || e.is_connection_dropped()
@@ -29,6 +34,19 @@ fn not_serving_yet(e: &RedisError) -> bool {
     )
 }
 
+/// The server refused the URL's user and password (`AUTH` answered
+/// `WRONGPASS`, or an error redis-rs reports the same way).
+fn refused_credentials(e: &RedisError) -> bool {
+    // The cluster client, when no seed node let it in, keeps only the text
+    // of the last seed's error under an I/O error of its own.
+    let seeds_refused = || {
+        e.kind() == ErrorKind::Io
+            && e.detail()
+                .is_some_and(|d| d.ends_with(&format!("- {:?}", ErrorKind::AuthenticationFailed)))
+    };
+    e.kind() == ErrorKind::AuthenticationFailed || seeds_refused()
+}
+
 /// A Redis error as a distlock error that says whether a retry can help.
 pub(crate) fn convert(
     server: &str,
@@ -39,6 +57,13 @@ pub(crate) fn convert(
     if e.is_timeout() {
         tracing::debug!(server, operation, error = %e, "redis did not answer in time");
         return Error::timeout(operation, limit);
+    }
+    if refused_credentials(&e) {
+        return Error::backend(format!(
+            "redis {operation} on {server}: {e}: the server refused the URL's user and \
+             password (or its password_file's)"
+        ))
+        .with_source(e);
     }
     if unanswered(&e) || not_serving_yet(&e) {
         return Error::unavailable(crate::NAME, format!("{operation} on {server}: {e}"))
@@ -86,5 +111,43 @@ mod tests {
             server_error("-NOPERM this user has no permissions to run the 'eval' command\r\n"),
         );
         assert!(!refused.is_retryable(), "{refused:?}");
+    }
+
+    /// redis-rs would reconnect on a refused password, but the same
+    /// password is refused again: the caller hears it at once.
+    #[test]
+    fn a_refused_password_is_not_retried() {
+        let e = RedisError::from((
+            ErrorKind::AuthenticationFailed,
+            "Password authentication failed",
+        ));
+        assert!(!unanswered(&e));
+        let e = convert("127.0.0.1:6379", "connect", Duration::from_secs(1), e);
+        assert!(
+            matches!(e, Error::Backend { .. }) && !e.is_retryable(),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string()
+                .contains("refused the URL's user and password"),
+            "{e}"
+        );
+
+        let seeds = RedisError::from((
+            ErrorKind::AuthenticationFailed,
+            "Password authentication failed",
+        ));
+        let cluster = RedisError::from((
+            ErrorKind::Io,
+            "Failed to create initial connections",
+            seeds.to_string(),
+        ));
+        assert!(!unanswered(&cluster), "{cluster}");
+        let unreachable = RedisError::from((
+            ErrorKind::Io,
+            "Failed to create initial connections",
+            "Connection refused (os error 111)".to_owned(),
+        ));
+        assert!(unanswered(&unreachable), "{unreachable}");
     }
 }

@@ -26,8 +26,9 @@ use tokio::time::Instant;
 pub(crate) struct Member {
     label: String,
     node: OnceLock<Node>,
-    /// Why the last connection attempt failed, for error messages.
-    failure: Mutex<Option<String>>,
+    /// Why the last connection attempt failed, for error messages, and
+    /// whether trying again could help.
+    failure: Mutex<Option<(String, bool)>>,
 }
 
 impl Member {
@@ -46,6 +47,17 @@ impl Member {
 
     /// Why the last connection attempt failed, while not connected.
     fn failure(&self) -> Option<String> {
+        self.last_failure().map(|(why, _)| why)
+    }
+
+    /// Why the last connection attempt failed, if no retry can help (a
+    /// refused password, a server too old), while not connected.
+    fn refusal(&self) -> Option<String> {
+        self.last_failure()
+            .and_then(|(why, retryable)| (!retryable).then_some(why))
+    }
+
+    fn last_failure(&self) -> Option<(String, bool)> {
         if self.node.get().is_some() {
             return None;
         }
@@ -56,7 +68,8 @@ impl Member {
     }
 
     fn record_failure(&self, e: &Error) {
-        *self.failure.lock().unwrap_or_else(PoisonError::into_inner) = Some(e.to_string());
+        *self.failure.lock().unwrap_or_else(PoisonError::into_inner) =
+            Some((e.to_string(), e.is_retryable()));
     }
 }
 
@@ -212,6 +225,22 @@ impl Majority {
         let everyone = majority.members.len();
         let _ = tokio::time::timeout(limit, watch_progress.wait_for(|p| p.tried == everyone)).await;
         let connected = watch_progress.borrow().connected;
+        let refusals: Vec<_> = majority
+            .members
+            .iter()
+            .filter_map(|m| m.refusal())
+            .collect();
+        if everyone - refusals.len() < majority.quorum {
+            // Waiting for those nodes would not help: say so, not
+            // "unavailable".
+            return Err(Error::backend(format!(
+                "connect: {} of {everyone} nodes refused the connection, and Redlock needs {}; \
+                 first refusal: {}",
+                refusals.len(),
+                majority.quorum,
+                refusals[0]
+            )));
+        }
         if connected < majority.quorum {
             let first_failure = majority.members.iter().find_map(|m| m.failure());
             return Err(majority.no_quorum("connect", connected, first_failure, limit));
