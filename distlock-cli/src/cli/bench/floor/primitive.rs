@@ -38,7 +38,7 @@ pub(crate) trait Floor: Send + Sync + 'static {
 }
 
 /// `url` without its query string: what the floors hand their drivers.
-#[cfg(any(feature = "postgres", feature = "mysql", feature = "redis"))]
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(super) fn base_url(url: &str) -> &str {
     url.split_once('?').map_or(url, |(base, _)| base)
 }

@@ -6,7 +6,7 @@ use super::primitive::floor_error;
 use std::time::Duration;
 
 use distlock::{Error, Result};
-use lock_redis::conn::{Conn, cluster_client, open, open_cluster};
+use lock_redis::conn::{Conn, open};
 use lock_redis::{RedisConfig, Server};
 
 /// The smallest safe release: delete the key only if it still holds our
@@ -34,7 +34,9 @@ impl RawNode {
     /// The Redis Cluster `config` names through its seed nodes, with
     /// lock-redis's timeouts and TLS: each command goes to the master of
     /// its key's slot.
+    #[cfg(feature = "redis")]
     pub(super) async fn connect_cluster(config: &RedisConfig, label: &str) -> Result<Self> {
+        use lock_redis::conn::{cluster_client, open_cluster};
         let client = cluster_client(config)?
             .build()
             .map_err(|e| convert(label, "connect", e))?;
