@@ -17,6 +17,7 @@
 
 pub mod access;
 pub mod cases;
+pub mod cut;
 pub mod kinds;
 pub mod proxy;
 pub mod servers;

@@ -259,9 +259,77 @@ async fn narrow_name_column(server: &dyn SqlServer) {
     }
 }
 
+/// Acquires of semaphores and read-write locks, and releases of writers
+/// with a reader of the same backend waiting (a release that admits it in
+/// the same transaction), cut at random points finer than tokio's timer,
+/// leave no transaction open on their connection for the next operation.
+/// sqlx's MySQL `BEGIN` cut before its answer leaves the session in a
+/// transaction sqlx does not know of, and the pool hands it on; lock-sql
+/// never cuts one (an acquire given up finishes in a task of its own, a
+/// release runs in one). On a pool of one connection, a mutex taken right
+/// after each cut must be committed, so another backend finds it held.
+async fn cut_writes_leave_no_transaction_open(server: &dyn SqlServer) {
+    use conformance_tests::cut::cut_after;
+    use conformance_tests::kinds::Kinds;
+    use lock_core::LockKind;
+    use rand::Rng;
+    let table = fresh_table();
+    let cut = locker(&server.url(&format!("table={table}&pool_size=1"))).await;
+    let other = locker(&server.url(&format!("table={table}&timeout=1s"))).await;
+    let ttl = Duration::from_secs(10);
+    for round in 0..150 {
+        // The acquire cut, or `None`: a writer's release.
+        let (acquire, at) = {
+            let mut rng = rand::rng();
+            let acquire = match rng.random_range(0..4) {
+                0 => Some(LockKind::Write),
+                1 => Some(LockKind::Read),
+                2 => Some(LockKind::Permit { permits: 2 }),
+                _ => None,
+            };
+            (acquire, Duration::from_micros(rng.random_range(0..2_000)))
+        };
+        let name = format!("cut-{round}");
+        if let Some(kind) = acquire {
+            let asked = cut.lock_kind(&name, kind, opts(ttl, Wait::No));
+            if let Some(Ok(guard)) = cut_after(at, asked).await {
+                guard.release().await.expect("release");
+            }
+        } else {
+            let writer = cut
+                .lock_kind(&name, LockKind::Write, opts(ttl, Wait::No))
+                .await
+                .expect("a free name");
+            let reader = tokio::spawn({
+                let (cut, name) = (cut.clone(), name.clone());
+                let wait = Wait::For(Duration::from_secs(20));
+                async move { cut.lock_kind(&name, LockKind::Read, opts(ttl, wait)).await }
+            });
+            sleep(Duration::from_millis(10)).await;
+            let _ = cut_after(at, writer.release()).await;
+            if let Ok(guard) = reader.await.expect("the reader's task") {
+                guard.release().await.expect("release");
+            }
+        }
+        let probe = format!("probe-{round}");
+        let guard = cut.try_lock(&probe).await.expect("a free name");
+        let seen = other
+            .try_lock(&probe)
+            .await
+            .expect_err("the mutex is held by the first backend");
+        assert!(
+            seen.is_busy(),
+            "round {round}, after a cut at {at:?} (acquiring {acquire:?}, or else releasing): \
+             the mutex taken after it is not committed: {seen}"
+        );
+        guard.release().await.expect("release");
+    }
+}
+
 on_postgres_and_mariadb!(
     own: [restart_while_held],
     shared: [
+        cut_writes_leave_no_transaction_open,
         acquire_behind_a_row_lock,
         unreachable_server,
         password_never_shown,
