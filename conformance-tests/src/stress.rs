@@ -15,7 +15,7 @@ use lock_core::{
     AcquireOptions, Error, Fencing, LockGuard, LockHandle, LockKind, LockState, Locker, Wait,
 };
 use rand::Rng;
-use tokio::time::{Instant, sleep, timeout};
+use tokio::time::{Instant, sleep};
 
 use crate::{Target, Verdict};
 
@@ -186,9 +186,11 @@ fn cut() -> Option<Duration> {
     }
 }
 
+/// `f`, cut at a point finer than tokio's timer (whose millisecond ticks
+/// would let most round trips on loopback finish first) or not at all.
 async fn maybe_cut<F: Future>(f: F) -> Option<F::Output> {
     match cut() {
-        Some(after) => timeout(after, f).await.ok(),
+        Some(after) => crate::cut::cut_after(after, f).await,
         None => Some(f.await),
     }
 }
