@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::memcache::backend;
+use conformance_tests::cut::cut_after;
 use conformance_tests::proxy::{Fault, Proxy};
 use conformance_tests::servers::memcached::Memcached;
 use conformance_tests::targets::fresh_table;
@@ -114,7 +115,8 @@ impl Book {
     }
 }
 
-/// A cut: at the first await, at a random instant, or none.
+/// A cut: at the first await, at a random instant (to the microsecond,
+/// `cut_after`), or none.
 fn cut() -> Duration {
     let mut rng = rand::rng();
     match rng.random_range(0..4) {
@@ -134,7 +136,7 @@ async fn churn(
     while Instant::now() < stop {
         let name = names[rand::rng().random_range(0..names.len())].clone();
         let req = AcquireRequest::new(name, MIN_TTL);
-        let (granted, was_cut) = match timeout(cut(), b.try_acquire(&req)).await {
+        let (granted, was_cut) = match cut_after(cut(), b.try_acquire(&req)).await.ok_or(()) {
             Ok(outcome) => (outcome, false),
             // The retry of a cut attempt adopts whatever that attempt got.
             Err(_) if rand::random() => (b.try_acquire(&req).await, true),
@@ -154,7 +156,7 @@ async fn churn(
         };
         book.lock().expect("book").granted(&lease);
         if rand::random() {
-            match timeout(cut(), b.renew(&lease, MIN_TTL)).await {
+            match cut_after(cut(), b.renew(&lease, MIN_TTL)).await.ok_or(()) {
                 Ok(Ok(renewed)) => {
                     book.lock().expect("book").renewed(&renewed);
                     lease = renewed;
@@ -164,7 +166,7 @@ async fn churn(
             }
         }
         book.lock().expect("book").releasing(&lease);
-        match timeout(cut(), b.release(&lease)).await {
+        match cut_after(cut(), b.release(&lease)).await.ok_or(()) {
             Ok(Ok(())) => {}
             Ok(Err(e)) if !lease.is_expired() => note(format!("release: {e}")),
             Ok(Err(_)) => {}
