@@ -4,7 +4,7 @@
 //! one `Txn` and its release one more; a permit waited for is its `Txn`, a
 //! watch with a read sent beside it, the three reads a waiter makes while
 //! its watch is silent (lock-etcd's `catch_up.rs`), and the release that
-//! hands it over.
+//! hands it over. A mutex's waiter makes those reads only in a short line.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -55,6 +55,29 @@ fn since(before: &HashMap<String, u64>, after: &HashMap<String, u64>) -> HashMap
         .map(|(m, n)| (m.clone(), n - before.get(m).copied().unwrap_or(0)))
         .filter(|(_, n)| *n > 0)
         .collect()
+}
+
+/// Waits until what was started since `before` is `enough` (a waiter's
+/// requests reached the server; a fixed sleep could end first on a loaded
+/// machine), at most 20 s.
+async fn started_until(
+    addr: &str,
+    before: &HashMap<String, u64>,
+    what: &str,
+    enough: impl Fn(&HashMap<String, u64>) -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let now = since(before, &started(addr).await);
+        if enough(&now) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the waiter did not {what} within 20 s: {now:?}"
+        );
+        sleep(Duration::from_millis(20)).await;
+    }
 }
 
 fn counts(pairs: &[(&str, u64)]) -> HashMap<String, u64> {
@@ -121,18 +144,10 @@ async fn a_permit_costs_one_txn_and_its_release_one() {
     // the release would then find no waiter, or race a look), then a moment
     // for their answers to come back and the waiter to stand by for a
     // hand-over.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let now = since(&before, &started(&addr).await);
-        if now.get("Watch") >= Some(&1) && now.get("Txn") >= Some(&5) {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the waiter did not put its key, watch and look within 20 s: {now:?}"
-        );
-        sleep(Duration::from_millis(20)).await;
-    }
+    started_until(&addr, &before, "put its key, watch and look", |now| {
+        now.get("Watch") >= Some(&1) && now.get("Txn") >= Some(&5)
+    })
+    .await;
     sleep(Duration::from_millis(300)).await;
     let second = held.pop().expect("two");
     let first = held.pop().expect("two");
@@ -150,4 +165,69 @@ async fn a_permit_costs_one_txn_and_its_release_one() {
          grants it, its release"
     );
     second.release().await.expect("release");
+}
+
+/// A mutex's waiter looks for itself while its watch is silent (lock-etcd's
+/// `catch_up.rs`) only in a short line: where etcd counts more than 16 keys
+/// in its line, a look, which reads the whole line on the server, would
+/// cost more than a watch that started late. Waiters of clients of their
+/// own, so that each puts a key; the holder stays, so every watch is
+/// silent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_in_a_long_line_does_not_look() {
+    let etcd = Etcd::start().await;
+    let addr = etcd.members[0].client_addr.clone();
+    let url = etcd.url("looks", "");
+    let client = async || {
+        let backend = EtcdBackend::connect(&url).await.expect("connect");
+        Locker::from_arc(Arc::new(backend))
+    };
+    let opts = AcquireOptions::with_ttl(TTL);
+    let holder = client()
+        .await
+        .lock_with("line", opts.wait(Wait::No))
+        .await
+        .expect("free");
+    let mut waiters = Vec::new();
+    // The `Txn`s of one more waiter, once it has put its key and its
+    // watch stands silent, and `settled` says it made what it will make.
+    let mut one_more = async |settled: &dyn Fn(&HashMap<String, u64>) -> bool| {
+        let l = client().await;
+        let before = started(&addr).await;
+        waiters.push(tokio::spawn(async move {
+            l.lock_with("line", opts.wait(Wait::For(Duration::from_secs(120))))
+                .await
+        }));
+        started_until(&addr, &before, "queue", settled).await;
+        // Past its last look, about 110 ms into a silent watch.
+        sleep(Duration::from_millis(400)).await;
+        since(&before, &started(&addr).await)
+            .get("Txn")
+            .copied()
+            .unwrap_or(0)
+    };
+    let queued = |n: &HashMap<String, u64>| n.get("Watch") >= Some(&1) && n.get("Txn") >= Some(&1);
+    let looked = |n: &HashMap<String, u64>| n.get("Watch") >= Some(&1) && n.get("Txn") >= Some(&4);
+    for place in 1..=20 {
+        let txns = if place <= 3 {
+            one_more(&looked).await
+        } else {
+            one_more(&queued).await
+        };
+        match place {
+            1..=3 => assert_eq!(txns, 4, "waiter {place}: its put and three looks"),
+            // With the holder and itself, more than 16 keys.
+            16..=20 => assert_eq!(txns, 1, "waiter {place}: its put alone"),
+            _ => {}
+        }
+    }
+    holder.release().await.expect("release");
+    for w in waiters {
+        let g = timeout(Duration::from_secs(60), w)
+            .await
+            .expect("granted in turn")
+            .expect("task")
+            .expect("granted");
+        g.release().await.expect("release");
+    }
 }
