@@ -9,8 +9,11 @@ use std::time::{Duration, Instant};
 
 /// Polls `f` until it is ready or `after` has passed, then drops it: the
 /// future's output, or `None` when it was cut. The task yields between
-/// polls (spinning rather than sleeping), so the cut lands within a few
-/// microseconds of `after` on a runtime with a core to spare.
+/// polls (spinning rather than sleeping), so the cut lands at its first
+/// poll after `after`: microseconds late on a runtime with a core to
+/// spare, later behind other ready tasks or a preempted thread. It spins
+/// for as long as `f` runs, up to `after`: give it cuts, not calls meant
+/// to finish.
 pub async fn cut_after<F: Future>(after: Duration, f: F) -> Option<F::Output> {
     let deadline = Instant::now() + after;
     let mut f = pin!(f);

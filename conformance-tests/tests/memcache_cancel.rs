@@ -115,14 +115,20 @@ impl Book {
     }
 }
 
-/// A cut: at the first await, at a random instant (to the microsecond,
-/// `cut_after`), or none.
-fn cut() -> Duration {
-    let mut rng = rand::rng();
-    match rng.random_range(0..4) {
-        0 => Duration::ZERO,
-        1 => Duration::from_secs(10),
-        _ => Duration::from_micros(rng.random_range(0..2000)),
+/// `f`, cut at the first await, at a random instant (finer than tokio's
+/// timer: `cut_after`), or not at all: `Err` when it was cut.
+async fn maybe_cut<F: Future>(f: F) -> Result<F::Output, ()> {
+    let after = {
+        let mut rng = rand::rng();
+        match rng.random_range(0..4) {
+            0 => Some(Duration::ZERO),
+            1 => None,
+            _ => Some(Duration::from_micros(rng.random_range(0..2000))),
+        }
+    };
+    match after {
+        Some(after) => cut_after(after, f).await.ok_or(()),
+        None => Ok(f.await),
     }
 }
 
@@ -136,7 +142,7 @@ async fn churn(
     while Instant::now() < stop {
         let name = names[rand::rng().random_range(0..names.len())].clone();
         let req = AcquireRequest::new(name, MIN_TTL);
-        let (granted, was_cut) = match cut_after(cut(), b.try_acquire(&req)).await.ok_or(()) {
+        let (granted, was_cut) = match maybe_cut(b.try_acquire(&req)).await {
             Ok(outcome) => (outcome, false),
             // The retry of a cut attempt adopts whatever that attempt got.
             Err(_) if rand::random() => (b.try_acquire(&req).await, true),
@@ -156,7 +162,7 @@ async fn churn(
         };
         book.lock().expect("book").granted(&lease);
         if rand::random() {
-            match cut_after(cut(), b.renew(&lease, MIN_TTL)).await.ok_or(()) {
+            match maybe_cut(b.renew(&lease, MIN_TTL)).await {
                 Ok(Ok(renewed)) => {
                     book.lock().expect("book").renewed(&renewed);
                     lease = renewed;
@@ -166,7 +172,7 @@ async fn churn(
             }
         }
         book.lock().expect("book").releasing(&lease);
-        match cut_after(cut(), b.release(&lease)).await.ok_or(()) {
+        match maybe_cut(b.release(&lease)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) if !lease.is_expired() => note(format!("release: {e}")),
             Ok(Err(_)) => {}

@@ -275,7 +275,7 @@ async fn cut_writes_leave_no_transaction_open(server: &dyn SqlServer) {
     use rand::Rng;
     let table = fresh_table();
     let cut = locker(&server.url(&format!("table={table}&pool_size=1"))).await;
-    let other = locker(&server.url(&format!("table={table}&timeout=1s"))).await;
+    let other = locker(&server.url(&format!("table={table}"))).await;
     let ttl = Duration::from_secs(10);
     for round in 0..150 {
         // The acquire cut, or `None`: a writer's release.

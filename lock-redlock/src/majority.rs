@@ -102,6 +102,10 @@ impl Reach {
 /// The longest pause between two connection attempts to one master.
 const RETRY_CAP: Duration = Duration::from_secs(2);
 
+/// The pause before asking again a master that refused the connection for
+/// good (a wrong password, a certificate it does not trust).
+const REFUSED_RETRY: Duration = Duration::from_secs(30);
+
 /// How far the members' connection tasks have got.
 #[derive(Clone, Copy, Debug, Default)]
 struct Progress {
@@ -171,7 +175,8 @@ async fn keep_connecting(
                 return;
             }
             Err(e) => {
-                if attempts == 0 {
+                let refused = !e.is_retryable();
+                if attempts == 0 || refused {
                     tracing::warn!(server = member.label, error = %e, "redlock node not connected; trying again in the background");
                 } else {
                     tracing::debug!(server = member.label, error = %e, "redlock node still not connected");
@@ -180,10 +185,18 @@ async fn keep_connecting(
                 if attempts == 0 {
                     progress.send_modify(|p| p.tried += 1);
                 }
+                attempts += 1;
+                // A refusal (a wrong password) comes back until somebody
+                // changes the master's configuration: asked far less often,
+                // it fills no server's log, and each time it is said.
+                let nap = if refused {
+                    REFUSED_RETRY
+                } else {
+                    backoff.next_nap()
+                };
+                tokio::time::sleep(nap).await;
             }
         }
-        attempts += 1;
-        tokio::time::sleep(backoff.next_nap()).await;
     }
 }
 

@@ -28,7 +28,9 @@
 //! out their own busy timeout in turn, past their caller's limit, and end
 //! with an outcome nobody knows. A collision shorter than that (on a pool with
 //! no busy timeout, any collision) says nothing about the next write, and
-//! fails no other.
+//! fails no other. A write whose caller gave up is judged by how long it
+//! held its turn, since nobody sees its answer: one held up as long by a
+//! slow disk's sync counts as kept out too.
 //!
 //! A write that waited for its turn then waits for a pooled connection
 //! (the pool's acquire timeout, the `connect_timeout` on a pool the backend
@@ -211,13 +213,20 @@ impl<DB: Database> Drop for Writer<DB> {
         };
         // The connection's worker answers a ping after everything sent
         // before it: the statement cut short, then the rollback of a
-        // transaction dropped unfinished.
+        // transaction dropped unfinished. A worker that does not answer
+        // within the longest a write may take (its wait in the busy
+        // handler, and a turn's wait again) lets the queue go on, and
+        // its connection is not handed to another write.
+        let bound = turn.queue.busy + turn.queue.limit;
         runtime.spawn(async move {
-            let _ = conn.ping().await;
+            let pinged = timeout(bound, conn.ping()).await;
+            if !matches!(pinged, Ok(Ok(()))) {
+                conn.close_on_drop();
+            }
             drop(conn);
             // Its outcome unseen: a write that held its turn this long was
             // kept waiting.
-            if outcome == Outcome::Unseen {
+            if outcome == Outcome::Unseen || pinged.is_err() {
                 turn.kept_out();
             }
             drop(turn);
@@ -229,7 +238,9 @@ impl<DB: Database> Drop for Writer<DB> {
 mod tests {
     use super::*;
 
-    const LIMIT: Duration = Duration::from_secs(5);
+    /// Long enough that no wait in these tests runs into it, even on a
+    /// machine that stalls for seconds.
+    const LIMIT: Duration = Duration::from_secs(30);
     const BUSY: Duration = Duration::from_secs(1);
 
     /// A turn taken behind `first`, which is held for `held`, then let go
@@ -297,15 +308,16 @@ mod tests {
     }
 
     /// Whether a turn taken while `write` holds the one before it fails,
-    /// `write` being given a writer whose turn was taken `before` it got
-    /// its connection (standing for a wait for the pool).
-    async fn fails_the_next<F>(before: Duration, write: F) -> bool
+    /// on a queue whose connections have the busy timeout `busy`, `write`
+    /// being given a writer whose turn was taken `before` it got its
+    /// connection (standing for a wait for the pool).
+    async fn fails_the_next<F>(busy: Duration, before: Duration, write: F) -> bool
     where
         F: AsyncFnOnce(&mut Writer<sqlx::Sqlite>),
     {
         let dir = tempfile::tempdir().unwrap();
         let (pool, _other) = pool_and_other_writer(&dir).await;
-        let queue = WriteQueue::new(LIMIT, BUSY);
+        let queue = WriteQueue::new(LIMIT, busy);
         let turn = queue.turn().await.unwrap();
         let next = tokio::spawn({
             let queue = queue.clone();
@@ -326,12 +338,15 @@ mod tests {
 
     #[tokio::test]
     async fn a_write_fails_those_behind_it_only_for_its_own_long_busy_wait() {
+        // A wait for the pool past half the busy timeout, then a busy
+        // answer well within it (half of 4 s: room for a slow machine).
+        let busy = BUSY * 4;
         assert!(
-            !fails_the_next(BUSY, write_busy).await,
+            !fails_the_next(busy, busy * 3 / 4, write_busy).await,
             "a wait for the pool is not a wait in the busy handler"
         );
         assert!(
-            !fails_the_next(Duration::ZERO, async |writer: &mut Writer<_>| {
+            !fails_the_next(BUSY, Duration::ZERO, async |writer: &mut Writer<_>| {
                 tokio::time::sleep(BUSY).await;
                 let result = sqlx::query("SELECT * FROM nowhere")
                     .execute(&mut **writer)
@@ -343,7 +358,7 @@ mod tests {
             "an error other than busy says nothing of other writers"
         );
         assert!(
-            fails_the_next(Duration::ZERO, async |writer: &mut Writer<_>| {
+            fails_the_next(BUSY, Duration::ZERO, async |writer: &mut Writer<_>| {
                 tokio::time::sleep(BUSY).await;
                 write_busy(writer).await;
             })
