@@ -30,7 +30,8 @@ const AT_LEAST: Duration = Duration::from_secs(10);
 /// The master killed while a worker holds, with the replica's link held
 /// from a TTL before (what the master grants then never reaches the
 /// replica, which the sentinels promote); the old master restarted and the
-/// link let go once they have.
+/// link let go once they have, and healed once the old master is the new
+/// one's replica, in sync.
 struct SentinelFailover<'a> {
     label: String,
     sentinel: &'a RedisSentinel,
@@ -57,6 +58,12 @@ impl Nemesis for SentinelFailover<'_> {
             old.process().restart();
             give_credentials(promoted, old).await?;
             self.sentinel.resume_replication();
+            // Healed once the old master serves as the promoted one's
+            // replica again: until then a `WAIT` for a replica can confirm
+            // no grant, and the probe after the last strike, which waits
+            // no longer than a few TTLs, would find the lock unavailable
+            // while the sentinels were still reconfiguring it.
+            self.sentinel.wait_ready().await;
         }
         Ok(())
     }
