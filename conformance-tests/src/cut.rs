@@ -28,3 +28,12 @@ pub async fn cut_after<F: Future>(after: Duration, f: F) -> Option<F::Output> {
         tokio::task::yield_now().await;
     }
 }
+
+/// [`cut_after`] when `after` is given, else `f` awaited to its end: a call
+/// that is cut at a chosen instant or left whole, the caller picking which.
+pub async fn maybe_cut_after<F: Future>(after: Option<Duration>, f: F) -> Option<F::Output> {
+    match after {
+        Some(after) => cut_after(after, f).await,
+        None => Some(f.await),
+    }
+}

@@ -6,6 +6,7 @@
 //! only when nothing is cancelled shows up here as two holders at once, a
 //! token that goes backwards, or a lock nobody can take any more.
 
+use crate::cut::maybe_cut_after;
 use crate::kinds::Kinds;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -176,22 +177,14 @@ fn record(shared: &Shared) -> std::sync::MutexGuard<'_, Record> {
 }
 
 /// A cut after a random instant, or none: each await is cut about one time
-/// in three.
+/// in three, at a point finer than tokio's timer (whose millisecond ticks
+/// would let most round trips on loopback finish first).
 fn cut() -> Option<Duration> {
     let mut rng = rand::rng();
     match rng.random_range(0..6) {
         0 => Some(Duration::ZERO),
         1 => Some(Duration::from_micros(rng.random_range(0..3_000))),
         _ => None,
-    }
-}
-
-/// `f`, cut at a point finer than tokio's timer (whose millisecond ticks
-/// would let most round trips on loopback finish first) or not at all.
-async fn maybe_cut<F: Future>(f: F) -> Option<F::Output> {
-    match cut() {
-        Some(after) => crate::cut::cut_after(after, f).await,
-        None => Some(f.await),
     }
 }
 
@@ -230,7 +223,7 @@ async fn worker(
             (name, kind, wait, hold, rng.random_range(0..6))
         };
         let opts = AcquireOptions::with_ttl(ttl).wait(wait);
-        let guard = match maybe_cut(locker.lock_kind(&name, kind, opts)).await {
+        let guard = match maybe_cut_after(cut(), locker.lock_kind(&name, kind, opts)).await {
             None => continue,
             Some(Err(e)) => {
                 record(&shared).error(&e);
@@ -247,7 +240,7 @@ async fn worker(
             // Dropped: released in the background.
             0 => drop(guard),
             _ => {
-                if let Some(Err(e)) = maybe_cut(guard.release()).await {
+                if let Some(Err(e)) = maybe_cut_after(cut(), guard.release()).await {
                     record(&shared).error(&e);
                 }
             }

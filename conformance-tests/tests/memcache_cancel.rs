@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::memcache::backend;
-use conformance_tests::cut::cut_after;
+use conformance_tests::cut::maybe_cut_after;
 use conformance_tests::proxy::{Fault, Proxy};
 use conformance_tests::servers::memcached::Memcached;
 use conformance_tests::targets::fresh_table;
@@ -126,10 +126,7 @@ async fn maybe_cut<F: Future>(f: F) -> Result<F::Output, ()> {
             _ => Some(Duration::from_micros(rng.random_range(0..2000))),
         }
     };
-    match after {
-        Some(after) => cut_after(after, f).await.ok_or(()),
-        None => Ok(f.await),
-    }
+    maybe_cut_after(after, f).await.ok_or(())
 }
 
 async fn churn(

@@ -378,16 +378,15 @@ where
             #[cfg(any(feature = "sqlite", feature = "mysql"))]
             (None, Join::Transaction(admission)) if !waiters.is_empty() => {
                 let mut conn = self.writer(group, "release").await?;
-                let (leave, rows_affected) = (&self.sql.leave, DB::rows_affected);
                 let done = admission
                     .leave_and_admit(
                         &mut *conn,
-                        leave,
+                        &self.sql.leave,
                         group,
                         owner,
                         token,
                         waiters,
-                        rows_affected,
+                        DB::rows_affected,
                     )
                     .await;
                 return conn
