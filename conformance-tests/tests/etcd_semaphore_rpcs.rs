@@ -231,3 +231,55 @@ async fn a_waiter_in_a_long_line_does_not_look() {
         g.release().await.expect("release");
     }
 }
+
+/// The waiters of one backend on one lock share one watch of the lock's
+/// range (lock-etcd's `shared_watch.rs`): three readers and a writer
+/// queued behind a writer make one `Watch` between them, not one each, and
+/// are all granted in turn (each releases as soon as it holds).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_waiters_of_one_backend_share_one_watch() {
+    let etcd = Etcd::start().await;
+    let addr = etcd.members[0].client_addr.clone();
+    let backend = EtcdBackend::connect(&etcd.url("shared", ""))
+        .await
+        .expect("connect");
+    let l = Locker::from_arc(Arc::new(backend));
+    let opts = AcquireOptions::with_ttl(TTL).wait(Wait::For(Duration::from_secs(60)));
+    let writer = l
+        .lock_kind("catalog", LockKind::Write, opts)
+        .await
+        .expect("free");
+    let before = started(&addr).await;
+    let mut waiters = Vec::new();
+    for kind in [
+        LockKind::Read,
+        LockKind::Read,
+        LockKind::Read,
+        LockKind::Write,
+    ] {
+        let l = l.clone();
+        waiters.push(tokio::spawn(async move {
+            let g = l.lock_kind("catalog", kind, opts).await?;
+            g.release().await
+        }));
+    }
+    // Every waiter's put has reached the server, and the one watch.
+    started_until(&addr, &before, "queue", |n| {
+        n.get("Watch") >= Some(&1) && n.get("Txn") >= Some(&4)
+    })
+    .await;
+    sleep(Duration::from_millis(400)).await;
+    writer.release().await.expect("release");
+    for w in waiters {
+        timeout(Duration::from_secs(30), w)
+            .await
+            .expect("every waiter is let in in turn")
+            .expect("task")
+            .expect("granted and released");
+    }
+    assert_eq!(
+        since(&before, &started(&addr).await).get("Watch"),
+        Some(&1),
+        "four waiters of one backend, one watch"
+    );
+}

@@ -21,6 +21,7 @@ mod queued;
 mod semaphore;
 mod semaphore_wait;
 mod session;
+mod shared_watch;
 
 pub use backend::{EtcdBackend, MIN_TTL};
 

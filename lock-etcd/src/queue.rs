@@ -17,18 +17,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use etcd_client::{
     Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
-    TxnResponse, WatchStream,
+    TxnResponse,
 };
 use lock_core::backend::{AcquireRequest, Lease, WaitBudget};
 use lock_core::{Error, FencingToken, Result};
 
 use crate::catch_up::{looks_in_line_of, watched_or_looked};
 use crate::client::Core;
-use crate::error::{convert, lease_not_found};
+use crate::error::lease_not_found;
 use crate::handover::{EtcdHandovers, PermitHandovers, Waiter};
 use crate::layout::{Layout, Line};
 use crate::mark::Mark;
 use crate::session::{Session, Sessions, still_ours};
+use crate::shared_watch::{SharedWatches, Subscription};
 
 /// The lock queues of one backend: its connection, its key names, the
 /// session leases its keys go on, its waiters a release can grant directly
@@ -41,6 +42,7 @@ pub(crate) struct Queue {
     pub(crate) sessions: Arc<Sessions>,
     pub(crate) handovers: Arc<EtcdHandovers>,
     pub(crate) permit_handovers: Arc<PermitHandovers>,
+    pub(crate) shared_watches: Arc<SharedWatches>,
     pub(crate) wakeups: Arc<AtomicU64>,
 }
 
@@ -72,6 +74,7 @@ impl Queue {
             core,
             handovers: Arc::default(),
             permit_handovers: Arc::default(),
+            shared_watches: Arc::default(),
             wakeups: Arc::new(AtomicU64::new(0)),
         }
     }
@@ -197,11 +200,12 @@ impl Queue {
             let watching = match to_watch.take() {
                 Some((key, known_at, in_line)) => {
                     queued = in_line;
-                    let (stream, created_at) = self
-                        .core
-                        .watch_from_now("watch the predecessor", key.clone(), None)
+                    let range = self.layout.family_dir(&req.name, req.kind.family());
+                    let (stream, in_step) = self
+                        .shared_watches
+                        .subscribe(&self.core, &range, &key, known_at)
                         .await?;
-                    if created_at == known_at {
+                    if in_step {
                         Some((key, stream))
                     } else {
                         let watching = Some((key, stream));
@@ -271,7 +275,7 @@ impl Queue {
         line: &Line,
         place: &Place,
         session: &Arc<Session>,
-        (watched, stream, queued): (&[u8], &mut WatchStream, i64),
+        (watched, stream, queued): (&[u8], &mut Subscription, i64),
     ) -> Result<Option<Ahead>> {
         let look = || async move {
             let ahead = self.look_ahead(req, line, place, session).await?;
@@ -280,7 +284,7 @@ impl Queue {
                 other => Some(Some(other)),
             })
         };
-        let event = async { deleted(stream, 0).await.map(|()| None) };
+        let event = async { stream.deleted().await.map(|()| None) };
         watched_or_looked(event, look, looks_in_line_of(queued)).await
     }
 
@@ -293,9 +297,9 @@ impl Queue {
         line: &Line,
         place: &Place,
         session: &Arc<Session>,
-        watching: Option<(Vec<u8>, WatchStream)>,
+        watching: Option<(Vec<u8>, Subscription)>,
         to_watch: &mut Option<(Vec<u8>, i64, i64)>,
-    ) -> Result<Option<(Vec<u8>, WatchStream)>> {
+    ) -> Result<Option<(Vec<u8>, Subscription)>> {
         match self.look_ahead(req, line, place, session).await? {
             Ahead::Key(key, known_at, queued) => match watching {
                 Some((watched, stream)) if watched == key => Ok(Some((watched, stream))),
@@ -426,26 +430,6 @@ fn put_place(response: &TxnResponse, key: &str) -> Result<Place> {
             None => Ahead::Nobody,
         },
     })
-}
-
-/// Completes when a watched key is deleted at a revision after `after`:
-/// deletions a read at `after` already saw wake nobody.
-pub(crate) async fn deleted(stream: &mut WatchStream, after: i64) -> Result<()> {
-    while let Some(message) = stream.message().await.map_err(|e| convert("watch", e))? {
-        if message.events().iter().any(|e| {
-            e.event_type() == etcd_client::EventType::Delete
-                && e.kv().is_none_or(|kv| kv.mod_revision() > after)
-        }) {
-            return Ok(());
-        }
-        if message.canceled() {
-            return Err(Error::unavailable(
-                crate::NAME,
-                format!("the watch was cancelled: {}", message.cancel_reason()),
-            ));
-        }
-    }
-    Err(Error::unavailable(crate::NAME, "the watch stream ended"))
 }
 
 /// The store's revision when it answered `response`.
