@@ -234,8 +234,9 @@ async fn a_waiter_in_a_long_line_does_not_look() {
 
 /// The waiters of one backend on one lock share one watch of the lock's
 /// range (lock-etcd's `shared_watch.rs`): three readers and a writer
-/// queued behind a writer make one `Watch` between them, not one each, and
-/// are all granted in turn (each releases as soon as it holds).
+/// queued behind a writer make one `Watch` between them (two at most),
+/// not one each, and are all granted in turn (each releases as soon as it
+/// holds).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_waiters_of_one_backend_share_one_watch() {
     let etcd = Etcd::start().await;
@@ -263,7 +264,8 @@ async fn the_waiters_of_one_backend_share_one_watch() {
             g.release().await
         }));
     }
-    // Every waiter's put has reached the server, and the one watch.
+    // The waiters' puts (or most of them: a waiter's read counts as a
+    // `Txn` too) and the shared watch have reached the server.
     started_until(&addr, &before, "queue", |n| {
         n.get("Watch") >= Some(&1) && n.get("Txn") >= Some(&4)
     })
@@ -277,9 +279,15 @@ async fn the_waiters_of_one_backend_share_one_watch() {
             .expect("task")
             .expect("granted and released");
     }
-    assert_eq!(
-        since(&before, &started(&addr).await).get("Watch"),
-        Some(&1),
-        "four waiters of one backend, one watch"
+    // One; a second only if the turns ran past the 5 s for which a shared
+    // watch takes new waiters (a loaded machine). A watch per wait would
+    // make at least four.
+    let watches = since(&before, &started(&addr).await)
+        .get("Watch")
+        .copied()
+        .unwrap_or(0);
+    assert!(
+        (1..=2).contains(&watches),
+        "four waiters of one backend: {watches} watches"
     );
 }

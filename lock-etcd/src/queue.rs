@@ -172,16 +172,19 @@ impl Queue {
         Ok(Ok(place))
     }
 
-    /// Waits until every blocker created before our key is gone, watching
-    /// only the one just before ours each time, and checks with the read
-    /// that finds nobody ahead any more that our own key survived the wait.
+    /// Waits until every blocker created before our key is gone, waiting
+    /// for the deletion of only the one just before ours each time, and
+    /// checks with the read that finds nobody ahead any more that our own
+    /// key survived the wait.
     ///
-    /// Each watch starts from the present: etcd serves a watch that starts
-    /// at a past revision from its catch-up loop, which runs every 100 ms,
-    /// so under churn a waiter would learn of its turn that much later. A
-    /// read made once the watch is in place tells whether the key went
-    /// before it was; none is needed when the store has not changed since
-    /// the read that named the key.
+    /// The deletions come from the backend's shared watch of the lock
+    /// (`shared_watch.rs`), which starts from the present: etcd serves a
+    /// watch that starts at a past revision from its catch-up loop, which
+    /// runs every 100 ms, so under churn a waiter would learn of its turn
+    /// that much later. When that watch began after the read that named the
+    /// key, a read made once we wait on it tells whether the key went
+    /// before; none is needed when the watch vouches for every deletion
+    /// since that read.
     pub(crate) async fn wait_for_turn(
         &self,
         req: &AcquireRequest,
@@ -201,10 +204,13 @@ impl Queue {
                 Some((key, known_at, in_line)) => {
                     queued = in_line;
                     let range = self.layout.family_dir(&req.name, req.kind.family());
-                    let (stream, in_step) = self
+                    let subscribed = self
                         .shared_watches
-                        .subscribe(&self.core, &range, &key, known_at)
-                        .await?;
+                        .subscribe(&self.core, &range, &key, known_at);
+                    let Some(subscribed) = budget.race(subscribed).await else {
+                        return Err(budget.exhausted(&req.name));
+                    };
+                    let (stream, in_step) = subscribed?;
                     if in_step {
                         Some((key, stream))
                     } else {

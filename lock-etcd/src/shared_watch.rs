@@ -35,8 +35,8 @@ const LINGER: Duration = Duration::from_secs(2);
 
 /// How long after it opened a shared watch takes new waiters: a watch that
 /// stalls unseen (a member cut off from the others, a connection that
-/// hangs) then holds up only the waits it already has, which look for
-/// themselves as every wait does, and the next waits open a new one.
+/// hangs) then holds up only the waits it already has, as a stalled watch
+/// of a wait's own held that wait, and the next waits open a new one.
 const TAKES_WAITERS_FOR: Duration = Duration::from_secs(5);
 
 /// The deletions a shared watch keeps, newest last, for waiters whose read
@@ -169,13 +169,28 @@ impl SharedWatches {
     /// Opens `shared`, the watch of `range`, from the present, and starts
     /// the task that reads it. It replaced the one before in the map,
     /// which ends once its waiters are done with it.
+    ///
+    /// A failed open ends `shared` for every waiter queued on it, which
+    /// fail at once with the same error (and read again, then open a new
+    /// one), rather than each trying again in turn, a timeout apiece.
     async fn open(self: &Arc<Self>, core: &Core, range: &str, shared: &Arc<Shared>) -> Result<()> {
+        if let Some(why) = &shared.state().ended {
+            return Err(ended(why));
+        }
         let options = WatchOptions::new()
             .with_prefix()
             .with_filters([WatchFilterType::NoPut]);
-        let (stream, created_at) = core
+        let opened = core
             .watch_from_now("watch the lock", range.as_bytes().to_vec(), Some(options))
-            .await?;
+            .await;
+        let (stream, created_at) = match opened {
+            Ok(opened) => opened,
+            Err(e) => {
+                self.remove(range, shared);
+                shared.state().ended = Some(e.to_string());
+                return Err(e);
+            }
+        };
         {
             let mut state = shared.state();
             state.complete_after = created_at;
