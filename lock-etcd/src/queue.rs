@@ -198,12 +198,12 @@ impl Queue {
             Ahead::Key(key, known_at, queued) => Some((key.clone(), *known_at, *queued)),
             Ahead::Unknown => None,
         };
+        let range = self.layout.family_dir(&req.name, req.kind.family());
         loop {
             let mut queued = 0;
             let watching = match to_watch.take() {
                 Some((key, known_at, in_line)) => {
                     queued = in_line;
-                    let range = self.layout.family_dir(&req.name, req.kind.family());
                     let subscribed = self
                         .shared_watches
                         .subscribe(&self.core, &range, &key, known_at);

@@ -135,8 +135,10 @@ impl SharedWatches {
         state.last_used = Some(Instant::now());
         let (woken_tx, woken) = oneshot::channel();
         let in_step = known_at >= state.complete_after;
-        if let Some(why) = &state.ended {
+        // Answered at once (its id matches no registration), or registered.
+        let id = if let Some(why) = &state.ended {
             let _ = woken_tx.send(Err(ended(why)));
+            u64::MAX
         } else if in_step
             && state
                 .seen
@@ -144,6 +146,7 @@ impl SharedWatches {
                 .any(|(k, revision)| k == key && *revision > known_at)
         {
             let _ = woken_tx.send(Ok(()));
+            u64::MAX
         } else {
             let id = state.next_id;
             state.next_id += 1;
@@ -152,18 +155,10 @@ impl SharedWatches {
                 key: key.to_vec(),
                 woken: woken_tx,
             });
-            drop(state);
-            return Ok((Subscription { shared, id, woken }, in_step));
-        }
+            id
+        };
         drop(state);
-        Ok((
-            Subscription {
-                shared,
-                id: u64::MAX,
-                woken,
-            },
-            in_step,
-        ))
+        Ok((Subscription { shared, id, woken }, in_step))
     }
 
     /// Opens `shared`, the watch of `range`, from the present, and starts
@@ -257,11 +252,7 @@ async fn read(
             }
             let Some(kv) = event.kv() else { continue };
             let (key, revision) = (kv.key().to_vec(), kv.mod_revision());
-            let (woken, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut state.waiting)
-                .into_iter()
-                .partition(|w| w.key == key);
-            state.waiting = waiting;
-            for w in woken {
+            for w in state.waiting.extract_if(.., |w| w.key == key) {
                 let _ = w.woken.send(Ok(()));
             }
             state.seen.push_back((key, revision));
