@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, ConnectOptions, Identity, TlsOptions, Txn, TxnOp, WatchOptions, WatchStream,
+    Client, Compare, ConnectOptions, Identity, TlsOptions, Txn, TxnOp, WatchOptions, WatchResponse,
+    WatchStream,
 };
 use lock_core::tls::TlsMaterial;
 use lock_core::{Error, Result};
@@ -197,4 +198,23 @@ impl Core {
         .ok()
         .map(|t| Duration::from_secs(u64::try_from(t.ttl()).unwrap_or(0)))
     }
+}
+
+/// The next message of a watch that runs on: a stream that failed
+/// (`operation` names the watch), ended or was cancelled by etcd is an
+/// `Unavailable` error, since each ends the watch.
+pub(crate) async fn next_message(
+    stream: &mut WatchStream,
+    operation: &'static str,
+) -> Result<WatchResponse> {
+    let Some(message) = stream.message().await.map_err(|e| convert(operation, e))? else {
+        return Err(Error::unavailable(crate::NAME, "the watch stream ended"));
+    };
+    if message.canceled() {
+        return Err(Error::unavailable(
+            crate::NAME,
+            format!("the watch was cancelled: {}", message.cancel_reason()),
+        ));
+    }
+    Ok(message)
 }

@@ -14,7 +14,7 @@ use etcd_client::{
 use lock_core::backend::{Leader, Lease};
 use lock_core::{Error, FencingToken, LockKind, LockName, Result};
 
-use crate::error::convert;
+use crate::client::next_message;
 use crate::layout::Entry;
 use crate::queue::Queue;
 
@@ -121,15 +121,7 @@ fn leader_of(kv: &KeyValue, left: Option<Duration>) -> Leader {
 
 /// The events of the watch's next message.
 async fn next(stream: &mut WatchStream) -> Result<Vec<(EventType, KeyValue)>> {
-    let Some(message) = stream.message().await.map_err(|e| convert(WATCH, e))? else {
-        return Err(Error::unavailable(crate::NAME, "the watch stream ended"));
-    };
-    if message.canceled() {
-        return Err(Error::unavailable(
-            crate::NAME,
-            format!("the watch was cancelled: {}", message.cancel_reason()),
-        ));
-    }
+    let message = next_message(stream, WATCH).await?;
     Ok(message
         .events()
         .iter()

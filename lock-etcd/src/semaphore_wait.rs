@@ -21,10 +21,10 @@ use std::sync::atomic::Ordering;
 
 use etcd_client::{EventType, WatchFilterType, WatchOptions, WatchStream};
 use lock_core::backend::{AcquireRequest, Lease, Registration, WaitBudget};
-use lock_core::{Error, LockName, Result};
+use lock_core::{LockName, Result};
 
 use crate::catch_up::{LOOKS, watched_or_looked};
-use crate::error::convert;
+use crate::client::next_message;
 use crate::handover::PermitWaiter;
 use crate::queue::{Queue, Requeue};
 use crate::queued::{Queued, REQUEUES, session_lost};
@@ -295,10 +295,11 @@ impl Target {
 /// The first event on `stream` after `standing`'s read that changes
 /// anything for us: the deletion of a key ahead of a first waiter, or any
 /// change of the key just before ours. Our own key deleted (its session
-/// expired) is [`Error::NotHeld`]-worthy: reported as `Moved`, and the read
-/// that follows finds it gone.
+/// expired) is [`NotHeld`](lock_core::Error::NotHeld)-worthy: reported as
+/// `Moved`, and the read that follows finds it gone.
 async fn changed(stream: &mut WatchStream, standing: &Standing, ours: &[u8]) -> Result<Change> {
-    while let Some(message) = stream.message().await.map_err(|e| convert("watch", e))? {
+    loop {
+        let message = next_message(stream, "watch").await?;
         for event in message.events() {
             let Some(kv) = event.kv() else { continue };
             if kv.mod_revision() <= standing.read_at {
@@ -317,12 +318,5 @@ async fn changed(stream: &mut WatchStream, standing: &Standing, ours: &[u8]) -> 
                 _ => {}
             }
         }
-        if message.canceled() {
-            return Err(Error::unavailable(
-                crate::NAME,
-                format!("the watch was cancelled: {}", message.cancel_reason()),
-            ));
-        }
     }
-    Err(Error::unavailable(crate::NAME, "the watch stream ended"))
 }

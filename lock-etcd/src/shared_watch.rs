@@ -26,8 +26,7 @@ use lock_core::{Error, Result};
 use tokio::sync::{OnceCell, oneshot};
 use tokio::time::Instant;
 
-use crate::client::Core;
-use crate::error::convert;
+use crate::client::{Core, next_message};
 
 /// How long a shared watch stays open with nobody waiting on it: long
 /// enough to carry a lock's waiters from one turn to the next.
@@ -224,7 +223,7 @@ async fn read(
     idle_check.tick().await;
     let why = loop {
         let message = tokio::select! {
-            message = stream.message() => message,
+            message = next_message(&mut stream, "watch") => message,
             _ = idle_check.tick() => {
                 let idle = {
                     let state = shared.state();
@@ -238,13 +237,9 @@ async fn read(
             }
         };
         let message = match message {
-            Ok(Some(message)) => message,
-            Ok(None) => break "the watch stream ended".to_owned(),
-            Err(e) => break convert("watch", e).to_string(),
+            Ok(message) => message,
+            Err(e) => break e.to_string(),
         };
-        if message.canceled() {
-            break format!("the watch was cancelled: {}", message.cancel_reason());
-        }
         let mut state = shared.state();
         for event in message.events() {
             if event.event_type() != EventType::Delete {
