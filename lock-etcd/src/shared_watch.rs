@@ -181,7 +181,7 @@ impl SharedWatches {
             Ok(opened) => opened,
             Err(e) => {
                 self.remove(range, shared);
-                shared.state().ended = Some(e.to_string());
+                shared.state().ended = Some(reason(&e));
                 return Err(e);
             }
         };
@@ -238,7 +238,7 @@ async fn read(
         };
         let message = match message {
             Ok(message) => message,
-            Err(e) => break e.to_string(),
+            Err(e) => break reason(&e),
         };
         let mut state = shared.state();
         for event in message.events() {
@@ -273,6 +273,15 @@ fn ended(why: &str) -> Error {
     Error::unavailable(crate::NAME, why.to_owned())
 }
 
+/// What [`ended`] says of a watch that ended with `e`: an `Unavailable`
+/// error's own message, which [`ended`] wraps again; any other error whole.
+fn reason(e: &Error) -> String {
+    match e {
+        Error::Unavailable { message, .. } => message.clone(),
+        other => other.to_string(),
+    }
+}
+
 impl Subscription {
     /// Completes when the key is deleted (after the read that found it), or
     /// with an error when the shared watch ends first.
@@ -289,5 +298,20 @@ impl Drop for Subscription {
         let mut state = self.shared.state();
         state.last_used = Some(Instant::now());
         state.waiting.retain(|w| w.id != self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ended_watch_is_unavailable_once_in_its_message() {
+        let failed = Error::unavailable(crate::NAME, "the watch stream ended");
+        let said = ended(&reason(&failed)).to_string();
+        assert_eq!(said, failed.to_string());
+        let other = Error::backend("the watch was refused");
+        let said = ended(&reason(&other)).to_string();
+        assert!(said.ends_with(&other.to_string()), "{said}");
     }
 }
