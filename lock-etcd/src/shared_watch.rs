@@ -174,17 +174,30 @@ impl SharedWatches {
         let options = WatchOptions::new()
             .with_prefix()
             .with_filters([WatchFilterType::NoPut]);
+        // Dropped with the waiter's future before the watch is open, the
+        // entry goes too: a lock nobody waits on again would keep it.
+        let unopened = Unopened {
+            watches: self,
+            range,
+            shared,
+        };
         let opened = core
             .watch_from_now("watch the lock", range.as_bytes().to_vec(), Some(options))
             .await;
         let (stream, created_at) = match opened {
             Ok(opened) => opened,
             Err(e) => {
-                self.remove(range, shared);
                 shared.state().ended = Some(reason(&e));
                 return Err(e);
             }
         };
+        std::mem::forget(unopened);
+        // Where the waiter that began the open was dropped, its entry went
+        // with it, and this waiter took the open over: the watch is the
+        // range's again, unless a newer one has it.
+        self.watches()
+            .entry(range.to_owned())
+            .or_insert_with(|| shared.clone());
         {
             let mut state = shared.state();
             state.complete_after = created_at;
@@ -206,6 +219,20 @@ impl SharedWatches {
         if watches.get(range).is_some_and(|s| Arc::ptr_eq(s, shared)) {
             watches.remove(range);
         }
+    }
+}
+
+/// A shared watch being opened: forgotten as the watch of its range
+/// unless the open succeeds (the guard is then forgotten itself).
+struct Unopened<'a> {
+    watches: &'a SharedWatches,
+    range: &'a str,
+    shared: &'a Arc<Shared>,
+}
+
+impl Drop for Unopened<'_> {
+    fn drop(&mut self) {
+        self.watches.remove(self.range, self.shared);
     }
 }
 
@@ -304,6 +331,35 @@ impl Drop for Subscription {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Settings;
+
+    /// A waiter whose future is dropped while it opens the shared watch
+    /// leaves nothing behind: the map would otherwise keep the unopened
+    /// watch until another waiter came for the same lock, which for a lock
+    /// never waited on again is never.
+    #[tokio::test]
+    async fn a_cancelled_open_leaves_no_entry() {
+        // A server that takes the connection and never answers: the open
+        // stays pending until the waiter's future is dropped.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+        let endpoint = format!("http://{}", silent.local_addr().expect("its address"));
+        let client = etcd_client::Client::connect([endpoint], None)
+            .await
+            .expect("a lazily connected client");
+        let settings = Settings {
+            prefix: "test/".to_owned(),
+            timeout: Duration::from_secs(30),
+        };
+        let core = Core::new(client, settings);
+        let watches = Arc::new(SharedWatches::default());
+        let subscribe = watches.subscribe(&core, "test/lock/", b"test/lock/1", 1);
+        let pending = tokio::time::timeout(Duration::from_millis(200), subscribe).await;
+        assert!(pending.is_err(), "the silent server answered");
+        assert!(
+            watches.watches().is_empty(),
+            "the cancelled open left its entry"
+        );
+    }
 
     #[test]
     fn an_ended_watch_is_unavailable_once_in_its_message() {
