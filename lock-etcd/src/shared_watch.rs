@@ -162,7 +162,11 @@ impl SharedWatches {
 
     /// Opens `shared`, the watch of `range`, from the present, and starts
     /// the task that reads it. It replaced the one before in the map,
-    /// which ends once its waiters are done with it.
+    /// which ends once its waiters are done with it. Dropped before the
+    /// watch is open, it takes `shared` out of the map; a waiter already
+    /// queued on it then takes the open over and, once open, puts it back.
+    /// (A waiter that came in between opens a second watch of the range,
+    /// which only costs a watch until the first goes idle.)
     ///
     /// A failed open ends `shared` for every waiter queued on it, which
     /// fail at once with the same error (and read again, then open a new
@@ -222,8 +226,9 @@ impl SharedWatches {
     }
 }
 
-/// A shared watch being opened: forgotten as the watch of its range
-/// unless the open succeeds (the guard is then forgotten itself).
+/// A shared watch being opened: removed from the map when dropped, unless
+/// the open succeeded and the guard was disarmed (`mem::forget`, which
+/// leaks nothing while it holds only references).
 struct Unopened<'a> {
     watches: &'a SharedWatches,
     range: &'a str,
